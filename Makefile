@@ -1,0 +1,43 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Both create .venv and install the exact environment from constraints.txt.
+PYTHON ?= python3.11
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+# Debian packages: WeasyPrint's HarfBuzz subsetter and poppler (pdftotext) for PDF checks.
+SYSTEM_PACKAGES := libharfbuzz-subset0 poppler-utils
+
+.PHONY: demo test lint system-packages constraints clean
+
+demo: $(STAMP)
+	$(VENV)/bin/fedstats demo
+
+test: $(STAMP) system-packages
+	$(VENV)/bin/ruff check .
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt torch==2.13.0
+	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test]'
+	touch $(STAMP)
+
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+
+# Regenerate the exact constraints from the current environment (after changing pyproject.toml).
+constraints: $(STAMP)
+	{ echo "# Exact versions every machine installs (pip install -c constraints.txt)."; \
+	  echo "# Regenerate with: make constraints (after changing pyproject.toml)."; \
+	  $(PY) -m pip freeze --exclude-editable | sed 's/^torch==2.13.0+cpu$$/torch==2.13.0/'; } > constraints.txt
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

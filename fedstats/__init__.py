@@ -1,0 +1,67 @@
+"""fedstats: privacy-accounted biostatistics for multi-site clinical studies.
+
+Sites keep their rows behind a :class:`Silo`; a :class:`Federation` reaches
+them only through encoded messages; models such as
+:class:`LogisticRegression` combine the sites' aggregates into the answer a
+pooled analysis would give.
+"""
+
+from fedstats.design import DesignSpec
+from fedstats.disclosure import DisclosurePolicy
+from fedstats.errors import (
+    CodecError,
+    ConvergenceWarning,
+    DisclosureError,
+    FedstatsError,
+    FedstatsWarning,
+    FormulaError,
+    InconsistentColumnError,
+    MissingColumnError,
+    MissingValuesError,
+    NoEventsError,
+    NonBinaryOutcomeError,
+    PerfectSeparationError,
+    SeparationWarning,
+    SiteDataError,
+    SiteError,
+    StudyConfigurationError,
+    UnknownLevelError,
+)
+from fedstats.federation import Federation, InvalidReplyError
+from fedstats.inventory import MessageInventory, MessageRecord
+from fedstats.logistic import LogisticRegression
+from fedstats.results import LogisticRegressionResults, Provenance
+from fedstats.silo import Silo
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CodecError",
+    "ConvergenceWarning",
+    "DesignSpec",
+    "DisclosureError",
+    "DisclosurePolicy",
+    "Federation",
+    "FedstatsError",
+    "FedstatsWarning",
+    "FormulaError",
+    "InconsistentColumnError",
+    "InvalidReplyError",
+    "LogisticRegression",
+    "LogisticRegressionResults",
+    "MessageInventory",
+    "MessageRecord",
+    "MissingColumnError",
+    "MissingValuesError",
+    "NoEventsError",
+    "NonBinaryOutcomeError",
+    "PerfectSeparationError",
+    "Provenance",
+    "SeparationWarning",
+    "Silo",
+    "SiteDataError",
+    "SiteError",
+    "StudyConfigurationError",
+    "UnknownLevelError",
+    "__version__",
+]

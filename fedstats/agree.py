@@ -1,0 +1,123 @@
+"""Coordinator side of the design: agree on variables, levels and columns with every site."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from fedstats.design import (
+    SITE_COLUMN,
+    DesignSpec,
+    Level,
+    design_columns,
+    normalise_level,
+    parse_formula,
+    union_levels,
+)
+from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
+from fedstats.federation import Federation
+
+
+@dataclass(frozen=True)
+class SiteCounts:
+    """What each site reported after building the agreed design."""
+
+    n_obs: dict[str, int]
+    n_dropped: dict[str, int]
+    n_events: dict[str, int]
+
+
+def agree_design(
+    federation: Federation,
+    formula: str,
+    *,
+    analysis: str,
+    levels: Mapping[str, Sequence[Level]] | None = None,
+    site_intercepts: bool = False,
+    offset: str | None = None,
+    missing: str = "raise",
+) -> tuple[DesignSpec, SiteCounts]:
+    """Agree on the design with every site, then have each site build and validate it.
+
+    Two requests per site: ``describe`` (variable kinds and levels) and
+    ``prepare`` (build the agreed design; counts). Levels fixed by the
+    analyst in ``levels`` are used as given and not asked for.
+    """
+    if missing not in ("raise", "drop"):
+        raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
+    parsed = parse_formula(formula)
+    variables = set(parsed.outcome_variables | parsed.covariates)
+    wrapped = set(parsed.wrapped)
+    fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in (levels or {}).items()}
+    unknown_fixed = sorted(set(fixed) - parsed.covariates)
+    if unknown_fixed:
+        raise FormulaError(f"levels were given for {unknown_fixed}, which the formula does not use")
+    asked = sorted(variables | ({offset} if offset else set()))
+    replies = federation.request(
+        "describe",
+        {"variables": asked, "levels_for": sorted(wrapped - set(fixed))},
+        analysis=analysis,
+    )
+    kinds = _agreed_kinds(replies, asked)
+    if offset and kinds[offset] != "numeric":
+        raise FormulaError(f"the offset {offset!r} must be a numeric column")
+    agreed: dict[str, tuple[Level, ...]] = {}
+    for var in sorted(parsed.covariates):
+        if var in fixed:
+            agreed[var] = fixed[var]
+        elif kinds[var] == "categorical" or var in wrapped:
+            per_site = {site: reply[f"{var}.levels"] for site, reply in replies.items()}
+            agreed[var] = union_levels(per_site, var)
+    overlap = sorted(parsed.outcome_variables & parsed.covariates)
+    if overlap:
+        raise FormulaError(f"{overlap} appear on both sides of the formula")
+    columns = design_columns(parsed.formula, sorted(parsed.covariates), agreed)
+    if not columns:
+        raise FormulaError(f"the formula {formula!r} has no design columns")
+    if site_intercepts:
+        if "Intercept" not in columns:
+            raise FormulaError(
+                "site_intercepts=True replaces the formula's intercept with one per site; "
+                "keep the intercept in the formula (do not write '- 1' or '0 +')"
+            )
+        columns = [SITE_COLUMN.format(s) for s in federation.sites] + [
+            c for c in columns if c != "Intercept"
+        ]
+    spec = DesignSpec(
+        formula=formula,
+        outcome=parsed.outcome,
+        variables=tuple(sorted(variables)),
+        levels=agreed,
+        columns=tuple(columns),
+        site_intercepts=site_intercepts,
+        sites=federation.sites,
+        offset=offset,
+        missing=missing,
+    )
+    counts = federation.request("prepare", {"design": spec.to_wire()}, analysis=analysis)
+    return spec, SiteCounts(
+        n_obs={s: int(r["n_obs"]) for s, r in counts.items()},
+        n_dropped={s: int(r["n_dropped"]) for s, r in counts.items()},
+        n_events={s: int(r["n_events"]) for s, r in counts.items()},
+    )
+
+
+def _agreed_kinds(replies: Mapping[str, Mapping], variables: Sequence[str]) -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    for var in variables:
+        seen = {site: reply[f"{var}.kind"] for site, reply in replies.items()}
+        distinct = set(seen.values())
+        if not distinct <= {"numeric", "categorical"}:
+            raise InconsistentColumnError(
+                site=next(iter(seen)), column=var, reason=f"has an unknown kind {sorted(distinct)}"
+            )
+        if len(distinct) > 1:
+            odd = next(s for s, k in seen.items() if k != next(iter(seen.values())))
+            raise InconsistentColumnError(
+                site=odd,
+                column=var,
+                reason=f"is {seen[odd]} here but {seen[next(iter(seen))]} at "
+                f"{next(iter(seen))!r}; harmonise its type across sites",
+            )
+        kinds[var] = distinct.pop()
+    return kinds

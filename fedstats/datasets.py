@@ -1,0 +1,198 @@
+"""Study data for demos, notebooks, tests and benchmarks.
+
+* :func:`heart_disease`: the UCI Heart Disease data from four hospitals
+  (Janosi, Steinbrunn, Pfisterer & Detrano, 1988; CC BY 4.0), prepared as in
+  the FLamby Fed-Heart-Disease benchmark (du Terrail et al., NeurIPS 2022):
+  drop ``slope``, ``ca`` and ``thal``, then rows with missing values; outcome
+  ``disease = num > 0``. Every dropped row is counted per site.
+* :func:`synthetic_logistic`: a reproducible multi-site logistic dataset with
+  site-specific covariate shifts, for parity tests and benchmarks.
+
+Data is read from the study's shared data folder (``$FEDSTATS_DATA`` or
+``shared/data`` beside the project checkout); it is never copied into the
+package.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedstats.errors import FedstatsError
+
+HEART_COLUMNS = [
+    "age",
+    "sex",
+    "cp",
+    "trestbps",
+    "chol",
+    "fbs",
+    "restecg",
+    "thalach",
+    "exang",
+    "oldpeak",
+    "slope",
+    "ca",
+    "thal",
+    "num",
+]
+HEART_FILES = {
+    "cleveland": "processed.cleveland.data",
+    "hungary": "processed.hungarian.data",
+    "switzerland": "processed.switzerland.data",
+    "va": "processed.va.data",
+}
+HEART_CITATION = (
+    "UCI Heart Disease (Janosi, Steinbrunn, Pfisterer & Detrano, 1988; CC BY 4.0), "
+    "four hospitals as in FLamby Fed-Heart-Disease"
+)
+HEART_FORMULA = (
+    "disease ~ age + sex + C(cp) + trestbps + chol + fbs + C(restecg) + thalach + exang + oldpeak"
+)
+
+
+class DataFileError(FedstatsError):
+    """A data file is missing or malformed (the message names the file and line)."""
+
+
+@dataclass(frozen=True)
+class SiteFrames:
+    """Analysis frames by site, with the rows excluded at each site and why."""
+
+    frames: dict[str, pd.DataFrame]
+    read: dict[str, int]
+    excluded: dict[str, int]
+    exclusion_reason: str
+    source: str
+
+    def counts(self) -> pd.DataFrame:
+        """Rows read, excluded and kept per site."""
+        return pd.DataFrame(
+            {
+                "read": self.read,
+                "excluded": self.excluded,
+                "kept": {s: len(f) for s, f in self.frames.items()},
+            }
+        )
+
+
+def default_data_dir() -> Path:
+    """``$FEDSTATS_DATA``, else ``shared/data`` beside the project checkout."""
+    env = os.environ.get("FEDSTATS_DATA")
+    candidates = [Path(env)] if env else []
+    here = Path(__file__).resolve()
+    candidates += [here.parents[2] / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate
+    raise DataFileError(
+        "no shared data folder found; set FEDSTATS_DATA to the folder holding heart_disease/ "
+        f"(looked in {[str(c) for c in candidates]})"
+    )
+
+
+def heart_disease(data_dir: str | Path | None = None) -> SiteFrames:
+    """The four hospitals' heart-disease frames, one row per patient.
+
+    Columns: ``age sex cp trestbps chol fbs restecg thalach exang oldpeak``
+    and the outcome ``disease`` (1 when ``num > 0``). Rows with a missing
+    value in a kept column are excluded and counted.
+    """
+    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    frames, read, excluded = {}, {}, {}
+    for site, filename in HEART_FILES.items():
+        raw = _read_uci(folder / "heart_disease" / filename)
+        kept = raw.drop(columns=["slope", "ca", "thal"])
+        complete = kept.dropna()
+        read[site] = len(raw)
+        excluded[site] = len(raw) - len(complete)
+        frame = complete.drop(columns=["num"]).copy()
+        for column in (
+            "age",
+            "sex",
+            "cp",
+            "trestbps",
+            "chol",
+            "fbs",
+            "restecg",
+            "thalach",
+            "exang",
+        ):
+            frame[column] = frame[column].astype(np.int64)
+        frame["disease"] = (complete["num"] > 0).astype(np.int64)
+        frames[site] = frame.reset_index(drop=True)
+    return SiteFrames(
+        frames,
+        read,
+        excluded,
+        "missing value in a kept column (slope, ca, thal dropped first)",
+        HEART_CITATION,
+    )
+
+
+def _read_uci(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise DataFileError(f"{path}: file not found; check FEDSTATS_DATA")
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for line_no, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            fields = line.strip().split(",")
+            if len(fields) != len(HEART_COLUMNS):
+                raise DataFileError(
+                    f"{path}, line {line_no}: {len(fields)} fields, expected {len(HEART_COLUMNS)}"
+                )
+            values = []
+            for column, text in zip(HEART_COLUMNS, fields, strict=True):
+                if text.strip() == "?":
+                    values.append(np.nan)
+                    continue
+                try:
+                    values.append(float(text))
+                except ValueError:
+                    raise DataFileError(
+                        f"{path}, line {line_no}, field {column!r}: {text!r} is not a number or '?'"
+                    ) from None
+            rows.append(values)
+    return pd.DataFrame(rows, columns=HEART_COLUMNS)
+
+
+def synthetic_logistic(
+    n_sites: int = 10,
+    n_per_site: int | list[int] = 500,
+    n_covariates: int = 4,
+    *,
+    seed: int,
+    categorical: bool = True,
+) -> dict[str, pd.DataFrame]:
+    """A multi-site logistic dataset with site-specific covariate shifts.
+
+    Covariates ``x1..xk`` are normal with a site-specific mean shift; ``group``
+    (levels ``a``, ``b``, ``c``, site-specific frequencies) when ``categorical``;
+    outcome ``y ~ Bernoulli(expit(-0.5 + sum_j b_j x_j + group effect))``.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = [n_per_site] * n_sites if isinstance(n_per_site, int) else list(n_per_site)
+    if len(sizes) != n_sites:
+        raise ValueError("n_per_site must be an int or a list with one size per site")
+    slopes = rng.normal(0.0, 0.5, n_covariates)
+    group_effect = {"a": 0.0, "b": 0.4, "c": -0.6}
+    frames = {}
+    for s, n in enumerate(sizes):
+        shift = rng.normal(0.0, 0.5, n_covariates)
+        X = rng.normal(shift, 1.0, size=(n, n_covariates))
+        eta = -0.5 + X @ slopes
+        frame = pd.DataFrame(X, columns=[f"x{j + 1}" for j in range(n_covariates)])
+        if categorical:
+            weights = rng.dirichlet([4.0, 4.0, 4.0])
+            group = rng.choice(["a", "b", "c"], size=n, p=weights)
+            eta = eta + np.vectorize(group_effect.get)(group)
+            frame["group"] = group
+        frame["y"] = (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(np.int64)
+        frames[f"site{s + 1:02d}"] = frame
+    return frames

@@ -1,0 +1,229 @@
+"""The design a study agrees on before any fit: formula, levels and design columns.
+
+A site must never decide its design columns by itself: if one site lacked a
+level, its dummy coding would silently differ from the others'. So the
+coordinator first asks every site for the kind of each variable and the
+levels of each categorical one (refused for identifier-like columns, see
+:func:`fedstats.disclosure.check_levels`), takes their union (or the levels
+the analyst fixed), derives the design columns from the formula on a
+synthetic skeleton frame that holds no patient data, and sends the resulting
+:class:`DesignSpec` with every request. Each site builds exactly these
+columns or refuses with a typed error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from formulaic import Formula, model_matrix
+from formulaic.errors import FormulaicError
+
+from fedstats.errors import FormulaError, InconsistentColumnError
+
+Level = int | float | str
+
+SITE_COLUMN = "site[{}]"
+"""Name of a site's own intercept column when ``site_intercepts=True``."""
+
+
+@dataclass(frozen=True)
+class DesignSpec:
+    """Everything a site needs to build the agreed design matrix.
+
+    Attributes
+    ----------
+    formula: the model formula, Wilkinson notation as read by formulaic.
+    outcome: the formula's left-hand side.
+    variables: the data columns the formula reads (outcome and covariates).
+    levels: agreed categorical levels, by variable.
+    columns: the agreed design columns, in order.
+    site_intercepts: one intercept column per site instead of a shared one.
+    sites: the federation's sites, in order (names the site-intercept columns).
+    offset: name of a numeric offset column, or ``None``.
+    missing: ``"raise"`` (refuse rows with missing values) or ``"drop"``
+        (complete cases; the dropped count is reported per site).
+    """
+
+    formula: str
+    outcome: str
+    variables: tuple[str, ...]
+    levels: Mapping[str, tuple[Level, ...]]
+    columns: tuple[str, ...]
+    site_intercepts: bool
+    sites: tuple[str, ...]
+    offset: str | None = None
+    missing: str = "raise"
+    _key: str = field(default="", compare=False, repr=False)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "formula": self.formula,
+            "outcome": self.outcome,
+            "variables": list(self.variables),
+            "levels": {k: list(v) for k, v in self.levels.items()},
+            "columns": list(self.columns),
+            "site_intercepts": self.site_intercepts,
+            "sites": list(self.sites),
+            "offset": self.offset,
+            "missing": self.missing,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> DesignSpec:
+        """Rebuild a spec from a request; raises ``ValueError`` describing what is malformed."""
+        if not isinstance(wire, dict):
+            raise ValueError("the design must be a mapping")
+        expected = {
+            "formula",
+            "outcome",
+            "variables",
+            "levels",
+            "columns",
+            "site_intercepts",
+            "sites",
+            "offset",
+            "missing",
+        }
+        if set(wire) != expected:
+            raise ValueError(f"the design must hold exactly {sorted(expected)}")
+        if not all(isinstance(wire[k], str) for k in ("formula", "outcome")):
+            raise ValueError("formula and outcome must be strings")
+        for key in ("variables", "columns", "sites"):
+            if not (isinstance(wire[key], list) and all(isinstance(v, str) for v in wire[key])):
+                raise ValueError(f"{key} must be a list of strings")
+        levels = wire["levels"]
+        if not isinstance(levels, dict) or not all(
+            isinstance(v, list) and all(isinstance(x, int | float | str) for x in v)
+            for v in levels.values()
+        ):
+            raise ValueError("levels must map variables to lists of numbers or strings")
+        if not isinstance(wire["site_intercepts"], bool):
+            raise ValueError("site_intercepts must be a boolean")
+        if wire["offset"] is not None and not isinstance(wire["offset"], str):
+            raise ValueError("offset must be a column name or null")
+        if wire["missing"] not in ("raise", "drop"):
+            raise ValueError("missing must be 'raise' or 'drop'")
+        if not wire["columns"]:
+            raise ValueError("the design has no columns")
+        return cls(
+            formula=wire["formula"],
+            outcome=wire["outcome"],
+            variables=tuple(wire["variables"]),
+            levels={k: tuple(v) for k, v in levels.items()},
+            columns=tuple(wire["columns"]),
+            site_intercepts=wire["site_intercepts"],
+            sites=tuple(wire["sites"]),
+            offset=wire["offset"],
+            missing=wire["missing"],
+        )
+
+    @property
+    def key(self) -> str:
+        """A digest identifying the spec (sites cache the built design under it)."""
+        canonical = json.dumps(self.to_wire(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    @property
+    def n_params(self) -> int:
+        return len(self.columns)
+
+
+@dataclass(frozen=True)
+class ParsedFormula:
+    """A formula with the variables each side reads."""
+
+    formula: Formula
+    outcome: str
+    outcome_variables: frozenset[str]
+    covariates: frozenset[str]
+    wrapped: frozenset[str]
+    """Covariates written inside ``C()``: categorical whatever their type."""
+
+
+def parse_formula(formula: str) -> ParsedFormula:
+    """Parse ``formula`` with formulaic and list the variables it reads."""
+    if not isinstance(formula, str) or "~" not in formula:
+        raise FormulaError(f"a model formula needs an outcome and '~', got {formula!r}")
+    try:
+        parsed = Formula(formula)
+    except (FormulaicError, SyntaxError, ValueError) as exc:
+        raise FormulaError(f"cannot parse formula {formula!r}: {exc}") from None
+    lhs_terms = list(parsed.lhs)
+    if len(lhs_terms) != 1:
+        raise FormulaError(f"the formula's left-hand side must be one outcome, got {parsed.lhs}")
+    outcome_vars = {v for f in lhs_terms[0].factors for v in f.required_variables}
+    covariates: set[str] = set()
+    wrapped: set[str] = set()
+    for term in parsed.rhs:
+        for factor in term.factors:
+            covariates |= set(factor.required_variables)
+            if factor.expr.replace(" ", "").startswith("C("):
+                wrapped |= set(factor.required_variables)
+    return ParsedFormula(
+        parsed,
+        str(lhs_terms[0]),
+        frozenset(outcome_vars),
+        frozenset(covariates),
+        frozenset(wrapped),
+    )
+
+
+def normalise_level(level: Level) -> Level:
+    """An integral float level becomes an int, so 1 and 1.0 agree across sites."""
+    if isinstance(level, float) and math.isfinite(level) and level.is_integer():
+        return int(level)
+    return level
+
+
+def union_levels(per_site: Mapping[str, Sequence[Level]], variable: str) -> tuple[Level, ...]:
+    """Sorted union of the levels the sites reported; numbers and strings may not mix."""
+    levels = {normalise_level(v) for values in per_site.values() for v in values}
+    kinds = {isinstance(v, str) for v in levels}
+    if len(kinds) > 1:
+        site = next(s for s, vals in per_site.items() if any(isinstance(v, str) for v in vals))
+        raise InconsistentColumnError(
+            site=site,
+            column=variable,
+            reason="holds text levels where other sites hold numeric ones; recode it",
+        )
+    return tuple(sorted(levels))
+
+
+def design_columns(
+    formula: Formula,
+    variables: Sequence[str],
+    levels: Mapping[str, Sequence[Level]],
+) -> list[str]:
+    """Design columns of the formula's right-hand side, found on a data-free skeleton frame.
+
+    The skeleton has one row per level of the most-levelled categorical
+    variable, every level present, and 1.0 in numeric columns. Stateful
+    transforms (``center``, ``scale``, splines, ...) are refused: each site
+    would learn their state from its own rows, so sites would disagree.
+    """
+    n_rows = max([len(v) for v in levels.values()] + [1])
+    skeleton = {}
+    for var in variables:
+        if var in levels:
+            values = [levels[var][i % len(levels[var])] for i in range(n_rows)]
+            skeleton[var] = pd.Categorical(values, categories=list(levels[var]))
+        else:
+            skeleton[var] = np.ones(n_rows)
+    try:
+        matrix = model_matrix(formula.rhs, pd.DataFrame(skeleton), ensure_full_rank=True)
+    except Exception as exc:  # noqa: BLE001 - formulaic raises many types
+        raise FormulaError(f"cannot build the design of {formula.rhs}: {exc}") from None
+    state = matrix.model_spec.transform_state
+    if state:
+        raise FormulaError(
+            f"stateful transform(s) {sorted(state)} would be fitted to each site's own rows; "
+            "compute such covariates during harmonisation with study-wide constants instead"
+        )
+    return list(matrix.columns)

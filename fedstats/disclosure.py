@@ -1,0 +1,129 @@
+"""Statistical disclosure control applied to every reply before it leaves a site.
+
+The rules follow the output checks of DataSHIELD (Gaye et al., Int J
+Epidemiol 2014; its ``nfilter`` settings) and the threshold rule of the
+ESSnet/SDC handbook (Hundepool et al., 2012):
+
+* threshold rule: an aggregate computed over fewer than ``min_count``
+  patients is refused;
+* reply shape: a reply must match the schema the task declares from the
+  request alone, so its size cannot grow with the number of patients;
+* levels: a categorical column may report its levels only if it has at most
+  ``max_levels`` of them and at most ``max_level_density`` levels per patient
+  (an identifier-like column would otherwise list patients' values);
+* saturation: a model may not have more than ``max_parameter_ratio`` design
+  columns per patient at a site (a saturated model reproduces rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedstats.errors import DisclosureError, StudyConfigurationError
+from fedstats.schema import ReplySchema, schema_mismatch
+
+
+@dataclass(frozen=True)
+class DisclosurePolicy:
+    """A site's disclosure-control settings (defaults suit most clinical studies)."""
+
+    min_count: int = 10
+    max_levels: int = 50
+    max_level_density: float = 0.33
+    max_parameter_ratio: float = 0.33
+
+    def __post_init__(self) -> None:
+        if type(self.min_count) is not int or self.min_count < 1:
+            raise StudyConfigurationError(
+                f"min_count must be a positive integer, got {self.min_count!r}"
+            )
+        if type(self.max_levels) is not int or self.max_levels < 2:
+            raise StudyConfigurationError(
+                f"max_levels must be an integer >= 2, got {self.max_levels!r}"
+            )
+        for name in ("max_level_density", "max_parameter_ratio"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise StudyConfigurationError(f"{name} must be in (0, 1], got {value!r}")
+
+    def as_record(self) -> dict[str, float | int]:
+        """The settings as plain values, for reports and run records."""
+        return {
+            "min_count": self.min_count,
+            "max_levels": self.max_levels,
+            "max_level_density": self.max_level_density,
+            "max_parameter_ratio": self.max_parameter_ratio,
+        }
+
+
+def check_reply(
+    policy: DisclosurePolicy,
+    *,
+    site: str,
+    task: str,
+    schema: ReplySchema,
+    payload: dict,
+    contributors: int | None,
+) -> None:
+    """Refuse a reply that breaks the shape or threshold rule (raises :class:`DisclosureError`).
+
+    ``contributors`` is the number of patients behind an aggregate reply, or
+    ``None`` for replies that aggregate nothing (e.g. the list of categorical
+    levels, which is governed by :func:`check_levels`).
+    """
+    problem = schema_mismatch(payload, schema)
+    if problem:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=f"the reply does not match the shape declared for the task ({problem})",
+        )
+    if contributors is not None and contributors < policy.min_count:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"the aggregate covers {contributors} patient(s), fewer than the disclosure "
+                f"threshold of {policy.min_count}"
+            ),
+        )
+
+
+def check_levels(
+    policy: DisclosurePolicy, *, site: str, task: str, column: str, n_levels: int, n_patients: int
+) -> None:
+    """Refuse to list the levels of an identifier-like or very fine categorical column."""
+    if n_levels > policy.max_levels:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"column {column!r} has {n_levels} levels, more than the limit of "
+                f"{policy.max_levels}; group its levels during harmonisation"
+            ),
+        )
+    if n_levels > policy.max_level_density * n_patients:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"column {column!r} has {n_levels} levels for {n_patients} patients (more than "
+                f"{policy.max_level_density:g} per patient), so its levels could identify patients"
+            ),
+        )
+
+
+def check_saturation(
+    policy: DisclosurePolicy, *, site: str, task: str, n_parameters: int, n_patients: int
+) -> None:
+    """Refuse a model with too many parameters for the site's number of patients."""
+    if n_parameters > policy.max_parameter_ratio * n_patients:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"the model has {n_parameters} design columns that vary at this site for "
+                f"{n_patients} patients (more than {policy.max_parameter_ratio:g} per patient), "
+                "so its aggregates could reproduce individual rows"
+            ),
+        )

@@ -1,0 +1,225 @@
+"""Domain errors and warnings of :mod:`fedstats`.
+
+Every error names where it happened (site, task, column) and what to do.
+Errors raised inside a :class:`~fedstats.silo.Silo` cross the silo boundary as
+a small, typed error reply (see :func:`to_wire` / :func:`from_wire`): only the
+error's type and its declared fields travel, never a traceback, which could
+quote row-level data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class FedstatsError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class FedstatsWarning(UserWarning):
+    """Base class of every warning this package emits."""
+
+
+class CodecError(FedstatsError):
+    """A message could not be encoded or decoded by the codec."""
+
+
+class FormulaError(FedstatsError):
+    """A model formula or design option cannot be used for a federated fit."""
+
+
+class StudyConfigurationError(FedstatsError):
+    """The federation or study options are inconsistent."""
+
+
+class ConvergenceWarning(FedstatsWarning):
+    """An iterative fit stopped before meeting its convergence criterion."""
+
+
+class SeparationWarning(FedstatsWarning):
+    """Quasi-complete separation: some coefficients are not identified."""
+
+
+class SiteError(FedstatsError):
+    """An error that a site reports about its own data or a task it refused.
+
+    Subclasses declare the fields they carry in ``fields``; the message is built
+    from those fields by :meth:`describe`, so a site's reply carries only typed
+    values and the coordinator reconstructs the same message.
+    """
+
+    fields: ClassVar[tuple[str, ...]] = ("site", "task")
+
+    def __init__(self, **values: Any) -> None:
+        unknown = set(values) - set(self.fields)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}")
+        for name in self.fields:
+            setattr(self, name, values.get(name))
+        super().__init__(self.describe())
+
+    def describe(self) -> str:
+        return f"site {self.site!r}: task {self.task!r} failed"
+
+    def values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.fields}
+
+    def located(self, site: str, task: str) -> SiteError:
+        """The same error, naming this site, and this task when it named none."""
+        values = self.values()
+        values["site"] = site
+        if "task" in self.fields and values.get("task") is None:
+            values["task"] = task
+        return type(self)(**values)
+
+
+class DisclosureError(SiteError):
+    """A reply was refused by the site's disclosure control."""
+
+    fields = ("site", "task", "reason")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} refused task {self.task!r}: {self.reason}. Nothing was released."
+        )
+
+
+class UnknownTaskError(SiteError):
+    """The coordinator asked for a task that the site does not answer."""
+
+    fields = ("site", "task")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} does not answer task {self.task!r}: only tasks registered "
+            "in fedstats.tasks are served."
+        )
+
+
+class MalformedRequestError(SiteError):
+    """A request's arguments do not fit the task."""
+
+    fields = ("site", "task", "reason")
+
+    def describe(self) -> str:
+        return f"site {self.site!r} rejected a malformed {self.task!r} request: {self.reason}"
+
+
+class InternalSiteError(SiteError):
+    """An unexpected failure inside a site; details stay in the site's own log."""
+
+    fields = ("site", "task", "error_type")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} failed while computing {self.task!r} ({self.error_type}); "
+            "the details stay in the site's own log, ask the site's data engineer."
+        )
+
+
+class SiteDataError(SiteError):
+    """Base class of problems with a site's analysis frame."""
+
+    fields = ("site", "column")
+
+
+class MissingColumnError(SiteDataError):
+    fields = ("site", "column")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r}: column {self.column!r} is missing from the analysis frame; "
+            "harmonise the site's data with the study specification or fix the formula."
+        )
+
+
+class NonBinaryOutcomeError(SiteDataError):
+    fields = ("site", "column", "count")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r}: outcome {self.column!r} has {self.count} value(s) other than "
+            "0 and 1; code the outcome as 0/1 (or True/False) before fitting."
+        )
+
+
+class MissingValuesError(SiteDataError):
+    fields = ("site", "column", "count")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r}: column {self.column!r} has {self.count} missing value(s); "
+            "impute or exclude them during harmonisation, or fit with missing='drop' to use "
+            "complete cases (the dropped counts are reported)."
+        )
+
+
+class UnknownLevelError(SiteDataError):
+    fields = ("site", "column", "level", "count")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r}: column {self.column!r} has {self.count} value(s) of level "
+            f"{self.level!r}, which is not among the levels agreed for the study; add it to "
+            "the agreed levels or recode it during harmonisation."
+        )
+
+
+class InconsistentColumnError(SiteDataError):
+    fields = ("site", "column", "reason")
+
+    def describe(self) -> str:
+        return f"site {self.site!r}: column {self.column!r} {self.reason}"
+
+
+class NoEventsError(SiteDataError):
+    fields = ("site", "column", "outcome_value")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r}: every patient has {self.column!r} = {self.outcome_value}, so "
+            "the site's aggregates would disclose every patient's outcome and the site adds "
+            "no information on it; leave the site out of this analysis or check the outcome "
+            "definition."
+        )
+
+
+class PerfectSeparationError(FedstatsError):
+    """The outcome is perfectly predicted: the maximum likelihood estimate does not exist."""
+
+
+SITE_ERRORS: dict[str, type[SiteError]] = {
+    cls.__name__: cls
+    for cls in (
+        SiteError,
+        DisclosureError,
+        UnknownTaskError,
+        MalformedRequestError,
+        InternalSiteError,
+        MissingColumnError,
+        NonBinaryOutcomeError,
+        MissingValuesError,
+        UnknownLevelError,
+        InconsistentColumnError,
+        NoEventsError,
+    )
+}
+
+
+def to_wire(error: SiteError) -> dict[str, Any]:
+    """Describe a site error as plain values for an error reply."""
+    return {"type": type(error).__name__, "values": error.values()}
+
+
+def from_wire(payload: dict[str, Any], site: str) -> SiteError:
+    """Rebuild the typed error a site reported; unknown types become :class:`SiteError`.
+
+    The ``site`` field is always the name of the site the reply came from: a site
+    cannot speak for another.
+    """
+    cls = SITE_ERRORS.get(str(payload.get("type")), SiteError)
+    raw = payload.get("values")
+    values = raw if isinstance(raw, dict) else {}
+    kept = {k: v for k, v in values.items() if k in cls.fields and isinstance(v, str | int | float)}
+    kept["site"] = site
+    return cls(**kept)

@@ -1,0 +1,194 @@
+"""The coordinator's view of a federation: sites reached only through bytes.
+
+A :class:`Federation` sends each request through the codec to a transport
+(in-process here; Flower for multi-machine studies), records it in the
+:class:`~fedstats.inventory.MessageInventory`, decodes the reply, checks it
+against the task's declared schema and turns error replies back into the
+typed errors the site reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import pandas as pd
+
+from fedstats import codec
+from fedstats.disclosure import DisclosurePolicy
+from fedstats.errors import (
+    CodecError,
+    DisclosureError,
+    FedstatsError,
+    SiteError,
+    StudyConfigurationError,
+    from_wire,
+)
+from fedstats.inventory import MessageInventory, MessageRecord
+from fedstats.schema import schema_mismatch
+from fedstats.silo import Silo
+from fedstats.task import TaskRegistry
+
+Transport = Callable[[bytes], bytes]
+"""Carries one encoded request to a site and returns its encoded reply."""
+
+
+class InvalidReplyError(FedstatsError):
+    """A site's reply could not be decoded or does not match the task's declared shape."""
+
+
+class Federation:
+    """A set of sites reached through transports, with a message inventory.
+
+    Parameters
+    ----------
+    transports:
+        Site name to transport. The order fixes the order of sites in results.
+    study:
+        The study's name, recorded in provenance.
+    registry:
+        The task registry whose schemas replies are checked against.
+    """
+
+    def __init__(
+        self,
+        transports: Mapping[str, Transport],
+        *,
+        study: str = "study",
+        registry: TaskRegistry | None = None,
+    ) -> None:
+        if len(transports) == 0:
+            raise StudyConfigurationError("a federation needs at least one site")
+        if registry is None:
+            from fedstats.tasks import REGISTRY
+
+            registry = REGISTRY
+        self._transports = dict(transports)
+        self._registry = registry
+        self.study = study
+        self.inventory = MessageInventory()
+        self._seq = itertools.count(1)
+        self._analysis_ids = itertools.count(1)
+        self.silos: dict[str, Silo] = {}
+
+    @classmethod
+    def in_process(
+        cls,
+        frames: Mapping[str, pd.DataFrame],
+        *,
+        disclosure: DisclosurePolicy | None = None,
+        study: str = "study",
+        registry: TaskRegistry | None = None,
+    ) -> Federation:
+        """All sites in this process, each behind its own :class:`Silo` and the codec.
+
+        ``disclosure`` is the study's disclosure policy, applied by every site
+        (default: threshold of 10 patients).
+        """
+        if not isinstance(frames, Mapping) or not frames:
+            raise StudyConfigurationError(
+                "Federation.in_process needs a mapping of site name to DataFrame"
+            )
+        silos = {
+            name: Silo(name, frame, policy=disclosure, registry=registry)
+            for name, frame in frames.items()
+        }
+        federation = cls(
+            {name: silo.handle for name, silo in silos.items()}, study=study, registry=registry
+        )
+        federation.silos = silos
+        return federation
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return tuple(self._transports)
+
+    def __repr__(self) -> str:
+        return f"Federation(study={self.study!r}, sites={list(self.sites)})"
+
+    def new_analysis(self, kind: str) -> str:
+        """A fresh label tying the messages of one fit together in the inventory."""
+        return f"{kind}-{next(self._analysis_ids)}"
+
+    def request(
+        self,
+        task: str,
+        args: Mapping[str, Any],
+        *,
+        analysis: str,
+        sites: Sequence[str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Send the same request to each site; return each site's checked reply.
+
+        Raises the typed error a site reported (the first one, with the
+        others attached as notes) after every site has been asked.
+        """
+        targets = list(self.sites if sites is None else sites)
+        unknown = [s for s in targets if s not in self._transports]
+        if unknown:
+            raise StudyConfigurationError(
+                f"unknown site(s) {unknown}; the federation has {self.sites}"
+            )
+        task_def = self._registry.get(task)
+        if task_def is None:
+            raise StudyConfigurationError(f"no task {task!r} is registered")
+        schema = task_def.schema(dict(args))
+        request_bytes = codec.encode({"task": task, "args": dict(args)})
+        replies: dict[str, dict[str, Any]] = {}
+        errors: list[FedstatsError] = []
+        for site in targets:
+            sent_at = datetime.now(UTC)
+            start = time.perf_counter()
+            reply_bytes = self._transports[site](request_bytes)
+            seconds = time.perf_counter() - start
+            try:
+                status, payload = self._read_reply(site, task, reply_bytes)
+            except FedstatsError as error:
+                status = "refused" if isinstance(error, DisclosureError) else "error"
+                payload = None
+                errors.append(error)
+            self.inventory.append(
+                MessageRecord(
+                    seq=next(self._seq),
+                    task=task,
+                    site=site,
+                    request_bytes=len(request_bytes),
+                    reply_bytes=len(reply_bytes),
+                    sent_at=sent_at,
+                    seconds=seconds,
+                    status=status,
+                    analysis=analysis,
+                )
+            )
+            if payload is None:
+                continue
+            problem = schema_mismatch(payload, schema)
+            if problem:
+                errors.append(InvalidReplyError(f"site {site!r}, task {task!r}: {problem}"))
+                continue
+            replies[site] = payload
+        if errors:
+            first = errors[0]
+            for other in errors[1:]:
+                first.add_note(f"also: {other}")
+            raise first
+        return replies
+
+    def _read_reply(self, site: str, task: str, reply_bytes: bytes) -> tuple[str, dict | None]:
+        try:
+            message = codec.decode(reply_bytes)
+        except CodecError as error:
+            raise InvalidReplyError(f"site {site!r}, task {task!r}: {error}") from None
+        if not isinstance(message, dict) or message.get("status") not in ("ok", "error"):
+            raise InvalidReplyError(f"site {site!r}, task {task!r}: reply has no valid status")
+        if message["status"] == "error":
+            error = message.get("error")
+            site_error: SiteError = from_wire(error if isinstance(error, dict) else {}, site)
+            raise site_error
+        result = message.get("result")
+        if not isinstance(result, dict):
+            raise InvalidReplyError(f"site {site!r}, task {task!r}: reply has no result mapping")
+        return "ok", result

@@ -1,0 +1,223 @@
+"""Result objects of likelihood-based federated fits.
+
+Wald inference from the inverse observed information ``I(beta)^-1``:
+``se_j = sqrt([I^-1]_jj)``, ``z_j = beta_j / se_j``, two-sided
+``p_j = 2 (1 - Phi(|z_j|))`` and ``beta_j +/- z_{1-alpha/2} se_j``
+(e.g. McCullagh & Nelder, *Generalized Linear Models*, 2nd ed., 1989, ch. 4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from fedstats.inventory import MessageInventory
+from fedstats.summary import render_html, render_text
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a fit's numbers came from: sites, counts, messages and bytes."""
+
+    study: str
+    analysis: str
+    sites: tuple[str, ...]
+    n_obs: dict[str, int]
+    n_dropped: dict[str, int]
+    rounds: int
+    messages: int
+    request_bytes: int
+    reply_bytes: int
+    bytes_by_site: pd.DataFrame
+    started: datetime
+    finished: datetime
+    disclosure: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_inventory(
+        cls,
+        inventory: MessageInventory,
+        *,
+        study: str,
+        analysis: str,
+        sites: tuple[str, ...],
+        n_obs: dict[str, int],
+        n_dropped: dict[str, int],
+        rounds: int,
+        started: datetime,
+        finished: datetime,
+    ) -> Provenance:
+        records = inventory.records(analysis)
+        return cls(
+            study=study,
+            analysis=analysis,
+            sites=sites,
+            n_obs=n_obs,
+            n_dropped=n_dropped,
+            rounds=rounds,
+            messages=len(records),
+            request_bytes=sum(r.request_bytes for r in records),
+            reply_bytes=sum(r.reply_bytes for r in records),
+            bytes_by_site=inventory.bytes_by_site(analysis),
+            started=started,
+            finished=finished,
+        )
+
+
+class LikelihoodResults:
+    """Coefficients with Wald inference, shared by the package's regression models."""
+
+    model_name = "Federated model"
+
+    def __init__(
+        self,
+        *,
+        names: list[str],
+        params: np.ndarray,
+        cov: np.ndarray,
+        llf: float,
+        converged: bool,
+        iterations: int,
+        provenance: Provenance,
+        notes: list[str] | None = None,
+    ) -> None:
+        self._names = list(names)
+        self.params = pd.Series(params, index=self._names, name="coef")
+        self._cov = cov
+        self.llf = float(llf)
+        self.converged = bool(converged)
+        self.iterations = int(iterations)
+        self.provenance = provenance
+        self.notes = list(notes or [])
+
+    # ---- inference
+    def cov_params(self) -> pd.DataFrame:
+        """Estimated covariance of the coefficients, the inverse information."""
+        return pd.DataFrame(self._cov, index=self._names, columns=self._names)
+
+    @property
+    def bse(self) -> pd.Series:
+        return pd.Series(np.sqrt(np.diag(self._cov)), index=self._names, name="std err")
+
+    @property
+    def zvalues(self) -> pd.Series:
+        return (self.params / self.bse).rename("z")
+
+    @property
+    def tvalues(self) -> pd.Series:
+        """Alias of :attr:`zvalues` (statsmodels' name for the Wald statistics)."""
+        return self.zvalues
+
+    @property
+    def pvalues(self) -> pd.Series:
+        return pd.Series(2 * stats.norm.sf(np.abs(self.zvalues)), index=self._names, name="P>|z|")
+
+    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
+        """Wald confidence intervals; columns ``lower`` and ``upper``."""
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        q = stats.norm.ppf(1 - alpha / 2)
+        return pd.DataFrame(
+            {"lower": self.params - q * self.bse, "upper": self.params + q * self.bse}
+        )
+
+    # ---- sizes and fit statistics
+    @property
+    def n_obs(self) -> int:
+        return sum(self.provenance.n_obs.values())
+
+    @property
+    def n_obs_by_site(self) -> pd.Series:
+        return pd.Series(self.provenance.n_obs, name="n_obs")
+
+    @property
+    def df_model(self) -> int:
+        return len(self._names)
+
+    @property
+    def aic(self) -> float:
+        return 2 * self.df_model - 2 * self.llf
+
+    @property
+    def bic(self) -> float:
+        return np.log(self.n_obs) * self.df_model - 2 * self.llf
+
+    # ---- presentation
+    def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
+        ci = self.conf_int(alpha)
+        level = f"{100 * (1 - alpha):g}%"
+        return pd.DataFrame(
+            {
+                "coef": self.params,
+                "std err": self.bse,
+                "z": self.zvalues,
+                "P>|z|": self.pvalues,
+                f"[{level} lower": ci["lower"],
+                f"{level} upper]": ci["upper"],
+            }
+        )
+
+    def _info(self) -> list[tuple[str, str]]:
+        prov = self.provenance
+        return [
+            ("Sites", str(len(prov.sites))),
+            ("Observations", str(self.n_obs)),
+            ("Parameters", str(self.df_model)),
+            ("Log-likelihood", f"{self.llf:.4f}"),
+            ("AIC", f"{self.aic:.3f}"),
+            ("Converged", "yes" if self.converged else "NO"),
+            ("Rounds", str(prov.rounds)),
+            ("Bytes exchanged", f"{prov.request_bytes + prov.reply_bytes:,}"),
+            ("Per-site n", ", ".join(f"{s}={n}" for s, n in prov.n_obs.items())),
+        ]
+
+    def _table(self) -> pd.DataFrame:
+        return self.to_frame()
+
+    def summary(self) -> str:
+        """The coefficient table with fit facts, as text."""
+        return render_text(self.model_name, self._info(), self._table(), self.notes)
+
+    def _repr_html_(self) -> str:
+        return render_html(self.model_name, self._info(), self._table(), self.notes)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.df_model} parameters, {self.n_obs} patients>"
+
+
+class LogisticRegressionResults(LikelihoodResults):
+    """Results of :class:`fedstats.LogisticRegression`."""
+
+    model_name = "Federated logistic regression"
+
+    def __init__(self, *, n_events: dict[str, int], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.n_events = dict(n_events)
+
+    @property
+    def deviance(self) -> float:
+        """``-2 llf``: for a binary outcome the saturated model's log-likelihood is 0."""
+        return -2 * self.llf
+
+    def odds_ratios(self, alpha: float = 0.05) -> pd.DataFrame:
+        """``exp(coef)`` with its Wald interval: columns ``odds_ratio``, ``lower``, ``upper``."""
+        ci = np.exp(self.conf_int(alpha))
+        return pd.DataFrame(
+            {"odds_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
+        )
+
+    def _info(self) -> list[tuple[str, str]]:
+        info = super()._info()
+        info.insert(2, ("Events", str(sum(self.n_events.values()))))
+        info.insert(4, ("Deviance", f"{self.deviance:.4f}"))
+        return info
+
+    def _table(self) -> pd.DataFrame:
+        table = self.to_frame()
+        table.insert(1, "odds ratio", np.exp(self.params))
+        return table

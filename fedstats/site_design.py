@@ -1,0 +1,246 @@
+"""Site side of the design: describe variables, build and validate the agreed design.
+
+These handlers run inside a :class:`~fedstats.silo.Silo`. They read the
+site's frame and return only what their task's schema declares.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from formulaic import Formula, model_matrix
+
+from fedstats.design import SITE_COLUMN, DesignSpec, normalise_level
+from fedstats.disclosure import check_levels, check_saturation
+from fedstats.errors import (
+    InconsistentColumnError,
+    MalformedRequestError,
+    MissingColumnError,
+    MissingValuesError,
+    NoEventsError,
+    NonBinaryOutcomeError,
+    UnknownLevelError,
+)
+from fedstats.schema import Number, Text, Values
+from fedstats.task import SiteContext, TaskReply
+
+MAX_LEVELS_ON_WIRE = 1000
+_CACHE_SIZE = 4
+
+
+@dataclass(frozen=True)
+class SiteDesign:
+    """The agreed design built from one site's rows (never leaves the site)."""
+
+    X: np.ndarray
+    y: np.ndarray
+    offset: np.ndarray | None
+    n_dropped: int
+
+    @property
+    def n_obs(self) -> int:
+        return len(self.y)
+
+
+# ---------------------------------------------------------------- describe
+
+
+def describe_schema(args: dict[str, Any]) -> dict:
+    variables = _string_list(args, "variables")
+    _string_list(args, "levels_for")
+    schema: dict = {}
+    for var in variables:
+        schema[f"{var}.kind"] = Text(max_chars=20)
+        schema[f"{var}.levels"] = Values(max_items=MAX_LEVELS_ON_WIRE)
+    return schema
+
+
+def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """Kind of each variable ("numeric" or "categorical") and levels where needed.
+
+    Levels are listed for non-numeric columns and for numeric columns the
+    formula wraps in ``C()``; identifier-like columns are refused.
+    """
+    variables = _string_list(args, "variables")
+    levels_for = set(_string_list(args, "levels_for"))
+    frame = ctx.frame
+    payload: dict[str, Any] = {}
+    for var in variables:
+        if var not in frame.columns:
+            raise MissingColumnError(site=ctx.name, column=var)
+        column = frame[var]
+        numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+        payload[f"{var}.kind"] = "numeric" if numeric else "categorical"
+        levels: list = []
+        if not numeric or var in levels_for:
+            present = column.dropna().unique()
+            check_levels(
+                ctx.policy,
+                site=ctx.name,
+                task="describe",
+                column=var,
+                n_levels=len(present),
+                n_patients=len(frame),
+            )
+            levels = sorted({_plain(v) for v in present}, key=lambda v: (isinstance(v, str), v))
+        payload[f"{var}.levels"] = levels
+    return TaskReply(payload, contributors=len(frame))
+
+
+# ---------------------------------------------------------------- prepare
+
+
+def prepare_schema(args: dict[str, Any]) -> dict:
+    spec_from_args(args)
+    return {"n_obs": Number(), "n_dropped": Number(), "n_events": Number()}
+
+
+def prepare(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """Build and validate the agreed design; report the site's counts."""
+    design = site_design(ctx, spec_from_args(args))
+    return TaskReply(
+        {"n_obs": design.n_obs, "n_dropped": design.n_dropped, "n_events": int(design.y.sum())},
+        contributors=design.n_obs,
+    )
+
+
+def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
+    """The site's design for ``spec``, built once and cached under the spec's key."""
+    cache: OrderedDict = ctx.cache.setdefault("designs", OrderedDict())
+    key = spec.key
+    if key in cache:
+        cache.move_to_end(key)
+        return cache[key]
+    design = build_design(ctx, spec)
+    cache[key] = design
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return design
+
+
+def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
+    """Build the agreed design from the site's frame, refusing anything inconsistent.
+
+    Raises a typed :class:`~fedstats.errors.SiteDataError` naming the site and
+    column for a missing column, missing values (with their count), a level
+    outside the agreed ones, a non-binary outcome, an outcome without events,
+    or a design that does not reproduce the agreed columns.
+    """
+    site, frame = ctx.name, ctx.frame
+    needed = list(spec.variables) + ([spec.offset] if spec.offset else [])
+    for var in needed:
+        if var not in frame.columns:
+            raise MissingColumnError(site=site, column=var)
+    data = frame[needed]
+    n_dropped = 0
+    incomplete = data.isna()
+    if incomplete.to_numpy().any():
+        if spec.missing == "raise":
+            counts = incomplete.sum()
+            var = str(counts[counts > 0].index[0])
+            raise MissingValuesError(site=site, column=var, count=int(counts[var]))
+        keep = ~incomplete.any(axis=1)
+        n_dropped = int((~keep).sum())
+        data = data[keep]
+    data = data.copy()
+    for var, levels in spec.levels.items():
+        data[var] = _as_agreed_categorical(site, var, data[var], levels)
+
+    parsed = Formula(spec.formula)
+    y = _binary_outcome(site, spec.outcome, parsed, data)
+    try:
+        rhs = model_matrix(parsed.rhs, data, ensure_full_rank=True, na_action="raise")
+    except Exception as exc:  # noqa: BLE001 - formulaic raises many types
+        raise InconsistentColumnError(
+            site=site,
+            column=spec.formula,
+            reason=f"cannot be evaluated here ({type(exc).__name__})",
+        ) from None
+    expected = [c for c in spec.columns if not (spec.site_intercepts and _is_site_column(spec, c))]
+    got = [c for c in rhs.columns if not (spec.site_intercepts and c == "Intercept")]
+    if got != expected:
+        raise InconsistentColumnError(
+            site=site,
+            column=spec.formula,
+            reason=f"yields design columns {got}, not the agreed {expected}",
+        )
+    X = np.empty((len(data), spec.n_params), dtype=np.float64)
+    for j, name in enumerate(spec.columns):
+        if spec.site_intercepts and _is_site_column(spec, name):
+            X[:, j] = 1.0 if name == SITE_COLUMN.format(site) else 0.0
+        else:
+            X[:, j] = rhs[name].to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(X).all(axis=0)
+    if bad.any():
+        column = spec.columns[int(np.flatnonzero(bad)[0])]
+        raise InconsistentColumnError(site=site, column=column, reason="has non-finite values")
+    offset = None
+    if spec.offset:
+        offset = pd.to_numeric(data[spec.offset], errors="coerce").to_numpy(dtype=np.float64)
+        if not np.isfinite(offset).all():
+            raise InconsistentColumnError(
+                site=site, column=spec.offset, reason="must be a finite numeric offset"
+            )
+    varying = int((X != 0).any(axis=0).sum())
+    check_saturation(ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y))
+    return SiteDesign(X=np.ascontiguousarray(X), y=y, offset=offset, n_dropped=n_dropped)
+
+
+def _binary_outcome(site: str, outcome: str, parsed: Formula, data: pd.DataFrame) -> np.ndarray:
+    if outcome in data.columns:
+        raw = data[outcome]
+    else:
+        lhs = model_matrix(parsed.lhs, data, na_action="raise")
+        if lhs.shape[1] != 1:
+            raise NonBinaryOutcomeError(site=site, column=outcome, count=len(data))
+        raw = lhs.iloc[:, 0]
+    values = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
+    y = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    other = int((~np.isin(y, (0.0, 1.0))).sum())
+    if other:
+        raise NonBinaryOutcomeError(site=site, column=outcome, count=other)
+    events = int(y.sum())
+    if events == 0 or events == len(y):
+        raise NoEventsError(site=site, column=outcome, outcome_value=int(events > 0))
+    return y
+
+
+def _as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple) -> pd.Categorical:
+    allowed = {normalise_level(v) for v in levels}
+    values = column.map(lambda v: normalise_level(_plain(v)))
+    unknown = values[~values.isin(allowed)]
+    if len(unknown):
+        counts = unknown.value_counts()
+        raise UnknownLevelError(
+            site=site, column=var, level=_plain(counts.index[0]), count=int(counts.iloc[0])
+        )
+    return pd.Categorical(values, categories=list(levels))
+
+
+def _is_site_column(spec: DesignSpec, column: str) -> bool:
+    return column in {SITE_COLUMN.format(s) for s in spec.sites}
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars to Python numbers; everything else unchanged."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def spec_from_args(args: dict[str, Any]) -> DesignSpec:
+    try:
+        return DesignSpec.from_wire(args.get("design"))
+    except ValueError as exc:
+        raise MalformedRequestError(site=None, task=None, reason=str(exc)) from None
+
+
+def _string_list(args: dict[str, Any], key: str) -> list[str]:
+    value = args.get(key)
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise MalformedRequestError(site=None, task=None, reason=f"{key!r} must be a list of names")
+    return value

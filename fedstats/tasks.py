@@ -1,0 +1,34 @@
+"""The one place where site tasks are registered.
+
+A silo answers exactly these tasks; anything else is refused with
+:class:`~fedstats.errors.UnknownTaskError`. Each entry names its handler and
+the schema its reply must match (see :mod:`fedstats.schema`).
+"""
+
+from __future__ import annotations
+
+from fedstats import logistic_site, site_design
+from fedstats.task import Task, TaskRegistry
+
+REGISTRY = TaskRegistry(
+    [
+        Task(
+            name="describe",
+            handler=site_design.describe,
+            schema=site_design.describe_schema,
+            description="kind of each variable and levels of categorical ones",
+        ),
+        Task(
+            name="prepare",
+            handler=site_design.prepare,
+            schema=site_design.prepare_schema,
+            description="build the agreed design; patients, dropped rows and events",
+        ),
+        Task(
+            name="logistic.summaries",
+            handler=logistic_site.summaries,
+            schema=logistic_site.summaries_schema,
+            description="logistic score, information and log-likelihood at given coefficients",
+        ),
+    ]
+)
