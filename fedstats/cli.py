@@ -30,7 +30,9 @@ def main() -> None:
 def demo(
     data_dir: Annotated[
         Path | None,
-        typer.Option(help="Folder holding heart_disease/ (default: $FEDSTATS_DATA or shared/data)."),
+        typer.Option(
+            help="Folder holding heart_disease/ (default: $FEDSTATS_DATA or shared/data)."
+        ),
     ] = None,
     site_intercepts: Annotated[
         bool, typer.Option(help="One intercept per hospital (fixed site effects).")
@@ -69,7 +71,8 @@ def demo(
 
 
 def _compare_with_pooled(
-    frames: dict[str, pd.DataFrame], result: fedstats.LogisticRegressionResults,
+    frames: dict[str, pd.DataFrame],
+    result: fedstats.LogisticRegressionResults,
     site_intercepts: bool,
 ) -> tuple[pd.DataFrame, dict[str, float]]:
     import statsmodels.api as sm

@@ -114,7 +114,7 @@ def _to_tree(
 def _array_ref(array: np.ndarray, buffers: list[bytes], table: list[list[Any]], path: str) -> dict:
     if array.dtype.kind not in "biuf":
         raise CodecError(f"{path}: array of dtype {array.dtype} cannot cross the silo boundary")
-    little = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    little = array.astype(array.dtype.newbyteorder("<"), copy=False)
     dtype = little.dtype.str
     if dtype not in _ALLOWED_DTYPES:
         raise CodecError(f"{path}: array dtype {dtype} is not supported")

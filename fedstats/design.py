@@ -13,6 +13,7 @@ columns or refuses with a typed error.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -158,12 +159,12 @@ def parse_formula(formula: str) -> ParsedFormula:
     lhs_terms = list(parsed.lhs)
     if len(lhs_terms) != 1:
         raise FormulaError(f"the formula's left-hand side must be one outcome, got {parsed.lhs}")
-    outcome_vars = {v for f in lhs_terms[0].factors for v in f.required_variables}
+    outcome_vars = {v for f in lhs_terms[0].factors for v in _factor_variables(f)}
     covariates: set[str] = set()
     wrapped: set[str] = set()
     for term in parsed.rhs:
         for factor in term.factors:
-            covariates |= set(factor.required_variables)
+            covariates |= _factor_variables(factor)
             if factor.expr.replace(" ", "").startswith("C("):
                 wrapped |= set(factor.required_variables)
     return ParsedFormula(
@@ -173,6 +174,35 @@ def parse_formula(formula: str) -> ParsedFormula:
         frozenset(covariates),
         frozenset(wrapped),
     )
+
+
+def _factor_variables(factor: Any) -> set[str]:
+    """Data columns a factor reads: formulaic's list, plus names inside stateful transforms.
+
+    formulaic does not list the arguments of stateful transforms such as
+    ``center(age)``; those are found in the expression's syntax tree (names
+    that are not called and are not modules).
+    """
+    names = set(factor.required_variables)
+    if factor.eval_method.value == "python":
+        try:
+            tree = ast.parse(factor.expr, mode="eval")
+        except SyntaxError:
+            return names
+        called = {
+            n.func.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+        }
+        attribute_roots = {
+            n.value.id
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+        }
+        names |= (
+            {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called - attribute_roots
+        )
+    return names
 
 
 def normalise_level(level: Level) -> Level:

@@ -6,7 +6,16 @@ import pandas as pd
 
 from fedstats.inventory import MessageInventory
 
-COLUMNS = ["site", "task", "messages", "refused", "bytes_out", "bytes_in", "first_sent", "last_sent"]
+COLUMNS = [
+    "site",
+    "task",
+    "messages",
+    "refused",
+    "bytes_out",
+    "bytes_in",
+    "first_sent",
+    "last_sent",
+]
 
 
 def data_flows(inventory: MessageInventory, analysis: str | None = None) -> pd.DataFrame:

@@ -1,0 +1,27 @@
+"""Shared fixtures: the real heart-disease sites and a synthetic 10-site study."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedstats import datasets
+
+
+@pytest.fixture(scope="session")
+def heart() -> datasets.SiteFrames:
+    return datasets.heart_disease()
+
+
+@pytest.fixture(scope="session")
+def synthetic_sites() -> dict[str, pd.DataFrame]:
+    sizes = [120, 800, 350, 60, 1000, 240, 500, 90, 700, 400]
+    return datasets.synthetic_logistic(n_sites=10, n_per_site=sizes, n_covariates=4, seed=7)
+
+
+def pooled(frames: dict[str, pd.DataFrame], with_site: bool = False) -> pd.DataFrame:
+    out = pd.concat(frames.values(), ignore_index=True)
+    if with_site:
+        out["site"] = np.repeat(list(frames), [len(f) for f in frames.values()])
+    return out

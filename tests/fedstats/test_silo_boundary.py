@@ -1,0 +1,243 @@
+"""The silo boundary: only registered tasks, checked replies, bytes through the codec."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fedstats
+from fedstats import codec
+from fedstats.agree import agree_design
+from fedstats.errors import (
+    DisclosureError,
+    InternalSiteError,
+    MalformedRequestError,
+    UnknownTaskError,
+)
+from fedstats.federation import InvalidReplyError
+from fedstats.schema import Array, Number
+from fedstats.task import Task, TaskRegistry, TaskReply
+from fedstats.tasks import REGISTRY
+
+
+def frame(n: int, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=n)
+    return pd.DataFrame({"x": x, "y": (rng.random(n) < 0.5).astype(int), "id": np.arange(n)})
+
+
+def leak_rows(ctx, args):
+    """A rogue task: returns one number per patient, declaring a fixed-size reply."""
+    return TaskReply({"values": ctx.frame["x"].to_numpy()}, contributors=len(ctx.frame))
+
+
+def rogue_registry() -> TaskRegistry:
+    registry = TaskRegistry(list(REGISTRY))
+    registry.add(
+        Task(
+            "leak",
+            leak_rows,
+            lambda args: {"values": Array((int(args["p"]),))},
+            "declares p numbers, sends n",
+        )
+    )
+    registry.add(
+        Task(
+            "mean_x",
+            lambda ctx, args: TaskReply(
+                {"mean": float(ctx.frame["x"].mean())}, contributors=len(ctx.frame)
+            ),
+            lambda args: {"mean": Number()},
+            "mean of x",
+        )
+    )
+    registry.add(Task("crash", lambda ctx, args: 1 / 0, lambda args: {}, "fails"))
+    return registry
+
+
+def ask(silo: fedstats.Silo, task: str, args: dict) -> dict:
+    return codec.decode(silo.handle(codec.encode({"task": task, "args": args})))
+
+
+def test_reply_whose_size_grows_with_n_is_refused():
+    silo = fedstats.Silo("rogue-site", frame(50), registry=rogue_registry())
+    reply = ask(silo, "leak", {"p": 3})
+    assert reply["status"] == "error"
+    assert reply["error"]["type"] == "DisclosureError"
+    assert "shape" in reply["error"]["values"]["reason"]
+    assert silo.log[-1].status == "refused"
+    # and through a federation, as a typed error naming site and task
+    fed = fedstats.Federation.in_process({"rogue-site": frame(50)}, registry=rogue_registry())
+    with pytest.raises(DisclosureError, match="rogue-site.*'leak'"):
+        fed.request("leak", {"p": 3}, analysis="test")
+    assert fed.inventory.records()[-1].status == "refused"
+
+
+def test_refused_reply_carries_no_data():
+    silo = fedstats.Silo("rogue-site", frame(50), registry=rogue_registry())
+    raw = silo.handle(codec.encode({"task": "leak", "args": {"p": 3}}))
+    assert len(raw) < 600  # an error record, not 50 floats
+    assert not any(isinstance(v, np.ndarray) for v in codec.decode(raw)["error"]["values"].values())
+
+
+def test_site_below_threshold_is_refused_naming_site_and_task():
+    frames = {"big": frame(200, 1), "tiny": frame(8, 2)}
+    fed = fedstats.Federation.in_process(frames)
+    with pytest.raises(DisclosureError) as info:
+        fedstats.LogisticRegression("y ~ x").fit(fed)
+    error = info.value
+    assert error.site == "tiny" and error.task == "describe"
+    assert "8 patient(s), fewer than the disclosure threshold of 10" in str(error)
+
+
+def test_threshold_is_configurable_per_study():
+    frames = {"a": frame(30, 1), "b": frame(30, 2)}
+    strict = fedstats.Federation.in_process(
+        frames, disclosure=fedstats.DisclosurePolicy(min_count=40)
+    )
+    with pytest.raises(DisclosureError, match="threshold of 40"):
+        fedstats.LogisticRegression("y ~ x").fit(strict)
+    relaxed = fedstats.Federation.in_process(
+        {"a": frame(8, 1), "b": frame(30, 2)}, disclosure=fedstats.DisclosurePolicy(min_count=5)
+    )
+    assert fedstats.LogisticRegression("y ~ x").fit(relaxed).n_obs == 38
+
+
+def test_threshold_applies_to_aggregates_not_only_to_fits():
+    silo = fedstats.Silo("small", frame(9), registry=rogue_registry())
+    assert ask(silo, "mean_x", {})["error"]["type"] == "DisclosureError"
+    assert (
+        ask(fedstats.Silo("ok", frame(10), registry=rogue_registry()), "mean_x", {})["status"]
+        == "ok"
+    )
+
+
+def test_unregistered_task_is_refused():
+    silo = fedstats.Silo("site", frame(50))
+    reply = ask(silo, "dump_rows", {})
+    assert reply["error"]["type"] == "UnknownTaskError"
+    fed = fedstats.Federation({"site": silo.handle})
+    with pytest.raises(fedstats.StudyConfigurationError, match="no task 'dump_rows'"):
+        fed.request("dump_rows", {}, analysis="t")
+
+
+@pytest.mark.parametrize(
+    "request_bytes",
+    [
+        b"",
+        b"not a message",
+        codec.encode([1, 2]),
+        codec.encode({"task": 3, "args": {}}),
+        codec.encode({"task": "describe"}),
+    ],
+)
+def test_malformed_requests_get_an_error_reply_not_a_crash(request_bytes):
+    silo = fedstats.Silo("site", frame(50))
+    reply = codec.decode(silo.handle(request_bytes))
+    assert reply["status"] == "error"
+    assert reply["error"]["type"] == "MalformedRequestError"
+
+
+def test_internal_failure_reveals_only_the_error_type():
+    silo = fedstats.Silo("site", frame(50), registry=rogue_registry())
+    fed = fedstats.Federation({"site": silo.handle}, registry=rogue_registry())
+    with pytest.raises(InternalSiteError, match="ZeroDivisionError") as info:
+        fed.request("crash", {}, analysis="t")
+    assert info.value.site == "site"
+
+
+def test_identifier_like_column_cannot_list_its_levels():
+    frames = {"a": frame(100, 1), "b": frame(100, 2)}
+    fed = fedstats.Federation.in_process(frames)
+    with pytest.raises(DisclosureError, match="'id' has 100 levels"):
+        fedstats.LogisticRegression("y ~ C(id)").fit(fed)
+
+
+def test_saturated_model_is_refused():
+    frames = {"a": frame(40, 1).assign(g=lambda d: d["id"] % 20), "b": frame(40, 2).assign(g=0)}
+    fed = fedstats.Federation.in_process(
+        frames, disclosure=fedstats.DisclosurePolicy(max_level_density=1.0)
+    )
+    with pytest.raises(DisclosureError, match="design columns"):
+        fedstats.LogisticRegression("y ~ x + C(g)").fit(fed)
+
+
+def test_coordinator_checks_replies_against_the_declared_shape():
+    honest = fedstats.Silo("site", frame(50))
+
+    def tampering(request: bytes) -> bytes:
+        message = codec.decode(honest.handle(request))
+        if message["status"] == "ok" and "gradient" in message["result"]:
+            message["result"]["gradient"] = np.zeros(50)
+        return codec.encode(message)
+
+    fed = fedstats.Federation({"site": tampering})
+    with pytest.raises(InvalidReplyError, match="site 'site'.*gradient"):
+        fedstats.LogisticRegression("y ~ x").fit(fed)
+
+
+def test_garbage_reply_bytes_are_an_invalid_reply():
+    fed = fedstats.Federation({"site": lambda request: b"garbage"})
+    with pytest.raises(InvalidReplyError, match="bad magic"):
+        fed.request("describe", {"variables": ["x"], "levels_for": []}, analysis="t")
+
+
+def test_a_site_cannot_report_an_error_in_another_sites_name():
+    def impostor(request: bytes) -> bytes:
+        wire = {
+            "type": "DisclosureError",
+            "values": {"site": "other", "task": "describe", "reason": "x"},
+        }
+        return codec.encode({"status": "error", "error": wire})
+
+    fed = fedstats.Federation({"liar": impostor, "other": fedstats.Silo("other", frame(50)).handle})
+    with pytest.raises(DisclosureError) as info:
+        fed.request("describe", {"variables": ["x"], "levels_for": []}, analysis="t")
+    assert info.value.site == "liar"
+
+
+def test_inventory_records_every_message_with_bytes_and_time():
+    frames = {"a": frame(100, 1), "b": frame(100, 2)}
+    fed = fedstats.Federation.in_process(frames)
+    result = fedstats.LogisticRegression("y ~ x").fit(fed)
+    records = fed.inventory.records(result.provenance.analysis)
+    assert {r.site for r in records} == {"a", "b"}
+    assert [r.task for r in records[:4]] == ["describe", "describe", "prepare", "prepare"]
+    assert sum(r.task == "logistic.summaries" for r in records) == 2 * result.provenance.rounds
+    assert all(r.request_bytes > 0 and r.reply_bytes > 0 and r.seconds >= 0 for r in records)
+    assert result.provenance.messages == len(records)
+    assert result.provenance.reply_bytes == sum(r.reply_bytes for r in records)
+    # bytes per reply do not depend on n
+    bigger = fedstats.Federation.in_process({"a": frame(5000, 1), "b": frame(5000, 2)})
+    big_result = fedstats.LogisticRegression("y ~ x").fit(bigger)
+    small_sizes = {r.reply_bytes for r in records if r.task == "logistic.summaries"}
+    big_sizes = {
+        r.reply_bytes
+        for r in bigger.inventory.records(big_result.provenance.analysis)
+        if r.task == "logistic.summaries"
+    }
+    assert max(big_sizes) - min(small_sizes) <= 4  # only the digits of counts may differ
+
+
+def test_site_log_records_each_release():
+    silo = fedstats.Silo("a", frame(100, 1))
+    fed = fedstats.Federation({"a": silo.handle})
+    fedstats.LogisticRegression("y ~ x").fit(fed)
+    assert [e.status for e in silo.log] == ["released"] * len(silo.log)
+    assert sum(e.reply_bytes for e in silo.log) == fed.inventory.to_frame()["reply_bytes"].sum()
+
+
+def test_malformed_beta_is_refused_by_the_site():
+    fed = fedstats.Federation.in_process({"a": frame(100, 1)})
+    spec, _ = agree_design(fed, "y ~ x", analysis="t")
+    args = {"design": spec.to_wire(), "beta": np.zeros(5)}
+    with pytest.raises(MalformedRequestError, match="'beta' must be an array of 2"):
+        fed.request("logistic.summaries", args, analysis="t")
+
+
+def test_unknown_task_error_is_typed():
+    silo = fedstats.Silo("site", frame(50))
+    fed = fedstats.Federation({"site": silo.handle}, registry=rogue_registry())
+    with pytest.raises(UnknownTaskError, match="site 'site' does not answer task 'leak'"):
+        fed.request("leak", {"p": 1}, analysis="t")
