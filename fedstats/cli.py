@@ -12,7 +12,7 @@ import typer
 import fedstats
 from fedstats import datasets
 from fedstats.errors import FedstatsError
-from reports.data_flows import data_flows
+from reports import data_flows
 
 app = typer.Typer(
     help="fedstats: privacy-accounted biostatistics for multi-site clinical studies.",

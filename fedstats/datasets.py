@@ -15,6 +15,7 @@ package.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,11 +154,15 @@ def _read_uci(path: Path) -> pd.DataFrame:
                     values.append(np.nan)
                     continue
                 try:
-                    values.append(float(text))
+                    value = float(text)
                 except ValueError:
+                    value = math.nan
+                if not math.isfinite(value):
                     raise DataFileError(
-                        f"{path}, line {line_no}, field {column!r}: {text!r} is not a number or '?'"
-                    ) from None
+                        f"{path}, line {line_no}, field {column!r}: {text!r} is not a finite "
+                        "number or '?' (the file's code for missing)"
+                    )
+                values.append(value)
             rows.append(values)
     return pd.DataFrame(rows, columns=HEART_COLUMNS)
 

@@ -8,7 +8,7 @@ Wald inference from the inverse observed information ``I(beta)^-1``:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -36,7 +36,6 @@ class Provenance:
     bytes_by_site: pd.DataFrame
     started: datetime
     finished: datetime
-    disclosure: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_inventory(
@@ -136,16 +135,17 @@ class LikelihoodResults:
         return pd.Series(self.provenance.n_obs, name="n_obs")
 
     @property
-    def df_model(self) -> int:
+    def n_params(self) -> int:
+        """Number of estimated coefficients, intercepts included."""
         return len(self._names)
 
     @property
     def aic(self) -> float:
-        return 2 * self.df_model - 2 * self.llf
+        return 2 * self.n_params - 2 * self.llf
 
     @property
     def bic(self) -> float:
-        return np.log(self.n_obs) * self.df_model - 2 * self.llf
+        return np.log(self.n_obs) * self.n_params - 2 * self.llf
 
     # ---- presentation
     def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
@@ -167,27 +167,30 @@ class LikelihoodResults:
         return [
             ("Sites", str(len(prov.sites))),
             ("Observations", str(self.n_obs)),
-            ("Parameters", str(self.df_model)),
+            ("Parameters", str(self.n_params)),
             ("Log-likelihood", f"{self.llf:.4f}"),
             ("AIC", f"{self.aic:.3f}"),
             ("Converged", "yes" if self.converged else "NO"),
             ("Rounds", str(prov.rounds)),
             ("Bytes exchanged", f"{prov.request_bytes + prov.reply_bytes:,}"),
-            ("Per-site n", ", ".join(f"{s}={n}" for s, n in prov.n_obs.items())),
         ]
+
+    def _notes(self) -> list[str]:
+        per_site = ", ".join(f"{s}={n}" for s, n in self.provenance.n_obs.items())
+        return [f"patients per site: {per_site}", *self.notes]
 
     def _table(self) -> pd.DataFrame:
         return self.to_frame()
 
     def summary(self) -> str:
         """The coefficient table with fit facts, as text."""
-        return render_text(self.model_name, self._info(), self._table(), self.notes)
+        return render_text(self.model_name, self._info(), self._table(), self._notes())
 
     def _repr_html_(self) -> str:
-        return render_html(self.model_name, self._info(), self._table(), self.notes)
+        return render_html(self.model_name, self._info(), self._table(), self._notes())
 
     def __repr__(self) -> str:
-        return f"<{type(self).__name__}: {self.df_model} parameters, {self.n_obs} patients>"
+        return f"<{type(self).__name__}: {self.n_params} parameters, {self.n_obs} patients>"
 
 
 class LogisticRegressionResults(LikelihoodResults):
@@ -197,7 +200,7 @@ class LogisticRegressionResults(LikelihoodResults):
 
     def __init__(self, *, n_events: dict[str, int], **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.n_events = dict(n_events)
+        self.n_events_by_site = pd.Series(n_events, name="n_events")
 
     @property
     def deviance(self) -> float:
@@ -205,7 +208,10 @@ class LogisticRegressionResults(LikelihoodResults):
         return -2 * self.llf
 
     def odds_ratios(self, alpha: float = 0.05) -> pd.DataFrame:
-        """``exp(coef)`` with its Wald interval: columns ``odds_ratio``, ``lower``, ``upper``."""
+        """``exp(coef)`` with its Wald interval: columns ``odds_ratio``, ``lower``, ``upper``.
+
+        Rows for intercepts (``Intercept``, ``site[...]``) are baseline odds, not ratios.
+        """
         ci = np.exp(self.conf_int(alpha))
         return pd.DataFrame(
             {"odds_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
@@ -213,7 +219,7 @@ class LogisticRegressionResults(LikelihoodResults):
 
     def _info(self) -> list[tuple[str, str]]:
         info = super()._info()
-        info.insert(2, ("Events", str(sum(self.n_events.values()))))
+        info.insert(2, ("Events", str(int(self.n_events_by_site.sum()))))
         info.insert(4, ("Deviance", f"{self.deviance:.4f}"))
         return info
 

@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 from formulaic import Formula, model_matrix
 
-from fedstats.design import SITE_COLUMN, DesignSpec, normalise_level
+from fedstats.design import SITE_COLUMN, DesignSpec, ParsedFormula, normalise_level, parse_formula
 from fedstats.disclosure import check_levels, check_saturation
 from fedstats.errors import (
+    FormulaError,
     InconsistentColumnError,
     MalformedRequestError,
     MissingColumnError,
@@ -131,6 +132,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
     or a design that does not reproduce the agreed columns.
     """
     site, frame = ctx.name, ctx.frame
+    parsed = _checked_formula(spec)
     needed = list(spec.variables) + ([spec.offset] if spec.offset else [])
     for var in needed:
         if var not in frame.columns:
@@ -150,10 +152,9 @@ def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
     for var, levels in spec.levels.items():
         data[var] = _as_agreed_categorical(site, var, data[var], levels)
 
-    parsed = Formula(spec.formula)
-    y = _binary_outcome(site, spec.outcome, parsed, data)
+    y = _binary_outcome(site, spec.outcome, parsed.formula, data)
     try:
-        rhs = model_matrix(parsed.rhs, data, ensure_full_rank=True, na_action="raise")
+        rhs = model_matrix(parsed.formula.rhs, data, ensure_full_rank=True, na_action="raise")
     except Exception as exc:  # noqa: BLE001 - formulaic raises many types
         raise InconsistentColumnError(
             site=site,
@@ -194,7 +195,12 @@ def _binary_outcome(site: str, outcome: str, parsed: Formula, data: pd.DataFrame
     if outcome in data.columns:
         raw = data[outcome]
     else:
-        lhs = model_matrix(parsed.lhs, data, na_action="raise")
+        try:
+            lhs = model_matrix(parsed.lhs, data, na_action="raise")
+        except Exception as exc:  # noqa: BLE001 - formulaic raises many types
+            raise InconsistentColumnError(
+                site=site, column=outcome, reason=f"cannot be evaluated here ({type(exc).__name__})"
+            ) from None
         if lhs.shape[1] != 1:
             raise NonBinaryOutcomeError(site=site, column=outcome, count=len(data))
         raw = lhs.iloc[:, 0]
@@ -207,6 +213,27 @@ def _binary_outcome(site: str, outcome: str, parsed: Formula, data: pd.DataFrame
     if events == 0 or events == len(y):
         raise NoEventsError(site=site, column=outcome, outcome_value=int(events > 0))
     return y
+
+
+def _checked_formula(spec: DesignSpec) -> ParsedFormula:
+    """The site parses the formula itself and refuses a spec inconsistent with it."""
+    try:
+        parsed = parse_formula(spec.formula)
+    except FormulaError as error:
+        raise MalformedRequestError(site=None, task=None, reason=str(error)) from None
+    variables = parsed.outcome_variables | parsed.covariates
+    if set(spec.variables) != variables or parsed.outcome != spec.outcome:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason="the design's variables or outcome do not match its formula",
+        )
+    unknown = sorted(set(spec.levels) - parsed.covariates)
+    if unknown or (spec.offset is not None and spec.offset in variables):
+        raise MalformedRequestError(
+            site=None, task=None, reason="the design's levels or offset do not match its formula"
+        )
+    return parsed
 
 
 def _as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple) -> pd.Categorical:

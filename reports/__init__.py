@@ -5,6 +5,6 @@ message inventory). Ledgers, harmonisation provenance and the HTML/PDF
 report join as those records exist.
 """
 
-from reports.data_flows import data_flows
+from reports.flows import data_flows
 
 __all__ = ["data_flows"]

@@ -145,7 +145,7 @@ def test_collinear_design_names_the_columns():
         for n, f in {"north": site(120, 1), "south": site(150, 2)}.items()
     }
     fed = fedstats.Federation.in_process(frames)
-    with pytest.raises(FormulaError, match="age.*age2.*collinear"):
+    with pytest.raises(FormulaError, match=r"age.*age2.*collinear"):
         fedstats.LogisticRegression("y ~ age + age2").fit(fed)
 
 

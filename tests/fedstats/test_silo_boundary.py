@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import fedstats
 from fedstats import codec
@@ -69,7 +72,7 @@ def test_reply_whose_size_grows_with_n_is_refused():
     assert silo.log[-1].status == "refused"
     # and through a federation, as a typed error naming site and task
     fed = fedstats.Federation.in_process({"rogue-site": frame(50)}, registry=rogue_registry())
-    with pytest.raises(DisclosureError, match="rogue-site.*'leak'"):
+    with pytest.raises(DisclosureError, match=r"rogue-site.*'leak'"):
         fed.request("leak", {"p": 3}, analysis="test")
     assert fed.inventory.records()[-1].status == "refused"
 
@@ -173,7 +176,7 @@ def test_coordinator_checks_replies_against_the_declared_shape():
         return codec.encode(message)
 
     fed = fedstats.Federation({"site": tampering})
-    with pytest.raises(InvalidReplyError, match="site 'site'.*gradient"):
+    with pytest.raises(InvalidReplyError, match=r"site 'site'.*gradient"):
         fedstats.LogisticRegression("y ~ x").fit(fed)
 
 
@@ -241,3 +244,66 @@ def test_unknown_task_error_is_typed():
     fed = fedstats.Federation({"site": silo.handle}, registry=rogue_registry())
     with pytest.raises(UnknownTaskError, match="site 'site' does not answer task 'leak'"):
         fed.request("leak", {"p": 1}, analysis="t")
+
+
+json_like = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats()
+    | st.text(max_size=10)
+    | hnp.arrays(np.float64, hnp.array_shapes(max_dims=2, max_side=3)),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(
+            st.text(max_size=10).filter(lambda k: not k.startswith("$")), children, max_size=4
+        )
+    ),
+    max_leaves=12,
+)
+
+
+@given(
+    task=st.sampled_from(REGISTRY.names()),
+    args=st.dictionaries(
+        st.sampled_from(["variables", "levels_for", "design", "beta", "p"]), json_like, max_size=4
+    ),
+)
+@settings(max_examples=300, deadline=None)
+def test_any_request_gets_a_well_formed_reply(task, args):
+    """Whatever the arguments, the silo answers with an ok or a typed error reply."""
+    silo = fedstats.Silo("site", frame(50))
+    reply = codec.decode(silo.handle(codec.encode({"task": task, "args": args})))
+    assert reply["status"] in ("ok", "error")
+    if reply["status"] == "error":
+        assert reply["error"]["type"] != "InternalSiteError", silo.log[-1].detail
+
+
+@given(
+    key=st.sampled_from(
+        [
+            "formula",
+            "outcome",
+            "variables",
+            "levels",
+            "columns",
+            "site_intercepts",
+            "sites",
+            "offset",
+            "missing",
+        ]
+    ),
+    value=json_like,
+    task=st.sampled_from(["prepare", "logistic.summaries"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_corrupted_design_gets_a_typed_refusal(key, value, task):
+    fed = fedstats.Federation.in_process({"site": frame(50)})
+    spec, _ = agree_design(fed, "y ~ x", analysis="t")
+    wire = spec.to_wire()
+    wire[key] = value
+    silo = fed.silos["site"]
+    reply = ask(silo, task, {"design": wire, "beta": np.zeros(len(spec.columns))})
+    assert reply["status"] in ("ok", "error")
+    if reply["status"] == "error":
+        assert reply["error"]["type"] != "InternalSiteError", silo.log[-1].detail

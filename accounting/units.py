@@ -1,0 +1,39 @@
+"""The unit of privacy and the neighbouring relation, explicit on every budget.
+
+* ``PrivacyUnit.PATIENT``: record-level privacy at one site; the analysis
+  frame holds one row per patient, so one record is one patient (group
+  privacy would otherwise scale epsilon with records per patient, Vadhan
+  2017, Lemma 2.2).
+* ``PrivacyUnit.SITE``: client-level privacy across a federation (McMahan et
+  al., ICLR 2018): neighbouring federations differ in one site's data.
+* ``Neighbouring.ADD_OR_REMOVE_ONE`` (the default) and ``REPLACE_ONE`` are
+  ``dp_accounting.NeighboringRelation``'s relations of the same names.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import dp_accounting
+
+
+class PrivacyUnit(enum.Enum):
+    PATIENT = "patient"
+    SITE = "site"
+
+    @property
+    def level(self) -> str:
+        return "record-level" if self is PrivacyUnit.PATIENT else "client-level"
+
+
+class Neighbouring(enum.Enum):
+    ADD_OR_REMOVE_ONE = "add or remove one"
+    REPLACE_ONE = "replace one"
+
+    def to_dp_accounting(self) -> dp_accounting.NeighboringRelation:
+        return dp_accounting.NeighboringRelation[self.name]
+
+    def describe(self, unit: PrivacyUnit) -> str:
+        """E.g. 'datasets differing by adding or removing one patient'."""
+        verb = "adding or removing" if self is Neighbouring.ADD_OR_REMOVE_ONE else "replacing"
+        return f"datasets differing by {verb} one {unit.value}"
