@@ -16,6 +16,7 @@ from fedstats.errors import (
     FedstatsWarning,
     FormulaError,
     InconsistentColumnError,
+    InvalidReplyError,
     MissingColumnError,
     MissingValuesError,
     NoEventsError,
@@ -27,7 +28,7 @@ from fedstats.errors import (
     StudyConfigurationError,
     UnknownLevelError,
 )
-from fedstats.federation import Federation, InvalidReplyError
+from fedstats.federation import Federation
 from fedstats.inventory import MessageInventory, MessageRecord
 from fedstats.logistic import LogisticRegression
 from fedstats.results import LogisticRegressionResults, Provenance

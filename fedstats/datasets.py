@@ -112,18 +112,10 @@ def heart_disease(data_dir: str | Path | None = None) -> SiteFrames:
         read[site] = len(raw)
         excluded[site] = len(raw) - len(complete)
         frame = complete.drop(columns=["num"]).copy()
-        for column in (
-            "age",
-            "sex",
-            "cp",
-            "trestbps",
-            "chol",
-            "fbs",
-            "restecg",
-            "thalach",
-            "exang",
-        ):
-            frame[column] = frame[column].astype(np.int64)
+        for column in frame.columns:
+            values = frame[column]
+            if (values == values.round()).all():  # codes and whole numbers read as floats
+                frame[column] = values.astype(np.int64)
         frame["disease"] = (complete["num"] > 0).astype(np.int64)
         frames[site] = frame.reset_index(drop=True)
     return SiteFrames(

@@ -18,7 +18,7 @@ import hashlib
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -61,7 +61,6 @@ class DesignSpec:
     sites: tuple[str, ...]
     offset: str | None = None
     missing: str = "raise"
-    _key: str = field(default="", compare=False, repr=False)
 
     def to_wire(self) -> dict[str, Any]:
         return {

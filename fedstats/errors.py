@@ -24,6 +24,10 @@ class CodecError(FedstatsError):
     """A message could not be encoded or decoded by the codec."""
 
 
+class InvalidReplyError(FedstatsError):
+    """A site's reply could not be decoded or does not match the task's declared shape."""
+
+
 class FormulaError(FedstatsError):
     """A model formula or design option cannot be used for a federated fit."""
 

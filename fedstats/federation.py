@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from fedstats import codec
@@ -23,6 +24,7 @@ from fedstats.errors import (
     CodecError,
     DisclosureError,
     FedstatsError,
+    InvalidReplyError,
     SiteError,
     StudyConfigurationError,
     from_wire,
@@ -34,10 +36,6 @@ from fedstats.task import TaskRegistry
 
 Transport = Callable[[bytes], bytes]
 """Carries one encoded request to a site and returns its encoded reply."""
-
-
-class InvalidReplyError(FedstatsError):
-    """A site's reply could not be decoded or does not match the task's declared shape."""
 
 
 class Federation:
@@ -101,6 +99,45 @@ class Federation:
         )
         federation.silos = silos
         return federation
+
+    @classmethod
+    def in_process_arrays(
+        cls,
+        arrays: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        *,
+        columns: Sequence[str] | None = None,
+        outcome: str = "y",
+        disclosure: DisclosurePolicy | None = None,
+        study: str = "study",
+    ) -> Federation:
+        """All sites in this process from ``(X, y)`` arrays, for numpy users.
+
+        Each site's ``X`` becomes a frame with ``columns`` (default ``x1..xp``)
+        and its ``y`` the column ``outcome``; fit with
+        ``LogisticRegression.from_columns(outcome, columns)``.
+        """
+        frames = {}
+        for site, pair in arrays.items():
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise StudyConfigurationError(f"site {site!r}: expected an (X, y) pair of arrays")
+            X, y = np.asarray(pair[0], dtype=float), np.asarray(pair[1])
+            if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
+                raise StudyConfigurationError(
+                    f"site {site!r}: X must be 2-D and y 1-D with as many rows "
+                    f"(got shapes {X.shape} and {y.shape})"
+                )
+            names = (
+                list(columns) if columns is not None else [f"x{j + 1}" for j in range(X.shape[1])]
+            )
+            if len(names) != X.shape[1] or outcome in names:
+                raise StudyConfigurationError(
+                    f"site {site!r}: {X.shape[1]} columns in X but names {names} "
+                    f"(the outcome {outcome!r} may not be among them)"
+                )
+            frame = pd.DataFrame(X, columns=names)
+            frame[outcome] = y
+            frames[site] = frame
+        return cls.in_process(frames, disclosure=disclosure, study=study)
 
     @property
     def sites(self) -> tuple[str, ...]:

@@ -120,6 +120,24 @@ def test_array_interface_equals_statsmodels_glm_on_arrays(synthetic_sites):
     np.testing.assert_allclose(result.bse.to_numpy(), reference.bse, rtol=0, atol=TOL)
 
 
+def test_numpy_arrays_per_site_equal_statsmodels_glm(synthetic_sites):
+    arrays = {
+        s: (f[["x1", "x2"]].to_numpy(), f["y"].to_numpy()) for s, f in synthetic_sites.items()
+    }
+    fed = fedstats.Federation.in_process_arrays(arrays, columns=["age", "bmi"])
+    result = fedstats.LogisticRegression.from_columns("y", ["age", "bmi"]).fit(fed)
+    data = pooled(synthetic_sites)
+    model = sm.GLM(
+        data["y"].to_numpy(),
+        sm.add_constant(data[["x1", "x2"]].to_numpy()),
+        family=sm.families.Binomial(),
+    )
+    reference = model.fit(start_params=model.fit(tol=1e-12).params, tol=1e-12)
+    np.testing.assert_allclose(result.params.to_numpy(), reference.params, rtol=0, atol=TOL)
+    np.testing.assert_allclose(result.bse.to_numpy(), reference.bse, rtol=0, atol=TOL)
+    assert list(result.params.index) == ["Intercept", "age", "bmi"]
+
+
 def test_spector_split_over_two_sites_matches_stata_logit():
     """Stata 11: ``logit grade gpa tuce psi`` (statsmodels' results_discrete.Spector).
 

@@ -15,10 +15,10 @@ from fedstats.agree import agree_design
 from fedstats.errors import (
     DisclosureError,
     InternalSiteError,
+    InvalidReplyError,
     MalformedRequestError,
     UnknownTaskError,
 )
-from fedstats.federation import InvalidReplyError
 from fedstats.schema import Array, Number
 from fedstats.task import Task, TaskRegistry, TaskReply
 from fedstats.tasks import REGISTRY
