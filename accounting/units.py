@@ -30,6 +30,27 @@ class Neighbouring(enum.Enum):
     ADD_OR_REMOVE_ONE = "add or remove one"
     REPLACE_ONE = "replace one"
 
+    @classmethod
+    def parse(cls, value: Neighbouring | str) -> Neighbouring:
+        """The relation named by ``value``: a member, its key or its value.
+
+        Accepts ``"add_or_remove_one"``, ``"add or remove one"``, ``"replace_one"``,
+        ``"replace one"`` (any case) and members; anything else raises ``ValueError``.
+        """
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, str):
+            name = value.strip().upper().replace(" ", "_").replace("-", "_")
+            if name in cls.__members__:
+                return cls[name]
+        choices = ", ".join(repr(member.key) for member in cls)
+        raise ValueError(f"unknown neighbouring relation {value!r}; choose one of {choices}")
+
+    @property
+    def key(self) -> str:
+        """The relation's identifier, e.g. ``"add_or_remove_one"``, as stored in ledgers."""
+        return self.name.lower()
+
     def to_dp_accounting(self) -> dp_accounting.NeighboringRelation:
         return dp_accounting.NeighboringRelation[self.name]
 

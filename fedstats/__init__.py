@@ -9,6 +9,7 @@ pooled analysis would give.
 from fedstats.design import DesignSpec
 from fedstats.disclosure import DisclosurePolicy
 from fedstats.errors import (
+    BudgetExceededError,
     CodecError,
     ConvergenceWarning,
     DisclosureError,
@@ -19,6 +20,7 @@ from fedstats.errors import (
     InvalidReplyError,
     MissingColumnError,
     MissingValuesError,
+    NoBudgetError,
     NoEventsError,
     NonBinaryOutcomeError,
     PerfectSeparationError,
@@ -31,12 +33,15 @@ from fedstats.errors import (
 from fedstats.federation import Federation
 from fedstats.inventory import MessageInventory, MessageRecord
 from fedstats.logistic import LogisticRegression
+from fedstats.privacy import ClientDP, PrivacyAccount, RecordDP
 from fedstats.results import LogisticRegressionResults, Provenance
 from fedstats.silo import Silo
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BudgetExceededError",
+    "ClientDP",
     "CodecError",
     "ConvergenceWarning",
     "DesignSpec",
@@ -54,10 +59,13 @@ __all__ = [
     "MessageRecord",
     "MissingColumnError",
     "MissingValuesError",
+    "NoBudgetError",
     "NoEventsError",
     "NonBinaryOutcomeError",
     "PerfectSeparationError",
+    "PrivacyAccount",
     "Provenance",
+    "RecordDP",
     "SeparationWarning",
     "Silo",
     "SiteDataError",

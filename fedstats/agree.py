@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from fedstats.design import (
     SITE_COLUMN,
+    DesignLayout,
     DesignSpec,
     Level,
     design_columns,
@@ -16,15 +17,30 @@ from fedstats.design import (
 )
 from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
 from fedstats.federation import Federation
+from fedstats.private_release import DpRequest
 
 
 @dataclass(frozen=True)
 class SiteCounts:
-    """What each site reported after building the agreed design."""
+    """What each site reported after building the agreed design.
 
-    n_obs: dict[str, int]
-    n_dropped: dict[str, int]
-    n_events: dict[str, int]
+    Under record-level privacy the counts are Gaussian-noised (``noisy``),
+    released and charged by each site like any other statistic.
+    """
+
+    n_obs: dict[str, float]
+    n_dropped: dict[str, float]
+    n_events: dict[str, float]
+    noisy: bool = False
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The agreed design, its term layout, and the sites' counts."""
+
+    spec: DesignSpec
+    layout: DesignLayout
+    counts: SiteCounts
 
 
 def agree_design(
@@ -36,12 +52,16 @@ def agree_design(
     site_intercepts: bool = False,
     offset: str | None = None,
     missing: str = "raise",
-) -> tuple[DesignSpec, SiteCounts]:
+    dp: DpRequest | None = None,
+) -> Agreement:
     """Agree on the design with every site, then have each site build and validate it.
 
     Two requests per site: ``describe`` (variable kinds and levels) and
     ``prepare`` (build the agreed design; counts). Levels fixed by the
-    analyst in ``levels`` are used as given and not asked for.
+    analyst in ``levels`` are used as given and not asked for. Under
+    privacy (``dp``) sites list no levels — every categorical covariate's
+    levels must be fixed by the study — and the counts are a charged, noisy
+    release.
     """
     if missing not in ("raise", "drop"):
         raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
@@ -55,10 +75,26 @@ def agree_design(
     asked = sorted(variables | ({offset} if offset else set()))
     replies = federation.request(
         "describe",
-        {"variables": asked, "levels_for": sorted(wrapped - set(fixed))},
+        {
+            "variables": asked,
+            "levels_for": sorted(wrapped - set(fixed)),
+            "list_levels": dp is None,
+        },
         analysis=analysis,
     )
     kinds = _agreed_kinds(replies, asked)
+    if dp is not None:
+        undeclared = sorted(
+            v
+            for v in parsed.covariates
+            if v not in fixed and (kinds[v] == "categorical" or v in wrapped)
+        )
+        if undeclared:
+            raise FormulaError(
+                f"under differential privacy the levels of {undeclared} must be declared with "
+                "levels={...} (from the study specification): sites do not release levels "
+                "they would have to pay for"
+            )
     if offset and kinds[offset] != "numeric":
         raise FormulaError(f"the offset {offset!r} must be a numeric column")
     agreed: dict[str, tuple[Level, ...]] = {}
@@ -71,7 +107,8 @@ def agree_design(
     overlap = sorted(parsed.outcome_variables & parsed.covariates)
     if overlap:
         raise FormulaError(f"{overlap} appear on both sides of the formula")
-    columns = design_columns(parsed.formula, sorted(parsed.covariates), agreed)
+    layout = design_columns(parsed.formula, sorted(parsed.covariates), agreed)
+    columns = list(layout.columns)
     if not columns:
         raise FormulaError(f"the formula {formula!r} has no design columns")
     if site_intercepts:
@@ -94,11 +131,20 @@ def agree_design(
         offset=offset,
         missing=missing,
     )
-    counts = federation.request("prepare", {"design": spec.to_wire()}, analysis=analysis)
-    return spec, SiteCounts(
-        n_obs={s: int(r["n_obs"]) for s, r in counts.items()},
-        n_dropped={s: int(r["n_dropped"]) for s, r in counts.items()},
-        n_events={s: int(r["n_events"]) for s, r in counts.items()},
+    prepare_args: dict = {"design": spec.to_wire()}
+    if dp is not None:
+        prepare_args["dp"] = dp.to_args()
+    counts = federation.request("prepare", prepare_args, analysis=analysis)
+    number = float if dp is not None else int
+    return Agreement(
+        spec=spec,
+        layout=layout,
+        counts=SiteCounts(
+            n_obs={s: number(r["n_obs"]) for s, r in counts.items()},
+            n_dropped={s: number(r["n_dropped"]) for s, r in counts.items()},
+            n_events={s: number(r["n_events"]) for s, r in counts.items()},
+            noisy=dp is not None,
+        ),
     )
 
 

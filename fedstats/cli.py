@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -9,10 +10,11 @@ import numpy as np
 import pandas as pd
 import typer
 
+import accounting
 import fedstats
 from fedstats import datasets
 from fedstats.errors import FedstatsError
-from reports import data_flows
+from reports import budget_table, data_flows
 
 app = typer.Typer(
     help="fedstats: privacy-accounted biostatistics for multi-site clinical studies.",
@@ -21,9 +23,38 @@ app = typer.Typer(
 )
 
 
+budget_app = typer.Typer(help="Privacy budgets kept in a ledger.", no_args_is_help=True)
+app.add_typer(budget_app, name="budget")
+
+
 @app.callback()
 def main() -> None:
     """fedstats command-line interface."""
+
+
+@budget_app.command("show")
+def budget_show(
+    ledger: Annotated[Path, typer.Option(help="The ledger file (a site's or the coordinator's).")],
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON document, for machines.")
+    ] = False,
+) -> None:
+    """Scopes, budgets, epsilon spent (RDP and PLD), remaining and entries in a ledger."""
+    if not ledger.is_file():
+        typer.secho(f"error: no ledger at {ledger}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2)
+    try:
+        with accounting.Ledger(ledger) as book:
+            table = budget_table(book)
+    except accounting.LedgerError as error:
+        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        raise typer.Exit(code=2) from None
+    if as_json:
+        typer.echo(json.dumps({"ledger": str(ledger), "scopes": table.to_dict(orient="records")}))
+    elif table.empty:
+        typer.echo(f"{ledger}: no scopes")
+    else:
+        typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
 
 
 @app.command()

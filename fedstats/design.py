@@ -225,11 +225,24 @@ def union_levels(per_site: Mapping[str, Sequence[Level]], variable: str) -> tupl
     return tuple(sorted(levels))
 
 
+@dataclass(frozen=True)
+class DesignLayout:
+    """How design columns group into formula terms (known before any data is read).
+
+    ``categorical`` holds the columns whose term involves only categorical
+    factors (0/1 dummies); ``n_terms`` counts the terms, intercept included.
+    """
+
+    columns: tuple[str, ...]
+    n_terms: int
+    categorical: frozenset[str]
+
+
 def design_columns(
     formula: Formula,
     variables: Sequence[str],
     levels: Mapping[str, Sequence[Level]],
-) -> list[str]:
+) -> DesignLayout:
     """Design columns of the formula's right-hand side, found on a data-free skeleton frame.
 
     The skeleton has one row per level of the most-levelled categorical
@@ -255,4 +268,11 @@ def design_columns(
             f"stateful transform(s) {sorted(state)} would be fitted to each site's own rows; "
             "compute such covariates during harmonisation with study-wide constants instead"
         )
-    return list(matrix.columns)
+    categorical: set[str] = set()
+    for structure in matrix.model_spec.structure:
+        names = {str(v) for factor in structure.term.factors for v in _factor_variables(factor)}
+        if names and names <= set(levels):
+            categorical |= set(structure.columns)
+    return DesignLayout(
+        tuple(matrix.columns), len(matrix.model_spec.structure), frozenset(categorical)
+    )

@@ -121,6 +121,32 @@ class InternalSiteError(SiteError):
         )
 
 
+class BudgetExceededError(SiteError):
+    """A site refused a release that would exceed its privacy budget; nothing was released."""
+
+    fields = ("site", "task", "study", "spent", "requested", "remaining", "budget")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} refused task {self.task!r}: its privacy budget for study "
+            f"{self.study!r} would be exceeded (spent epsilon {_num(self.spent)}, this release "
+            f"needs {_num(self.requested)}, remaining {_num(self.remaining)} of "
+            f"{_num(self.budget)}). Nothing was released and no row was read."
+        )
+
+
+class NoBudgetError(SiteError):
+    """A site cannot make a private release: it has no ledger or no budget for the study."""
+
+    fields = ("site", "task", "study", "reason")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} refused task {self.task!r} for study {self.study!r}: "
+            f"{self.reason}. The site's privacy officer sets budgets in the site's own ledger."
+        )
+
+
 class SiteDataError(SiteError):
     """Base class of problems with a site's analysis frame."""
 
@@ -188,6 +214,10 @@ class NoEventsError(SiteDataError):
         )
 
 
+def _num(value: object) -> str:
+    return f"{value:.4g}" if isinstance(value, int | float) else str(value)
+
+
 class PerfectSeparationError(FedstatsError):
     """The outcome is perfectly predicted: the maximum likelihood estimate does not exist."""
 
@@ -200,6 +230,8 @@ SITE_ERRORS: dict[str, type[SiteError]] = {
         UnknownTaskError,
         MalformedRequestError,
         InternalSiteError,
+        BudgetExceededError,
+        NoBudgetError,
         MissingColumnError,
         NonBinaryOutcomeError,
         MissingValuesError,

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import accounting
 from fedstats import codec
 from fedstats.disclosure import DisclosurePolicy
 from fedstats.errors import (
@@ -30,6 +31,7 @@ from fedstats.errors import (
     from_wire,
 )
 from fedstats.inventory import MessageInventory, MessageRecord
+from fedstats.private_release import reply_schema
 from fedstats.schema import schema_mismatch
 from fedstats.silo import Silo
 from fedstats.task import TaskRegistry
@@ -49,6 +51,11 @@ class Federation:
         The study's name, recorded in provenance.
     registry:
         The task registry whose schemas replies are checked against.
+    ledger:
+        The coordinator's privacy ledger (client-level budgets, unit ``site``).
+    noise_seed:
+        Fixed seed for the coordinator's privacy noise (tests and
+        reproducibility runs only; reported). Default: OS entropy.
     """
 
     def __init__(
@@ -57,6 +64,8 @@ class Federation:
         *,
         study: str = "study",
         registry: TaskRegistry | None = None,
+        ledger: accounting.Ledger | None = None,
+        noise_seed: int | None = None,
     ) -> None:
         if len(transports) == 0:
             raise StudyConfigurationError("a federation needs at least one site")
@@ -71,6 +80,8 @@ class Federation:
         self._seq = itertools.count(1)
         self._analysis_ids = itertools.count(1)
         self.silos: dict[str, Silo] = {}
+        self.ledger = ledger
+        self.noise_seed = noise_seed
 
     @classmethod
     def in_process(
@@ -80,22 +91,44 @@ class Federation:
         disclosure: DisclosurePolicy | None = None,
         study: str = "study",
         registry: TaskRegistry | None = None,
+        ledgers: Mapping[str, accounting.Ledger] | None = None,
+        ledger: accounting.Ledger | None = None,
+        noise_seed: int | None = None,
     ) -> Federation:
         """All sites in this process, each behind its own :class:`Silo` and the codec.
 
         ``disclosure`` is the study's disclosure policy, applied by every site
-        (default: threshold of 10 patients).
+        (default: threshold of 10 patients). ``ledgers`` gives each site its
+        own privacy ledger (record-level budgets, set by the site); ``ledger``
+        is the coordinator's (client-level). ``noise_seed`` fixes every
+        party's privacy noise for tests and reproducibility runs (site ``i``
+        uses ``noise_seed + i + 1``); fits then report it.
         """
         if not isinstance(frames, Mapping) or not frames:
             raise StudyConfigurationError(
                 "Federation.in_process needs a mapping of site name to DataFrame"
             )
+        ledgers = dict(ledgers or {})
+        unknown = sorted(set(ledgers) - set(frames))
+        if unknown:
+            raise StudyConfigurationError(f"ledgers given for unknown sites {unknown}")
         silos = {
-            name: Silo(name, frame, policy=disclosure, registry=registry)
-            for name, frame in frames.items()
+            name: Silo(
+                name,
+                frame,
+                policy=disclosure,
+                registry=registry,
+                ledger=ledgers.get(name),
+                noise_seed=None if noise_seed is None else noise_seed + i + 1,
+            )
+            for i, (name, frame) in enumerate(frames.items())
         }
         federation = cls(
-            {name: silo.handle for name, silo in silos.items()}, study=study, registry=registry
+            {name: silo.handle for name, silo in silos.items()},
+            study=study,
+            registry=registry,
+            ledger=ledger,
+            noise_seed=noise_seed,
         )
         federation.silos = silos
         return federation
@@ -146,6 +179,10 @@ class Federation:
     def __repr__(self) -> str:
         return f"Federation(study={self.study!r}, sites={list(self.sites)})"
 
+    def noise_rng(self) -> np.random.Generator:
+        """The coordinator's noise generator: OS entropy unless a fixed seed was asked for."""
+        return np.random.default_rng(self.noise_seed)
+
     def new_analysis(self, kind: str) -> str:
         """A fresh label tying the messages of one fit together in the inventory."""
         return f"{kind}-{next(self._analysis_ids)}"
@@ -172,7 +209,7 @@ class Federation:
         task_def = self._registry.get(task)
         if task_def is None:
             raise StudyConfigurationError(f"no task {task!r} is registered")
-        schema = task_def.schema(dict(args))
+        schema = reply_schema(task_def, dict(args))
         request_bytes = codec.encode({"task": task, "args": dict(args)})
         replies: dict[str, dict[str, Any]] = {}
         errors: list[FedstatsError] = []

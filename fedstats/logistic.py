@@ -36,6 +36,7 @@ from fedstats.errors import (
     StudyConfigurationError,
 )
 from fedstats.federation import Federation
+from fedstats.privacy import ClientDP, RecordDP
 from fedstats.results import LogisticRegressionResults, Provenance
 
 
@@ -121,15 +122,39 @@ class LogisticRegression:
     def __repr__(self) -> str:
         return f"LogisticRegression({self.formula!r}, site_intercepts={self.site_intercepts})"
 
-    def fit(self, federation: Federation) -> LogisticRegressionResults:
-        """Fit by federated Newton rounds; see the module docstring for the method."""
+    def fit(
+        self,
+        federation: Federation,
+        privacy: RecordDP | ClientDP | tuple[RecordDP | ClientDP, ...] | None = None,
+    ) -> LogisticRegressionResults:
+        """Fit by federated Newton rounds; see the module docstring for the method.
+
+        ``privacy``: :class:`~fedstats.RecordDP` (each site protects its
+        patients and charges its own ledger), :class:`~fedstats.ClientDP`
+        (the coordinator protects each site's participation), or both as a
+        tuple; the fit then runs noisy Newton rounds
+        (:mod:`fedstats.logistic_private`).
+        """
         if not isinstance(federation, Federation):
             raise StudyConfigurationError(
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
             )
+        if privacy is not None:
+            options = privacy if isinstance(privacy, tuple) else (privacy,)
+            record = [o for o in options if isinstance(o, RecordDP)]
+            client = [o for o in options if isinstance(o, ClientDP)]
+            if len(record) + len(client) != len(options) or len(record) > 1 or len(client) > 1:
+                raise StudyConfigurationError(
+                    "privacy must be a RecordDP, a ClientDP, or one of each in a tuple"
+                )
+            from fedstats.logistic_private import fit_private
+
+            return fit_private(
+                self, federation, record[0] if record else None, client[0] if client else None
+            )
         started = datetime.now(UTC)
         analysis = federation.new_analysis("logistic")
-        spec, counts = agree_design(
+        agreement = agree_design(
             federation,
             self.formula,
             analysis=analysis,
@@ -138,6 +163,7 @@ class LogisticRegression:
             offset=self.offset,
             missing=self.missing,
         )
+        spec, counts = agreement.spec, agreement.counts
         names = list(spec.columns)
         beta = np.zeros(len(names))
         converged = False

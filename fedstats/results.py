@@ -17,6 +17,7 @@ import pandas as pd
 from scipy import stats
 
 from fedstats.inventory import MessageInventory
+from fedstats.privacy import PrivacyAccount
 from fedstats.summary import render_html, render_text
 
 
@@ -68,6 +69,11 @@ class Provenance:
         )
 
 
+def _count(value: float) -> str:
+    """A count as released: exact, or ``~n`` when it carries privacy noise."""
+    return str(value) if isinstance(value, int) else f"~{value:.0f}"
+
+
 class LikelihoodResults:
     """Coefficients with Wald inference, shared by the package's regression models."""
 
@@ -84,6 +90,7 @@ class LikelihoodResults:
         iterations: int,
         provenance: Provenance,
         notes: list[str] | None = None,
+        privacy: PrivacyAccount | None = None,
     ) -> None:
         self._names = list(names)
         self.params = pd.Series(params, index=self._names, name="coef")
@@ -93,6 +100,8 @@ class LikelihoodResults:
         self.iterations = int(iterations)
         self.provenance = provenance
         self.notes = list(notes or [])
+        self.privacy = privacy
+        """Privacy spent per scope (``None`` for a non-private fit)."""
 
     # ---- inference
     def cov_params(self) -> pd.DataFrame:
@@ -166,7 +175,7 @@ class LikelihoodResults:
         prov = self.provenance
         return [
             ("Sites", str(len(prov.sites))),
-            ("Observations", str(self.n_obs)),
+            ("Observations", _count(self.n_obs)),
             ("Parameters", str(self.n_params)),
             ("Log-likelihood", f"{self.llf:.4f}"),
             ("AIC", f"{self.aic:.3f}"),
@@ -176,7 +185,7 @@ class LikelihoodResults:
         ]
 
     def _notes(self) -> list[str]:
-        per_site = ", ".join(f"{s}={n}" for s, n in self.provenance.n_obs.items())
+        per_site = ", ".join(f"{s}={_count(n)}" for s, n in self.provenance.n_obs.items())
         return [f"patients per site: {per_site}", *self.notes]
 
     def _table(self) -> pd.DataFrame:
@@ -198,7 +207,7 @@ class LogisticRegressionResults(LikelihoodResults):
 
     model_name = "Federated logistic regression"
 
-    def __init__(self, *, n_events: dict[str, int], **kwargs: Any) -> None:
+    def __init__(self, *, n_events: dict[str, float], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.n_events_by_site = pd.Series(n_events, name="n_events")
 
@@ -219,7 +228,8 @@ class LogisticRegressionResults(LikelihoodResults):
 
     def _info(self) -> list[tuple[str, str]]:
         info = super()._info()
-        info.insert(2, ("Events", str(int(self.n_events_by_site.sum()))))
+        events = self.n_events_by_site.sum()
+        info.insert(2, ("Events", _count(int(events) if not self.privacy else float(events))))
         info.insert(4, ("Deviance", f"{self.deviance:.4f}"))
         return info
 

@@ -13,19 +13,31 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+import dp_accounting
+import numpy as np
 import pandas as pd
 
+import accounting
 from fedstats import codec
 from fedstats.disclosure import DisclosurePolicy, check_reply
 from fedstats.errors import (
+    BudgetExceededError,
     CodecError,
     DisclosureError,
     InternalSiteError,
     MalformedRequestError,
+    NoBudgetError,
     SiteError,
     StudyConfigurationError,
     UnknownTaskError,
     to_wire,
+)
+from fedstats.private_release import (
+    DpRequest,
+    add_noise,
+    noisy_groups,
+    release_event,
+    reply_schema,
 )
 from fedstats.task import SiteContext, TaskRegistry
 
@@ -56,6 +68,14 @@ class Silo:
         The site's disclosure control (defaults: threshold of 10 patients).
     registry:
         The tasks this silo answers; defaults to :data:`fedstats.tasks.REGISTRY`.
+    ledger:
+        The site's own privacy ledger. Private releases are charged to it
+        (scope: unit ``patient``, owner this site, the request's study) before
+        any row is read; the site's privacy officer sets the budgets in it.
+    noise_seed:
+        A fixed seed for the privacy noise, for tests and reproducibility runs
+        only; every private reply then declares it. By default the noise
+        generator is seeded from OS entropy for every release.
     """
 
     def __init__(
@@ -65,6 +85,8 @@ class Silo:
         *,
         policy: DisclosurePolicy | None = None,
         registry: TaskRegistry | None = None,
+        ledger: accounting.Ledger | None = None,
+        noise_seed: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise StudyConfigurationError(f"a site needs a non-empty name, got {name!r}")
@@ -80,7 +102,9 @@ class Silo:
         self.name = name
         self.policy = policy or DisclosurePolicy()
         self._registry = registry
-        self._context = SiteContext(name=name, frame=frame, policy=self.policy)
+        self._context = SiteContext(name=name, frame=frame, policy=self.policy, ledger=ledger)
+        self.ledger = ledger
+        self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)
         self.log: list[SiteLogEntry] = []
 
     def __repr__(self) -> str:
@@ -94,17 +118,38 @@ class Silo:
             task = self._registry.get(task_name)
             if task is None:
                 raise UnknownTaskError(site=self.name, task=task_name)
-            schema = task.schema(args)
-            reply = task.handler(self._context, args)
+            schema = reply_schema(task, args)
+            dp = DpRequest.from_args(args)
+            if dp is None:
+                reply = task.handler(self._context, args)
+                payload = reply.payload
+            else:
+                groups = noisy_groups(task, args, self.name)
+                sigmas = dp.sigmas_for(groups, self.name, task_name)
+                spent, budget = self._charge(task_name, dp, release_event(sigmas))
+                reply = task.handler(self._context, args)
+                payload = add_noise(
+                    reply.payload,
+                    groups,
+                    sigmas,
+                    self._noise_rng(),
+                    site=self.name,
+                    task=task_name,
+                )
+                payload.update(
+                    dp_epsilon_spent=spent,
+                    dp_budget_epsilon=budget,
+                    dp_fixed_seed=self._seeded_rng is not None,
+                )
             check_reply(
                 self.policy,
                 site=self.name,
                 task=task_name,
                 schema=schema,
-                payload=reply.payload,
+                payload=payload,
                 contributors=reply.contributors,
             )
-            out = codec.encode({"status": "ok", "result": reply.payload})
+            out = codec.encode({"status": "ok", "result": payload})
         except SiteError as error:
             error = error.located(self.name, task_name)
             status = "refused" if isinstance(error, DisclosureError) else "error"
@@ -121,6 +166,49 @@ class Silo:
             )
         self.log.append(SiteLogEntry(task_name, "released", len(out), _now()))
         return out
+
+    def _charge(
+        self, task: str, dp: DpRequest, event: dp_accounting.DpEvent
+    ) -> tuple[float, float]:
+        """Charge the site's ledger for a release; returns (epsilon spent, budget)."""
+        if self.ledger is None:
+            raise NoBudgetError(
+                site=self.name, task=task, study=dp.study, reason="the site keeps no privacy ledger"
+            )
+        scope = accounting.Scope(unit="patient", owner=self.name, study=dp.study)
+        try:
+            entry = self.ledger.charge(
+                scope,
+                event,
+                note=dp.note,
+                analysis=dp.analysis,
+                task=task,
+                parameters={f"noise_multiplier[{k}]": v for k, v in dp.noise_multipliers.items()},
+            )
+        except accounting.UnknownScope:
+            raise NoBudgetError(
+                site=self.name,
+                task=task,
+                study=dp.study,
+                reason="no privacy budget is set for this study",
+            ) from None
+        except accounting.BudgetExceeded as exceeded:
+            raise BudgetExceededError(
+                site=self.name,
+                task=task,
+                study=dp.study,
+                spent=exceeded.spent,
+                requested=exceeded.requested,
+                remaining=exceeded.remaining,
+                budget=exceeded.budget_epsilon,
+            ) from None
+        except accounting.UnsupportedMechanism as unsupported:
+            raise DisclosureError(site=self.name, task=task, reason=str(unsupported)) from None
+        return entry.epsilon_after, self.ledger.budget(scope).epsilon
+
+    def _noise_rng(self) -> np.random.Generator:
+        """A fresh OS-entropy generator per release, unless a fixed seed was asked for."""
+        return self._seeded_rng if self._seeded_rng is not None else np.random.default_rng()
 
     def _parse(self, request: bytes) -> tuple[str, dict[str, Any]]:
         try:

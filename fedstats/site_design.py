@@ -6,6 +6,7 @@ site's frame and return only what their task's schema declares.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from fedstats.errors import (
     UnknownLevelError,
 )
 from fedstats.schema import Number, Text, Values
-from fedstats.task import SiteContext, TaskReply
+from fedstats.task import NoisyGroup, SiteContext, TaskReply
 
 MAX_LEVELS_ON_WIRE = 1000
 _CACHE_SIZE = 4
@@ -53,6 +54,8 @@ class SiteDesign:
 def describe_schema(args: dict[str, Any]) -> dict:
     variables = _string_list(args, "variables")
     _string_list(args, "levels_for")
+    if not isinstance(args.get("list_levels"), bool):
+        raise MalformedRequestError(site=None, task=None, reason="'list_levels' must be a boolean")
     schema: dict = {}
     for var in variables:
         schema[f"{var}.kind"] = Text(max_chars=20)
@@ -64,10 +67,13 @@ def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """Kind of each variable ("numeric" or "categorical") and levels where needed.
 
     Levels are listed for non-numeric columns and for numeric columns the
-    formula wraps in ``C()``; identifier-like columns are refused.
+    formula wraps in ``C()``, unless ``list_levels`` is false (private
+    analyses take their levels from the study, not from the data);
+    identifier-like columns are refused.
     """
     variables = _string_list(args, "variables")
     levels_for = set(_string_list(args, "levels_for"))
+    list_levels = args["list_levels"] is True
     frame = ctx.frame
     payload: dict[str, Any] = {}
     for var in variables:
@@ -77,7 +83,7 @@ def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
         payload[f"{var}.kind"] = "numeric" if numeric else "categorical"
         levels: list = []
-        if not numeric or var in levels_for:
+        if list_levels and (not numeric or var in levels_for):
             present = column.dropna().unique()
             check_levels(
                 ctx.policy,
@@ -98,6 +104,16 @@ def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 def prepare_schema(args: dict[str, Any]) -> dict:
     spec_from_args(args)
     return {"n_obs": Number(), "n_dropped": Number(), "n_events": Number()}
+
+
+def prepare_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
+    """Under privacy the three counts are one Gaussian release.
+
+    Adding or removing one patient changes ``n_obs`` by 1 and ``n_events`` by
+    at most 1 (a complete row) or ``n_dropped`` by 1 (an incomplete one), so
+    the L2 sensitivity of the three counts together is ``sqrt(2)``.
+    """
+    return [NoisyGroup(("n_obs", "n_dropped", "n_events"), l2_sensitivity=math.sqrt(2))]
 
 
 def prepare(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:

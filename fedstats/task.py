@@ -24,7 +24,12 @@ class SiteContext:
     name: str
     frame: pd.DataFrame
     policy: DisclosurePolicy
+    ledger: Any = None
     cache: dict[str, Any] = field(default_factory=dict)
+
+    def private(self, args: dict[str, Any]) -> bool:
+        """Whether this request asks for a differentially private release."""
+        return args.get("dp") is not None
 
 
 @dataclass(frozen=True)
@@ -41,17 +46,36 @@ class TaskReply:
 
 
 @dataclass(frozen=True)
+class NoisyGroup:
+    """Reply fields released together by one Gaussian mechanism.
+
+    ``l2_sensitivity`` bounds how far the fields (flattened and stacked; for a
+    ``symmetric`` matrix, its upper triangle) can move when one patient is
+    added or removed. The handler must enforce the bound (by clipping) when
+    the request asks for differential privacy; the silo then adds
+    ``N(0, (noise_multiplier * l2_sensitivity)^2)`` to every released entry.
+    """
+
+    fields: tuple[str, ...]
+    l2_sensitivity: float
+    symmetric: bool = False
+
+
+@dataclass(frozen=True)
 class Task:
     """A named site task.
 
     ``schema`` maps the request's arguments, never the site's data, to the
-    exact fields and sizes of the reply.
+    exact fields and sizes of the reply. ``private_release``, when present,
+    maps the arguments to the noisy groups the task can release under
+    differential privacy; a task without it is refused under privacy.
     """
 
     name: str
     handler: Callable[[SiteContext, dict[str, Any]], TaskReply]
     schema: Callable[[dict[str, Any]], ReplySchema]
     description: str
+    private_release: Callable[[dict[str, Any]], list[NoisyGroup]] | None = None
 
 
 class TaskRegistry:

@@ -7,7 +7,7 @@ the schema its reply must match (see :mod:`fedstats.schema`).
 
 from __future__ import annotations
 
-from fedstats import logistic_site, site_design
+from fedstats import budget_site, logistic_site, site_design
 from fedstats.task import Task, TaskRegistry
 
 REGISTRY = TaskRegistry(
@@ -23,12 +23,20 @@ REGISTRY = TaskRegistry(
             handler=site_design.prepare,
             schema=site_design.prepare_schema,
             description="build the agreed design; patients, dropped rows and events",
+            private_release=site_design.prepare_private_release,
         ),
         Task(
             name="logistic.summaries",
             handler=logistic_site.summaries,
             schema=logistic_site.summaries_schema,
             description="logistic score, information and log-likelihood at given coefficients",
+            private_release=logistic_site.summaries_private_release,
+        ),
+        Task(
+            name="privacy.status",
+            handler=budget_site.status,
+            schema=budget_site.status_schema,
+            description="the site's privacy budget for a study and whether a planned fit fits",
         ),
     ]
 )

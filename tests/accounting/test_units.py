@@ -30,3 +30,25 @@ def test_levels_and_descriptions():
         Neighbouring.REPLACE_ONE.describe(PrivacyUnit.SITE)
         == "datasets differing by replacing one site"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "relation"),
+    [
+        ("add_or_remove_one", Neighbouring.ADD_OR_REMOVE_ONE),
+        ("add or remove one", Neighbouring.ADD_OR_REMOVE_ONE),
+        ("add-or-remove-one", Neighbouring.ADD_OR_REMOVE_ONE),
+        ("REPLACE_ONE", Neighbouring.REPLACE_ONE),
+        ("replace one", Neighbouring.REPLACE_ONE),
+        (Neighbouring.REPLACE_ONE, Neighbouring.REPLACE_ONE),
+    ],
+)
+def test_relations_parse_from_their_names(text, relation):
+    assert Neighbouring.parse(text) is relation
+    assert Neighbouring.parse(relation.key) is relation
+
+
+@pytest.mark.parametrize("text", ["replace_special", "swap", "", None, 1])
+def test_unknown_relations_are_refused(text):
+    with pytest.raises(ValueError, match="add_or_remove_one"):
+        Neighbouring.parse(text)

@@ -183,7 +183,9 @@ def test_coordinator_checks_replies_against_the_declared_shape():
 def test_garbage_reply_bytes_are_an_invalid_reply():
     fed = fedstats.Federation({"site": lambda request: b"garbage"})
     with pytest.raises(InvalidReplyError, match="bad magic"):
-        fed.request("describe", {"variables": ["x"], "levels_for": []}, analysis="t")
+        fed.request(
+            "describe", {"variables": ["x"], "levels_for": [], "list_levels": True}, analysis="t"
+        )
 
 
 def test_a_site_cannot_report_an_error_in_another_sites_name():
@@ -196,7 +198,9 @@ def test_a_site_cannot_report_an_error_in_another_sites_name():
 
     fed = fedstats.Federation({"liar": impostor, "other": fedstats.Silo("other", frame(50)).handle})
     with pytest.raises(DisclosureError) as info:
-        fed.request("describe", {"variables": ["x"], "levels_for": []}, analysis="t")
+        fed.request(
+            "describe", {"variables": ["x"], "levels_for": [], "list_levels": True}, analysis="t"
+        )
     assert info.value.site == "liar"
 
 
@@ -233,7 +237,7 @@ def test_site_log_records_each_release():
 
 def test_malformed_beta_is_refused_by_the_site():
     fed = fedstats.Federation.in_process({"a": frame(100, 1)})
-    spec, _ = agree_design(fed, "y ~ x", analysis="t")
+    spec = agree_design(fed, "y ~ x", analysis="t").spec
     args = {"design": spec.to_wire(), "beta": np.zeros(5)}
     with pytest.raises(MalformedRequestError, match="'beta' must be an array of 2"):
         fed.request("logistic.summaries", args, analysis="t")
@@ -266,7 +270,11 @@ json_like = st.recursive(
 @given(
     task=st.sampled_from(REGISTRY.names()),
     args=st.dictionaries(
-        st.sampled_from(["variables", "levels_for", "design", "beta", "p"]), json_like, max_size=4
+        st.sampled_from(
+            ["variables", "levels_for", "list_levels", "design", "beta", "p", "dp", "clip"]
+        ),
+        json_like,
+        max_size=4,
     ),
 )
 @settings(max_examples=300, deadline=None)
@@ -299,7 +307,7 @@ def test_any_request_gets_a_well_formed_reply(task, args):
 @settings(max_examples=300, deadline=None)
 def test_a_corrupted_design_gets_a_typed_refusal(key, value, task):
     fed = fedstats.Federation.in_process({"site": frame(50)})
-    spec, _ = agree_design(fed, "y ~ x", analysis="t")
+    spec = agree_design(fed, "y ~ x", analysis="t").spec
     wire = spec.to_wire()
     wire[key] = value
     silo = fed.silos["site"]

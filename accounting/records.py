@@ -1,0 +1,119 @@
+"""What a ledger returns: budgets, entries, previews, spending and verification reports.
+
+All are frozen values; epsilons are RDP epsilons at the scope's delta unless
+the field says otherwise (``Spent.epsilon_pld``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+import dp_accounting
+
+from accounting.scope import Scope
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    """A scope's (epsilon, delta) budget."""
+
+    epsilon: float
+    delta: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """One committed charge.
+
+    Attributes
+    ----------
+    id:
+        Row id in the ledger file, unique and never reused.
+    seq:
+        1, 2, ... within the scope.
+    event, event_json:
+        The mechanism charged, and its canonical JSON as stored.
+    epsilon_after:
+        RDP epsilon of the scope after this charge (cumulative), at ``delta``.
+    note, analysis, task, parameters:
+        What the caller said the release was.
+    created_at:
+        Commit time, UTC.
+    package_version:
+        ``fedstats`` version that wrote the entry.
+    entry_hash, prev_hash:
+        sha256 hash chain: ``entry_hash = sha256(prev_hash || canonical content)``.
+    epsilon:
+        RDP epsilon of this event alone, at ``delta``.
+    delta:
+        The scope's delta when the charge was made.
+    """
+
+    id: int
+    seq: int
+    scope: Scope
+    event: dp_accounting.DpEvent
+    event_json: str
+    epsilon_after: float
+    note: str | None
+    analysis: str | None
+    task: str | None
+    parameters: dict[str, Any]
+    created_at: datetime.datetime
+    package_version: str
+    entry_hash: str
+    prev_hash: str
+    epsilon: float
+    delta: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Preview:
+    """What a charge would do, without doing it.
+
+    ``epsilon_event`` is the event's RDP epsilon alone; ``fits`` is whether
+    ``epsilon_after`` is within ``budget_epsilon``.
+    """
+
+    epsilon_before: float
+    epsilon_after: float
+    budget_epsilon: float
+    fits: bool
+    epsilon_event: float
+    delta: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Spent:
+    """A scope's spending.
+
+    ``epsilon`` is the RDP figure that enforces the budget; ``epsilon_pld`` the
+    tighter PLD figure of the same events (None, with the reason in
+    ``pld_note``, if the PLD accountant cannot account one of them);
+    ``remaining = budget_epsilon - epsilon``.
+    """
+
+    epsilon: float
+    epsilon_pld: float | None
+    delta: float
+    remaining: float
+    entries: int
+    budget_epsilon: float
+    pld_note: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyReport:
+    """Result of :meth:`accounting.Ledger.verify`: ``ok`` or readable ``problems``."""
+
+    ok: bool
+    problems: list[str]
+    scopes: int
+    entries: int
+
+    def __str__(self) -> str:
+        state = "ok" if self.ok else "NOT ok"
+        head = f"ledger {state}: {self.scopes} scopes, {self.entries} entries"
+        return "\n".join([head, *(f"- {problem}" for problem in self.problems)])
