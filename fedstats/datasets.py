@@ -55,6 +55,20 @@ HEART_FORMULA = (
     "disease ~ age + sex + C(cp) + trestbps + chol + fbs + C(restecg) + thalach + exang + oldpeak"
 )
 
+HEART_LEVELS = {"cp": [1, 2, 3, 4], "restecg": [0, 1, 2]}
+"""The categorical codes of the UCI data dictionary (public; a private fit declares them)."""
+HEART_BOUNDS = {
+    "age": (20, 80),
+    "trestbps": (80, 200),
+    "chol": (0, 600),
+    "thalach": (60, 210),
+    "oldpeak": (-3, 7),
+    "sex": (0, 1),
+    "fbs": (0, 1),
+    "exang": (0, 1),
+}
+"""Plausible clinical ranges of the numeric covariates (public bounds for a private fit)."""
+
 
 class DataFileError(FedstatsError):
     """A data file is missing or malformed (the message names the file and line)."""

@@ -158,7 +158,7 @@ class Release:
 
 
 WEIGHTS = {
-    "counts": 0.05,
+    "counts": 0.25,
     "first gradient": 0.5,
     "first information": 2.0,
     "second information": 8.0,

@@ -71,7 +71,7 @@ class Provenance:
 
 def _count(value: float) -> str:
     """A count as released: exact, or ``~n`` when it carries privacy noise."""
-    return str(value) if isinstance(value, int) else f"~{value:.0f}"
+    return str(value) if isinstance(value, int) else f"~{max(value, 0.0):.0f}"
 
 
 class LikelihoodResults:

@@ -18,10 +18,12 @@ def test_demo_prints_federated_fit_and_largest_difference():
     largest = re.search(r"coefficients ([0-9.e+-]+), standard errors ([0-9.e+-]+)", out)
     assert largest and float(largest.group(1)) < 1e-8 and float(largest.group(2)) < 1e-8
     assert "What left each site" in out and "logistic.summaries" in out
+    assert "Under record-level differential privacy" in out
+    assert "record-level DP at switzerland: this fit epsilon 1.000" in out
 
 
 def test_demo_with_site_intercepts():
-    result = CliRunner().invoke(app, ["demo", "--site-intercepts"])
+    result = CliRunner().invoke(app, ["demo", "--site-intercepts", "--no-private"])
     assert result.exit_code == 0, result.output
     assert "site[switzerland]" in result.output
 
@@ -30,3 +32,34 @@ def test_demo_reports_a_missing_data_folder_without_traceback(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--data-dir", str(tmp_path)])
     assert result.exit_code == 2
     assert "file not found" in result.output and "Traceback" not in result.output
+
+
+def test_budget_show_prints_scopes_and_json(tmp_path):
+    import json
+
+    import dp_accounting
+
+    import accounting
+
+    path = tmp_path / "site_a.ledger"
+    with accounting.Ledger(path) as ledger:
+        scope = accounting.Scope(unit="patient", owner="site_a", study="s1")
+        ledger.set_budget(scope, epsilon=3.0, delta=1e-6)
+        ledger.charge(scope, dp_accounting.GaussianDpEvent(5.0), note="round 1")
+        expected = ledger.spent(scope)
+    table = CliRunner().invoke(app, ["budget", "show", "--ledger", str(path)])
+    assert table.exit_code == 0, table.output
+    assert "site_a" in table.output and "record-level" in table.output
+    as_json = CliRunner().invoke(app, ["budget", "show", "--ledger", str(path), "--json"])
+    document = json.loads(as_json.output)
+    (row,) = document["scopes"]
+    assert row["study"] == "s1" and row["entries"] == 1
+    assert row["epsilon_rdp"] == expected.epsilon and row["budget_epsilon"] == 3.0
+    assert abs(row["remaining"] - (3.0 - expected.epsilon)) < 1e-12
+
+
+def test_budget_show_refuses_a_missing_ledger_without_creating_it(tmp_path):
+    path = tmp_path / "nothing.ledger"
+    result = CliRunner().invoke(app, ["budget", "show", "--ledger", str(path)])
+    assert result.exit_code == 2 and "no ledger" in result.output
+    assert not path.exists()

@@ -290,3 +290,21 @@ def test_client_dp_charges_the_coordinator_ledger(big_sites, tmp_path):
         fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(
             fedstats.Federation.in_process(big_sites), privacy=privacy
         )
+
+
+def test_private_confidence_intervals_cover_the_non_private_estimate(tmp_path):
+    """The reported SEs include the privacy noise: 95% intervals of repeated private fits
+    cover the exact MLE (the quantity the noisy run estimates) about as often as they say."""
+    sites = fedstats.datasets.synthetic_logistic(n_sites=4, n_per_site=600, n_covariates=3, seed=5)
+    fed = fedstats.Federation.in_process(sites)
+    exact = fedstats.LogisticRegression(FORMULA).fit(fed)
+    covered = []
+    for run in range(30):
+        ledgers = make_ledgers(tmp_path / str(run), sites, epsilon=10.0)
+        fed = fedstats.Federation.in_process(sites, ledgers=ledgers)
+        private = fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(
+            fed, privacy=fedstats.RecordDP(epsilon=2.0, rounds=4, bounds=BOUNDS)
+        )
+        ci = private.conf_int().loc[exact.params.index]
+        covered += list((ci["lower"] <= exact.params) & (exact.params <= ci["upper"]))
+    assert np.mean(covered) >= 0.85, np.mean(covered)
