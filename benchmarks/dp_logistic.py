@@ -44,17 +44,8 @@ HERE = Path(__file__).resolve().parent
 ORACLE_ENV = HERE.parent / ".venv-oracles"
 EPSILONS = (0.5, 1.0, 2.0, 4.0)
 ROUNDS = 4
-HEART_BOUNDS = {
-    "age": (20, 80),
-    "trestbps": (80, 200),
-    "chol": (0, 600),
-    "thalach": (60, 210),
-    "oldpeak": (-3, 7),
-    "sex": (0, 1),
-    "fbs": (0, 1),
-    "exang": (0, 1),
-}
-HEART_LEVELS = {"cp": [1, 2, 3, 4], "restecg": [0, 1, 2]}
+HEART_BOUNDS = datasets.HEART_BOUNDS
+HEART_LEVELS = datasets.HEART_LEVELS
 
 
 def oracle_python() -> Path:

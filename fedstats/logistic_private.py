@@ -128,15 +128,25 @@ def fit_private(
             score, hessian = sum(scores), (None if infos is None else sum(infos))
         entry_sd = None
         if hessian is not None:
-            entry_sd = _information_noise_sd(
-                federation, client, round_sigmas.get("hessian"), sigma_c, row_norm
+            entry_sd = math.sqrt(
+                _summed_noise_var(
+                    len(federation.sites),
+                    round_sigmas.get("hessian"),
+                    row_norm**2 / 4,
+                    sigma_c,
+                    client.hessian_clip if client else 0.0,
+                )
             )
             info = _floored(hessian, entry_sd * math.sqrt(p))
             released_info, released_floor = hessian, entry_sd * math.sqrt(p)
         noise_plan.append(
             (
-                _score_noise_var(
-                    federation, client, round_sigmas.get("gradient"), sigma_c, row_norm
+                _summed_noise_var(
+                    len(federation.sites),
+                    round_sigmas.get("gradient"),
+                    row_norm,
+                    sigma_c,
+                    client.gradient_clip if client else 0.0,
                 ),
                 entry_sd,
             )
@@ -346,35 +356,23 @@ def _clip(value: np.ndarray, bound: float) -> np.ndarray:
     return value if norm <= bound else value * (bound / norm)
 
 
-def _information_noise_sd(
-    federation: Federation,
-    client: ClientDP | None,
+def _summed_noise_var(
+    sites: int,
     sigma_r: float | None,
+    site_sensitivity: float,
     sigma_c: float | None,
-    row_norm: float,
+    client_clip: float,
 ) -> float:
-    """Standard deviation of each entry of the summed information's noise."""
+    """Variance of each entry of a summed statistic's noise.
+
+    Record-level: each of ``sites`` sites adds ``N(0, (sigma_r * sensitivity)^2)``;
+    client-level: the coordinator adds ``N(0, (sigma_c * clip)^2)`` to the sum.
+    """
     var = 0.0
     if sigma_r is not None:
-        var += len(federation.sites) * (sigma_r * row_norm**2 / 4) ** 2
-    if client is not None:
-        var += (sigma_c * client.hessian_clip) ** 2
-    return math.sqrt(var)
-
-
-def _score_noise_var(
-    federation: Federation,
-    client: ClientDP | None,
-    sigma_r: float | None,
-    sigma_c: float | None,
-    row_norm: float,
-) -> float:
-    """Variance of each entry of the summed score's noise."""
-    var = 0.0
-    if sigma_r is not None:
-        var += len(federation.sites) * (sigma_r * row_norm) ** 2
-    if client is not None:
-        var += (sigma_c * client.gradient_clip) ** 2
+        var += sites * (sigma_r * site_sensitivity) ** 2
+    if sigma_c is not None:
+        var += (sigma_c * client_clip) ** 2
     return var
 
 
