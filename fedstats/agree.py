@@ -78,6 +78,7 @@ def agree_design(
         {
             "variables": asked,
             "levels_for": sorted(wrapped - set(fixed)),
+            "levels_known": sorted(fixed),
             "list_levels": dp is None,
         },
         analysis=analysis,
@@ -135,17 +136,21 @@ def agree_design(
     if dp is not None:
         prepare_args["dp"] = dp.to_args()
     counts = federation.request("prepare", prepare_args, analysis=analysis)
-    number = float if dp is not None else int
-    return Agreement(
-        spec=spec,
-        layout=layout,
-        counts=SiteCounts(
-            n_obs={s: number(r["n_obs"]) for s, r in counts.items()},
-            n_dropped={s: number(r["n_dropped"]) for s, r in counts.items()},
-            n_events={s: number(r["n_events"]) for s, r in counts.items()},
-            noisy=dp is not None,
-        ),
-    )
+    if dp is None:
+        site_counts = SiteCounts(
+            n_obs={s: int(r["n_obs"]) for s, r in counts.items()},
+            n_dropped={s: int(r["n_dropped"]) for s, r in counts.items()},
+            n_events={s: int(r["n_events"]) for s, r in counts.items()},
+        )
+    else:  # post-processing, free of privacy cost: 0 <= events <= patients
+        n_obs = {s: max(0.0, float(r["n_obs"])) for s, r in counts.items()}
+        site_counts = SiteCounts(
+            n_obs=n_obs,
+            n_dropped={s: max(0.0, float(r["n_dropped"])) for s, r in counts.items()},
+            n_events={s: min(max(0.0, float(r["n_events"])), n_obs[s]) for s, r in counts.items()},
+            noisy=True,
+        )
+    return Agreement(spec=spec, layout=layout, counts=site_counts)
 
 
 def _agreed_kinds(replies: Mapping[str, Mapping], variables: Sequence[str]) -> dict[str, str]:

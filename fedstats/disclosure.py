@@ -25,12 +25,18 @@ from fedstats.schema import ReplySchema, schema_mismatch
 
 @dataclass(frozen=True)
 class DisclosurePolicy:
-    """A site's disclosure-control settings (defaults suit most clinical studies)."""
+    """A site's disclosure-control settings (defaults suit most clinical studies).
+
+    ``require_privacy``: the site answers aggregate tasks only as charged,
+    differentially private releases, and lists no categorical levels; exact
+    requests are refused (a privacy officer's "private only" switch).
+    """
 
     min_count: int = 10
     max_levels: int = 50
     max_level_density: float = 0.33
     max_parameter_ratio: float = 0.33
+    require_privacy: bool = False
 
     def __post_init__(self) -> None:
         if type(self.min_count) is not int or self.min_count < 1:
@@ -46,13 +52,14 @@ class DisclosurePolicy:
             if not 0 < value <= 1:
                 raise StudyConfigurationError(f"{name} must be in (0, 1], got {value!r}")
 
-    def as_record(self) -> dict[str, float | int]:
+    def as_record(self) -> dict[str, float | int | bool]:
         """The settings as plain values, for reports and run records."""
         return {
             "min_count": self.min_count,
             "max_levels": self.max_levels,
             "max_level_density": self.max_level_density,
             "max_parameter_ratio": self.max_parameter_ratio,
+            "require_privacy": self.require_privacy,
         }
 
 

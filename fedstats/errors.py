@@ -36,6 +36,10 @@ class StudyConfigurationError(FedstatsError):
     """The federation or study options are inconsistent."""
 
 
+class PlannedBudgetError(StudyConfigurationError):
+    """A planned private fit would exceed a privacy budget; nothing was charged or released."""
+
+
 class ConvergenceWarning(FedstatsWarning):
     """An iterative fit stopped before meeting its convergence criterion."""
 

@@ -121,6 +121,12 @@ class Silo:
             schema = reply_schema(task, args)
             dp = DpRequest.from_args(args)
             if dp is None:
+                if self.policy.require_privacy and task.private_release is not None:
+                    raise DisclosureError(
+                        site=self.name,
+                        task=task_name,
+                        reason="this site answers it only as a differentially private release",
+                    )
                 reply = task.handler(self._context, args)
                 payload = reply.payload
             else:

@@ -18,6 +18,7 @@ from formulaic import Formula, model_matrix
 from fedstats.design import SITE_COLUMN, DesignSpec, ParsedFormula, normalise_level, parse_formula
 from fedstats.disclosure import check_levels, check_saturation
 from fedstats.errors import (
+    DisclosureError,
     FormulaError,
     InconsistentColumnError,
     MalformedRequestError,
@@ -54,6 +55,7 @@ class SiteDesign:
 def describe_schema(args: dict[str, Any]) -> dict:
     variables = _string_list(args, "variables")
     _string_list(args, "levels_for")
+    _string_list(args, "levels_known")
     if not isinstance(args.get("list_levels"), bool):
         raise MalformedRequestError(site=None, task=None, reason="'list_levels' must be a boolean")
     schema: dict = {}
@@ -67,12 +69,14 @@ def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """Kind of each variable ("numeric" or "categorical") and levels where needed.
 
     Levels are listed for non-numeric columns and for numeric columns the
-    formula wraps in ``C()``, unless ``list_levels`` is false (private
-    analyses take their levels from the study, not from the data);
-    identifier-like columns are refused.
+    formula wraps in ``C()``, except those in ``levels_known`` (fixed by the
+    study) and unless ``list_levels`` is false (private analyses take their
+    levels from the study, not from the data); identifier-like columns are
+    refused.
     """
     variables = _string_list(args, "variables")
     levels_for = set(_string_list(args, "levels_for"))
+    known = set(_string_list(args, "levels_known"))
     list_levels = args["list_levels"] is True
     frame = ctx.frame
     payload: dict[str, Any] = {}
@@ -83,7 +87,14 @@ def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
         payload[f"{var}.kind"] = "numeric" if numeric else "categorical"
         levels: list = []
-        if list_levels and (not numeric or var in levels_for):
+        if list_levels and var not in known and (not numeric or var in levels_for):
+            if ctx.policy.require_privacy:
+                raise DisclosureError(
+                    site=ctx.name,
+                    task="describe",
+                    reason=f"this site releases no categorical levels (of {var!r}); "
+                    "declare them in the study",
+                )
             present = column.dropna().unique()
             check_levels(
                 ctx.policy,

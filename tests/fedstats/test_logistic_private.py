@@ -139,7 +139,7 @@ def test_plan_over_budget_is_refused_before_anything_is_charged(big_sites, tmp_p
     small = ledgers["site02"]
     small.set_budget(scope("site02"), epsilon=0.5, delta=1e-6)
     fed = fedstats.Federation.in_process(big_sites, ledgers=ledgers)
-    with pytest.raises(fedstats.StudyConfigurationError, match="site02"):
+    with pytest.raises(fedstats.PlannedBudgetError, match="site02"):
         fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(
             fed, privacy=fedstats.RecordDP(epsilon=1.0, rounds=3, bounds=BOUNDS)
         )
@@ -219,6 +219,7 @@ def test_tasks_without_a_private_form_are_refused_under_dp(big_sites, tmp_path):
             "variables": ["x1"],
             "levels_for": [],
             "list_levels": False,
+            "levels_known": [],
             "dp": {"noise_multipliers": {"x": 1.0}, "study": "study", "analysis": "a", "note": ""},
         },
     }
@@ -308,3 +309,28 @@ def test_private_confidence_intervals_cover_the_non_private_estimate(tmp_path):
         ci = private.conf_int().loc[exact.params.index]
         covered += list((ci["lower"] <= exact.params) & (exact.params <= ci["upper"]))
     assert np.mean(covered) >= 0.85, np.mean(covered)
+
+
+def test_a_private_only_site_refuses_exact_requests(big_sites, tmp_path):
+    policy = fedstats.DisclosurePolicy(require_privacy=True)
+    ledgers = make_ledgers(tmp_path, big_sites)
+    fed = fedstats.Federation.in_process(big_sites, ledgers=ledgers, disclosure=policy)
+    with pytest.raises(DisclosureError, match="releases no categorical levels"):
+        fedstats.LogisticRegression(FORMULA).fit(fed)
+    with pytest.raises(DisclosureError, match="only as a differentially private release"):
+        fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(fed)
+    private = fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(
+        fed, privacy=fedstats.RecordDP(epsilon=1.0, rounds=3, bounds=BOUNDS)
+    )
+    assert private.privacy is not None
+    assert all(ledger.spent(scope(s)).entries == 4 for s, ledger in ledgers.items())
+
+
+def test_noisy_counts_are_kept_consistent(big_sites, tmp_path):
+    fed = fedstats.Federation.in_process(big_sites, ledgers=make_ledgers(tmp_path, big_sites))
+    result = fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(
+        fed, privacy=fedstats.RecordDP(noise_multiplier=200.0, rounds=2, bounds=BOUNDS)
+    )
+    n_obs = result.provenance.n_obs
+    for site, events in result.n_events_by_site.items():
+        assert 0 <= events <= n_obs[site]

@@ -184,7 +184,9 @@ def test_garbage_reply_bytes_are_an_invalid_reply():
     fed = fedstats.Federation({"site": lambda request: b"garbage"})
     with pytest.raises(InvalidReplyError, match="bad magic"):
         fed.request(
-            "describe", {"variables": ["x"], "levels_for": [], "list_levels": True}, analysis="t"
+            "describe",
+            {"variables": ["x"], "levels_for": [], "levels_known": [], "list_levels": True},
+            analysis="t",
         )
 
 
@@ -199,7 +201,9 @@ def test_a_site_cannot_report_an_error_in_another_sites_name():
     fed = fedstats.Federation({"liar": impostor, "other": fedstats.Silo("other", frame(50)).handle})
     with pytest.raises(DisclosureError) as info:
         fed.request(
-            "describe", {"variables": ["x"], "levels_for": [], "list_levels": True}, analysis="t"
+            "describe",
+            {"variables": ["x"], "levels_for": [], "levels_known": [], "list_levels": True},
+            analysis="t",
         )
     assert info.value.site == "liar"
 
@@ -271,7 +275,16 @@ json_like = st.recursive(
     task=st.sampled_from(REGISTRY.names()),
     args=st.dictionaries(
         st.sampled_from(
-            ["variables", "levels_for", "list_levels", "design", "beta", "p", "dp", "clip"]
+            [
+                "variables",
+                "levels_for",
+                "levels_known",
+                "list_levels",
+                "design",
+                "beta",
+                "dp",
+                "clip",
+            ]
         ),
         json_like,
         max_size=4,
