@@ -36,6 +36,10 @@ class StudyConfigurationError(FedstatsError):
     """The federation or study options are inconsistent."""
 
 
+class FingerprintMismatchError(StudyConfigurationError):
+    """Sites' harmonised frames disagree (specification, columns, levels or units)."""
+
+
 class PlannedBudgetError(StudyConfigurationError):
     """A planned private fit would exceed a privacy budget; nothing was charged or released."""
 

@@ -25,6 +25,7 @@ from fedstats.errors import (
     CodecError,
     DisclosureError,
     FedstatsError,
+    FingerprintMismatchError,
     InvalidReplyError,
     SiteError,
     StudyConfigurationError,
@@ -35,9 +36,43 @@ from fedstats.private_release import reply_schema
 from fedstats.schema import schema_mismatch
 from fedstats.silo import Silo
 from fedstats.task import TaskRegistry
+from harmonize.fingerprint import SiteFingerprint
+
+FINGERPRINT_ATTR = "fingerprint"
+"""Where a harmonised frame carries its site fingerprint (``harmonize.run``)."""
 
 Transport = Callable[[bytes], bytes]
 """Carries one encoded request to a site and returns its encoded reply."""
+
+
+def check_fingerprints(records: Mapping[str, Mapping | None]) -> None:
+    """Refuse sites whose harmonised frames disagree, before any task runs.
+
+    ``records`` maps sites to the fingerprint their harmonisation attached
+    (``frame.attrs["fingerprint"]``) or ``None``. When any site has one,
+    every site must, and all must equal the first site's; otherwise
+    :class:`~fedstats.errors.FingerprintMismatchError` names the site and
+    the differences (study specification, columns, kinds, levels, units).
+    """
+    present = {site: record for site, record in records.items() if record is not None}
+    if not present:
+        return
+    missing = sorted(set(records) - set(present))
+    if missing:
+        raise FingerprintMismatchError(
+            f"site(s) {missing} have no harmonisation fingerprint while "
+            f"{sorted(present)} do; harmonise every site under the study specification"
+        )
+    reference_site, reference = next(iter(present.items()))
+    expected = SiteFingerprint.from_record(reference)
+    for site, record in present.items():
+        differences = SiteFingerprint.from_record(record).differences(expected)
+        if differences:
+            raise FingerprintMismatchError(
+                f"site {site!r} cannot be combined with {reference_site!r}: "
+                + "; ".join(differences)
+                + ". Harmonise both under the same study specification."
+            )
 
 
 class Federation:
@@ -108,6 +143,13 @@ class Federation:
             raise StudyConfigurationError(
                 "Federation.in_process needs a mapping of site name to DataFrame"
             )
+        check_fingerprints(
+            {
+                name: frame.attrs.get(FINGERPRINT_ATTR)
+                for name, frame in frames.items()
+                if isinstance(frame, pd.DataFrame)
+            }
+        )
         ledgers = dict(ledgers or {})
         unknown = sorted(set(ledgers) - set(frames))
         if unknown:

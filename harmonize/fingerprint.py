@@ -38,19 +38,41 @@ class ColumnFingerprint:
 @dataclass(frozen=True)
 class SiteFingerprint:
     columns: tuple[ColumnFingerprint, ...]
+    spec_digest: str = ""
+    """Digest of the study specification the frame was harmonised under ("" if none)."""
+
+    def as_record(self) -> dict:
+        return {"spec_digest": self.spec_digest, "columns": [c.as_record() for c in self.columns]}
+
+    @classmethod
+    def from_record(cls, record: Mapping) -> SiteFingerprint:
+        """Rebuild a fingerprint from :meth:`as_record` output (e.g. a report's JSON)."""
+        columns = tuple(
+            ColumnFingerprint(
+                str(c["name"]),
+                str(c["kind"]),
+                tuple(c["levels"]) if c.get("levels") is not None else None,
+                c.get("unit"),
+            )
+            for c in record["columns"]
+        )
+        return cls(columns, str(record.get("spec_digest", "")))
 
     @property
     def digest(self) -> str:
-        canonical = json.dumps(
-            [c.as_record() for c in self.columns], sort_keys=True, separators=(",", ":")
-        )
+        canonical = json.dumps(self.as_record(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def differences(self, other: SiteFingerprint) -> list[str]:
         """Human-readable reasons why two frames cannot be combined (empty when equal)."""
         mine = {c.name: c for c in self.columns}
         theirs = {c.name: c for c in other.columns}
-        out = [f"column {n!r} only in the first frame" for n in mine if n not in theirs]
+        out = []
+        if self.spec_digest != other.spec_digest:
+            out.append(
+                f"study specification {self.spec_digest[:12]!r} vs {other.spec_digest[:12]!r}"
+            )
+        out += [f"column {n!r} only in the first frame" for n in mine if n not in theirs]
         out += [f"column {n!r} only in the second frame" for n in theirs if n not in mine]
         for name in mine.keys() & theirs.keys():
             a, b = mine[name], theirs[name]
@@ -64,7 +86,7 @@ class SiteFingerprint:
 
 
 def fingerprint_frame(
-    frame: pd.DataFrame, units: Mapping[str, str] | None = None
+    frame: pd.DataFrame, units: Mapping[str, str] | None = None, spec_digest: str = ""
 ) -> SiteFingerprint:
     """The fingerprint of an analysis frame; ``units`` maps columns to UCUM units."""
     units = dict(units or {})
@@ -79,7 +101,7 @@ def fingerprint_frame(
         if isinstance(series.dtype, pd.CategoricalDtype):
             levels = tuple(str(c) for c in series.cat.categories)
         columns.append(ColumnFingerprint(str(name), kind, levels, units.get(str(name))))
-    return SiteFingerprint(tuple(sorted(columns, key=lambda c: c.name)))
+    return SiteFingerprint(tuple(sorted(columns, key=lambda c: c.name)), spec_digest)
 
 
 def _kind(series: pd.Series) -> str:

@@ -1,0 +1,183 @@
+"""The common record store every reader fills: one schema for FHIR and OMOP sources.
+
+Readers translate their input into three kinds of rows and say what became
+of every input record; :mod:`harmonize.frame` builds the analysis frame from
+these rows only, so a FHIR site and an OMOP site holding the same patients
+produce the same frame.
+
+Tables (DuckDB, in memory or in a file for large inputs):
+
+``persons``
+    ``person_id`` (text), ``birth_date`` (date), ``sex`` (``female``,
+    ``male``, ``other``, ``unknown`` or NULL), ``death_date`` (date or NULL),
+    ``record_type``, ``record_ref``.
+``periods``
+    Observation periods: ``person_id``, ``start_date``, ``end_date``,
+    ``record_type``, ``record_ref``. A source without them (FHIR) adds none;
+    follow-up then ends at the person's last record.
+``events``
+    ``person_id``, ``domain`` (one of :data:`DOMAINS`), ``system`` (FHIR
+    system URI, or NULL), ``code`` (text or NULL), ``concept_id`` (OMOP
+    concept id or NULL), ``event_date`` (date), ``value`` (double or NULL),
+    ``unit`` (UCUM text or NULL), ``record_type``, ``record_ref``. One input
+    record may give several rows (a blood-pressure panel gives two).
+``read_counts``
+    ``source``, ``record_type``, ``n``: every input record read, by type.
+``excluded_at_read``
+    ``source``, ``record_type``, ``reason``, ``n``: valid records not used
+    at all (e.g. ``resource type not used by the spec``).
+``rejected``
+    The quarantine: ``source``, ``location`` (line or entry), ``record_type``,
+    ``record_id``, ``field``, ``reason``; one row per rejected record.
+
+Every record read is then exactly one of: rejected, excluded at read, or
+represented by rows (``record_ref``) that the frame builder classifies as
+included or excluded. ``record_ref`` is unique per input record, e.g.
+``Observation.000.ndjson:17`` or ``measurement:10293``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+DOMAINS = ("visit", "condition", "measurement", "medication", "procedure", "observation", "death")
+SEXES = ("female", "male", "other", "unknown")
+
+_SCHEMA = {
+    "persons": [
+        ("person_id", "VARCHAR"),
+        ("birth_date", "DATE"),
+        ("sex", "VARCHAR"),
+        ("death_date", "DATE"),
+        ("record_type", "VARCHAR"),
+        ("record_ref", "VARCHAR"),
+    ],
+    "periods": [
+        ("person_id", "VARCHAR"),
+        ("start_date", "DATE"),
+        ("end_date", "DATE"),
+        ("record_type", "VARCHAR"),
+        ("record_ref", "VARCHAR"),
+    ],
+    "events": [
+        ("person_id", "VARCHAR"),
+        ("domain", "VARCHAR"),
+        ("system", "VARCHAR"),
+        ("code", "VARCHAR"),
+        ("concept_id", "BIGINT"),
+        ("event_date", "DATE"),
+        ("value", "DOUBLE"),
+        ("unit", "VARCHAR"),
+        ("record_type", "VARCHAR"),
+        ("record_ref", "VARCHAR"),
+    ],
+    "read_counts": [("source", "VARCHAR"), ("record_type", "VARCHAR"), ("n", "BIGINT")],
+    "excluded_at_read": [
+        ("source", "VARCHAR"),
+        ("record_type", "VARCHAR"),
+        ("reason", "VARCHAR"),
+        ("n", "BIGINT"),
+    ],
+    "rejected": [
+        ("source", "VARCHAR"),
+        ("location", "VARCHAR"),
+        ("record_type", "VARCHAR"),
+        ("record_id", "VARCHAR"),
+        ("field", "VARCHAR"),
+        ("reason", "VARCHAR"),
+    ],
+}
+
+
+class RecordStore:
+    """The rows a reader produced, in DuckDB (``path=None``: in memory)."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.connection = duckdb.connect(str(path) if path is not None else ":memory:")
+        for table, columns in _SCHEMA.items():
+            body = ", ".join(f"{name} {kind}" for name, kind in columns)
+            self.connection.execute(f"CREATE TABLE IF NOT EXISTS {table} ({body})")
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> RecordStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ writing
+    def append(self, table: str, rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> None:
+        """Append rows (a DataFrame or dicts) to one of the tables, columns by name."""
+        if table not in _SCHEMA:
+            raise ValueError(f"unknown table {table!r}")
+        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+        if frame.empty:
+            return
+        names = [name for name, _ in _SCHEMA[table]]
+        frame = frame.reindex(columns=names)
+        self.connection.register("_incoming", frame)
+        try:
+            casts = ", ".join(f"CAST(_incoming.{n} AS {k})" for n, k in _SCHEMA[table])
+            self.connection.execute(f"INSERT INTO {table} SELECT {casts} FROM _incoming")
+        finally:
+            self.connection.unregister("_incoming")
+
+    def count_read(self, source: str, record_type: str, n: int = 1) -> None:
+        self.append("read_counts", [{"source": source, "record_type": record_type, "n": n}])
+
+    def exclude_at_read(self, source: str, record_type: str, reason: str, n: int = 1) -> None:
+        self.append(
+            "excluded_at_read",
+            [{"source": source, "record_type": record_type, "reason": reason, "n": n}],
+        )
+
+    def reject(
+        self,
+        *,
+        source: str,
+        location: str,
+        record_type: str,
+        record_id: str | None,
+        field: str | None,
+        reason: str,
+    ) -> None:
+        self.append(
+            "rejected",
+            [
+                {
+                    "source": source,
+                    "location": location,
+                    "record_type": record_type,
+                    "record_id": record_id,
+                    "field": field,
+                    "reason": reason,
+                }
+            ],
+        )
+
+    # ------------------------------------------------------------------ reading
+    def frame(self, sql: str, parameters: list | None = None) -> pd.DataFrame:
+        return self.connection.execute(sql, parameters or []).df()
+
+    def table(self, name: str) -> pd.DataFrame:
+        if name not in _SCHEMA:
+            raise ValueError(f"unknown table {name!r}")
+        return self.frame(f"SELECT * FROM {name}")
+
+    def totals(self) -> dict[str, int]:
+        """Records read, excluded at read and rejected, for the read = included + ... check."""
+        one = self.connection.execute
+        return {
+            "read": int(one("SELECT coalesce(sum(n), 0) FROM read_counts").fetchall()[0][0]),
+            "excluded_at_read": int(
+                one("SELECT coalesce(sum(n), 0) FROM excluded_at_read").fetchall()[0][0]
+            ),
+            "rejected": int(one("SELECT count(*) FROM rejected").fetchall()[0][0]),
+        }

@@ -1,0 +1,139 @@
+"""The harmonisation report: what became of every input record, and the site fingerprint.
+
+Totals satisfy ``read = included + excluded + rejected``: a record is
+rejected (invalid, quarantined with its reason), excluded (valid but not
+used, with the reason) or included (used in the analysis frame). The report
+also gives the cohort's exclusions, the coding coverage, the unit
+conversions applied, missingness and value ranges per column, and the site
+fingerprint the coordinator compares across sites.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harmonize.fingerprint import SiteFingerprint
+
+
+@dataclass
+class HarmonizationReport:
+    site: str
+    source_kind: str  # "fhir" or "omop"
+    sources: list[str]
+    study: str
+    spec_digest: str
+    status: str  # "ok", "empty cohort" or "failed"
+    read: int = 0
+    included: int = 0
+    excluded: int = 0
+    rejected: int = 0
+    read_by_type: dict[str, int] = field(default_factory=dict)
+    excluded_by_reason: dict[str, int] = field(default_factory=dict)
+    rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    cohort_exclusions: dict[str, int] = field(default_factory=dict)
+    patients: int = 0
+    coding_coverage: float | None = None
+    unit_conversions: list[dict] = field(default_factory=list)
+    columns: dict[str, dict[str, Any]] = field(default_factory=dict)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None
+    created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
+    package_version: str = field(default_factory=lambda: _package_version())
+
+    @property
+    def balanced(self) -> bool:
+        """``read == included + excluded + rejected``: no record disappeared."""
+        return self.read == self.included + self.excluded + self.rejected
+
+    def site_fingerprint(self) -> SiteFingerprint:
+        return SiteFingerprint.from_record(self.fingerprint)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "balanced": self.balanced}
+
+    def write_json(self, path: str | Path) -> None:
+        Path(path).write_text(
+            json.dumps(self.to_dict(), indent=2, default=str) + "\n", encoding="utf-8"
+        )
+
+    def to_text(self) -> str:
+        """A readable summary for site data engineers."""
+        lines = [
+            f"Harmonisation of site {self.site!r} ({self.source_kind}) for study "
+            f"{self.study!r} [{self.spec_digest[:12]}]: {self.status}",
+            f"  records read {self.read:,} = included {self.included:,} + excluded "
+            f"{self.excluded:,} + rejected {self.rejected:,}"
+            + ("" if self.balanced else "   (NOT BALANCED)"),
+            f"  patients in the analysis frame: {self.patients:,}",
+        ]
+        if self.failure:
+            lines.append(f"  failure: {self.failure}")
+        for title, counts in (
+            ("read by type", self.read_by_type),
+            ("excluded by reason", self.excluded_by_reason),
+            ("rejected by reason", self.rejected_by_reason),
+            ("cohort exclusions (patients)", self.cohort_exclusions),
+        ):
+            if counts:
+                lines.append(f"  {title}:")
+                lines += [
+                    f"    {n:>10,}  {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])
+                ]
+        if self.coding_coverage is not None:
+            lines.append(
+                f"  coding coverage: {self.coding_coverage:.1%} of clinical records "
+                "carry a known terminology code or an OMOP concept"
+            )
+        for conversion in self.unit_conversions:
+            lines.append(
+                f"  unit conversion for {conversion['covariate']}: "
+                f"{conversion['from']} -> {conversion['to']} "
+                f"({conversion['records']} records)"
+            )
+        if self.columns:
+            lines.append("  columns:")
+            for name, stats in self.columns.items():
+                described = ", ".join(f"{k} {v}" for k, v in stats.items())
+                lines.append(f"    {name}: {described}")
+        return "\n".join(lines)
+
+
+def column_summary(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    """Missing values and range (numeric) or level counts (categorical) per column."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in frame.columns:
+        column = frame[name]
+        stats: dict[str, Any] = {"missing": int(column.isna().sum())}
+        if isinstance(column.dtype, pd.CategoricalDtype):
+            stats["levels"] = {str(k): int(v) for k, v in column.value_counts().items()}
+        elif pd.api.types.is_numeric_dtype(column) and column.notna().any():
+            values = column.dropna().astype(float)
+            stats.update(
+                min=round(float(values.min()), 4),
+                max=round(float(values.max()), 4),
+                mean=round(float(values.mean()), 4),
+            )
+        out[str(name)] = stats
+    return out
+
+
+def counts_by(frame: pd.DataFrame, key: str, weight: str = "n") -> dict[str, int]:
+    counter: Counter = Counter()
+    for value, n in zip(frame[key], frame[weight], strict=True):
+        counter[str(value)] += int(n)
+    return dict(counter)
+
+
+def _package_version() -> str:
+    try:
+        return version("fedstats")
+    except PackageNotFoundError:
+        return "unknown"

@@ -1,0 +1,144 @@
+"""One site's harmonisation run: read the sources, build the frame, report everything.
+
+:func:`harmonize` reads a FHIR or an OMOP source into a record store, builds
+the analysis frame of the study specification, and returns the frame (with
+its fingerprint in ``frame.attrs["fingerprint"]``), the report and the
+quarantine. A failure still yields a report: it is attached to the raised
+:class:`HarmonizationFailed`. :func:`write_outputs` writes the frame
+(Parquet), the report (JSON and text) and the quarantine (CSV).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from harmonize.errors import HarmonizationError
+from harmonize.fingerprint import fingerprint_frame
+from harmonize.frame import build_frame, coding_coverage
+from harmonize.records import RecordStore
+from harmonize.report import HarmonizationReport, column_summary, counts_by
+from harmonize.spec import StudySpec
+
+FINGERPRINT_ATTR = "fingerprint"
+
+
+class HarmonizationFailed(HarmonizationError):
+    """The run failed; ``report`` says how far it got and why."""
+
+    def __init__(self, message: str, report: HarmonizationReport) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+@dataclass
+class Harmonized:
+    frame: pd.DataFrame
+    report: HarmonizationReport
+    quarantine: pd.DataFrame
+
+
+def harmonize(
+    spec: StudySpec,
+    *,
+    site: str,
+    fhir: str | Path | Iterable[str | Path] | None = None,
+    omop: str | Path | None = None,
+    store_path: str | Path | None = None,
+    max_rejected_share: float = 0.10,
+) -> Harmonized:
+    """Harmonise one site's FHIR (``fhir=``) or OMOP (``omop=``) data under ``spec``."""
+    if (fhir is None) == (omop is None):
+        raise HarmonizationError("give exactly one source: fhir=PATH(S) or omop=PATH")
+    kind = "fhir" if fhir is not None else "omop"
+    sources = (
+        [str(p) for p in ([fhir] if isinstance(fhir, str | Path) else fhir)]
+        if fhir is not None
+        else [str(omop)]
+    )
+    report = HarmonizationReport(
+        site=site,
+        source_kind=kind,
+        sources=sources,
+        study=spec.study.name,
+        spec_digest=spec.digest,
+        status="failed",
+    )
+    with RecordStore(store_path) as store:
+        try:
+            if fhir is not None:
+                from harmonize.fhir import read_fhir
+
+                read_fhir(fhir, store, max_rejected_share=max_rejected_share)
+            else:
+                from harmonize.omop import read_omop
+
+                read_omop(omop, store, max_rejected_share=max_rejected_share)
+            result = build_frame(store, spec)
+        except HarmonizationError as error:
+            _fill_read_side(report, store)
+            report.failure = str(error)
+            raise HarmonizationFailed(str(error), report) from error
+        _fill_read_side(report, store)
+        status = result.record_status
+        reader_rejected = report.rejected
+        report.included = int(status.loc[status["status"] == "included", "n"].sum())
+        excluded = status[status["status"] == "excluded"]
+        report.excluded += int(excluded["n"].sum())
+        for reason, n in counts_by(excluded, "reason").items():
+            report.excluded_by_reason[reason] = report.excluded_by_reason.get(reason, 0) + n
+        built_rejected = int(status.loc[status["status"] == "rejected", "n"].sum())
+        report.rejected = reader_rejected + built_rejected
+        quarantine = store.table("rejected")
+        report.rejected_by_reason = (
+            counts_by(quarantine.assign(n=1), "reason") if not quarantine.empty else {}
+        )
+        report.cohort_exclusions = dict(result.cohort_exclusions)
+        report.coding_coverage = coding_coverage(store)
+        report.unit_conversions = result.conversions
+        frame = result.frame
+        report.patients = len(frame)
+        report.columns = column_summary(frame)
+        units = {c.name: c.unit for c in spec.covariates if c.unit}
+        fingerprint = fingerprint_frame(frame, units=units, spec_digest=spec.digest)
+        report.fingerprint = fingerprint.as_record()
+        frame.attrs[FINGERPRINT_ATTR] = fingerprint.as_record()
+        report.status = "ok" if len(frame) else "empty cohort"
+    return Harmonized(frame=frame, report=report, quarantine=quarantine)
+
+
+def _fill_read_side(report: HarmonizationReport, store: RecordStore) -> None:
+    read = store.table("read_counts")
+    report.read = int(read["n"].sum()) if not read.empty else 0
+    report.read_by_type = counts_by(read, "record_type") if not read.empty else {}
+    at_read = store.table("excluded_at_read")
+    report.excluded = int(at_read["n"].sum()) if not at_read.empty else 0
+    report.excluded_by_reason = counts_by(at_read, "reason") if not at_read.empty else {}
+    rejected = store.table("rejected")
+    report.rejected = int((rejected["source"] != "harmonize").sum()) if not rejected.empty else 0
+
+
+def write_outputs(result: Harmonized, out_dir: str | Path) -> dict[str, Path]:
+    """Write ``frame.parquet``, ``report.json``, ``report.txt`` and ``quarantine.csv``."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {
+        "frame": out / "frame.parquet",
+        "report_json": out / "report.json",
+        "report_text": out / "report.txt",
+        "quarantine": out / "quarantine.csv",
+    }
+    result.frame.to_parquet(paths["frame"])
+    write_report(result.report, out)
+    result.quarantine.to_csv(paths["quarantine"], index=False)
+    return paths
+
+
+def write_report(report: HarmonizationReport, out_dir: str | Path) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    report.write_json(out / "report.json")
+    (out / "report.txt").write_text(report.to_text() + "\n", encoding="utf-8")
