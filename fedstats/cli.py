@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
@@ -56,6 +57,98 @@ def budget_show(
         typer.echo(f"{ledger}: no scopes")
     else:
         typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+
+
+class HarmonizeExit:
+    """Exit codes of ``fedstats harmonize`` (for cron, systemd and Airflow)."""
+
+    OK = 0
+    CONFIGURATION = 2
+    FAILED = 3
+    EMPTY_COHORT = 4
+
+
+@app.command()
+def harmonize(
+    spec: Annotated[Path, typer.Option(help="The study specification (TOML).")],
+    site: Annotated[str, typer.Option(help="This site's name in the study.")],
+    out: Annotated[Path, typer.Option(help="Output folder for frame, report and quarantine.")],
+    fhir: Annotated[
+        list[Path] | None, typer.Option(help="FHIR R4 Bundles (.json) or NDJSON files/folders.")
+    ] = None,
+    omop: Annotated[
+        Path | None, typer.Option(help="OMOP CDM folder (CSV or Parquet) or DuckDB file.")
+    ] = None,
+    max_rejected_share: Annotated[
+        float, typer.Option(help="Stop when a file has a larger share of rejected records.")
+    ] = 0.10,
+    latest_date: Annotated[
+        datetime | None,
+        typer.Option(
+            formats=["%Y-%m-%d"],
+            help="Reject records dated after this (default: "
+            "today); date-shifted sources such as MIMIC-IV need a later date.",
+        ),
+    ] = None,
+) -> None:
+    """Harmonise this site's FHIR or OMOP data into the study's analysis frame.
+
+    Writes frame.parquet, report.json, report.txt and quarantine.csv to OUT.
+    Exit codes: 0 success; 2 configuration error; 3 harmonisation failure;
+    4 empty cohort. report.json is written in every case but a missing
+    source option.
+    """
+    from harmonize.errors import HarmonizationError, SpecError
+    from harmonize.report import HarmonizationReport
+    from harmonize.run import HarmonizationFailed, write_outputs, write_report
+    from harmonize.run import harmonize as run_harmonize
+    from harmonize.spec import load_spec
+
+    if (fhir is None) == (omop is None):
+        _fail(
+            "give exactly one source: --fhir PATH (repeatable) or --omop PATH",
+            HarmonizeExit.CONFIGURATION,
+        )
+    try:
+        study = load_spec(spec)
+    except SpecError as error:
+        write_report(
+            HarmonizationReport(
+                site=site,
+                source_kind="fhir" if fhir else "omop",
+                sources=[str(p) for p in (fhir or [omop])],
+                study="",
+                spec_digest="",
+                status="failed",
+                failure=str(error),
+            ),
+            out,
+        )
+        _fail(str(error), HarmonizeExit.CONFIGURATION)
+    try:
+        result = run_harmonize(
+            study, site=site, fhir=fhir, omop=omop, max_rejected_share=max_rejected_share
+        )
+    except HarmonizationFailed as failed:
+        write_report(failed.report, out)
+        _fail(f"harmonisation failed: {failed}", HarmonizeExit.FAILED)
+    except HarmonizationError as error:
+        _fail(f"harmonisation failed: {error}", HarmonizeExit.FAILED)
+    write_outputs(result, out)
+    typer.echo(result.report.to_text())
+    if result.report.status == "empty cohort":
+        _fail(
+            f"empty cohort: no patient of site {site!r} meets the study's criteria "
+            f"(report in {out / 'report.json'})",
+            HarmonizeExit.EMPTY_COHORT,
+        )
+
+
+def _fail(message: str, code: int) -> None:
+    typer.secho(f"error: {message.splitlines()[0]}", fg=typer.colors.RED, err=True)
+    for line in message.splitlines()[1:]:
+        typer.echo(line, err=True)
+    raise typer.Exit(code=code)
 
 
 @app.command()

@@ -48,7 +48,6 @@ import math
 import re
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import Decimal
 from typing import Any
 
 from fhir.resources.R4B import get_fhir_model_class
@@ -332,7 +331,7 @@ def _quantity(quantity: Any, field: str) -> tuple[float | None, str | None] | Re
     value = quantity.value
     if value is None or quantity.comparator is not None:
         return None, unit
-    number = float(value) if isinstance(value, Decimal | int | float) else float(str(value))
+    number = float(value)
     if not math.isfinite(number):
         return Rejection(f"{field}.value", "value is not a finite number")
     return number, unit

@@ -83,15 +83,7 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
         used_patients = set(frame.index)
         for row in rejected_here:
             store.reject(**row)
-        status = _record_status(
-            store,
-            used,
-            used_patients,
-            persons,
-            cohort,
-            exclusions,
-            {r["location"] for r in rejected_here},
-        )
+        status = _record_status(store, used, used_patients, {r["location"] for r in rejected_here})
     finally:
         con.unregister("_concepts")
     return FrameResult(
@@ -348,25 +340,14 @@ def _outcome(
 
 
 def _record_status(
-    store: RecordStore,
-    used: set[str],
-    patients: set[str],
-    persons: pd.DataFrame,
-    cohort: pd.DataFrame,
-    exclusions: dict[str, int],
-    rejected_refs: set[str],
+    store: RecordStore, used: set[str], patients: set[str], rejected_refs: set[str]
 ) -> pd.DataFrame:
     """Classify every represented record: included, excluded (with reason), or rejected here."""
     con = store.connection
-    person_reason = persons[[]].copy()
-    person_reason["reason"] = "patient not in the cohort"
-    outside = ~persons.index.isin(list(patients))
-    person_reason = person_reason[outside]
-    con.register("_used", pd.DataFrame({"record_ref": sorted(used)}))
+    con.register("_used", pd.DataFrame({"record_ref": sorted(used)}, dtype=object))
     con.register(
         "_rejected_here", pd.DataFrame({"record_ref": sorted(rejected_refs)}, dtype=object)
     )
-    con.register("_out", person_reason.reset_index())
     con.register("_patients", pd.DataFrame({"person_id": sorted(patients)}, dtype=object))
     try:
         status = store.frame(
@@ -407,7 +388,7 @@ def _record_status(
             """
         )
     finally:
-        for name in ("_used", "_rejected_here", "_out", "_patients"):
+        for name in ("_used", "_rejected_here", "_patients"):
             con.unregister(name)
     return status
 

@@ -33,7 +33,7 @@ Tables (DuckDB, in memory or in a file for large inputs):
 Every record read is then exactly one of: rejected, excluded at read, or
 represented by rows (``record_ref``) that the frame builder classifies as
 included or excluded. ``record_ref`` is unique per input record, e.g.
-``Observation.000.ndjson:17`` or ``measurement:10293``.
+``Observation.000.ndjson:line 17`` or ``measurement:10293``.
 """
 
 from __future__ import annotations

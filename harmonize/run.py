@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 import pandas as pd
@@ -49,8 +50,14 @@ def harmonize(
     omop: str | Path | None = None,
     store_path: str | Path | None = None,
     max_rejected_share: float = 0.10,
+    latest_date: date | None = None,
 ) -> Harmonized:
-    """Harmonise one site's FHIR (``fhir=``) or OMOP (``omop=``) data under ``spec``."""
+    """Harmonise one site's FHIR (``fhir=``) or OMOP (``omop=``) data under ``spec``.
+
+    ``latest_date``: records dated after it are rejected as future dates
+    (default: today). A de-identified source whose dates are shifted into the
+    future (MIMIC-IV shifts them into 2100-2200) sets a later date.
+    """
     if (fhir is None) == (omop is None):
         raise HarmonizationError("give exactly one source: fhir=PATH(S) or omop=PATH")
     kind = "fhir" if fhir is not None else "omop"
@@ -72,11 +79,11 @@ def harmonize(
             if fhir is not None:
                 from harmonize.fhir import read_fhir
 
-                read_fhir(fhir, store, max_rejected_share=max_rejected_share)
+                read_fhir(fhir, store, max_rejected_share=max_rejected_share, today=latest_date)
             else:
                 from harmonize.omop import read_omop
 
-                read_omop(omop, store, max_rejected_share=max_rejected_share)
+                read_omop(omop, store, max_rejected_share=max_rejected_share, today=latest_date)
             result = build_frame(store, spec)
         except HarmonizationError as error:
             _fill_read_side(report, store)

@@ -1,0 +1,343 @@
+"""Read a site's FHIR R4 data (Bundles and Bulk Data NDJSON) into a :class:`RecordStore`.
+
+:func:`read_fhir` reads ``.json`` files (one Bundle, or one resource) and
+``.ndjson`` files (FHIR Bulk Data export: one resource per line, streamed
+line by line). Every input record -- a Bundle entry or an NDJSON line -- is
+counted in ``read_counts`` and then becomes exactly one of:
+
+* rows of ``persons`` (Patient) or ``events`` (Encounter, Condition,
+  Observation, MedicationRequest, Procedure), all carrying the record's
+  ``record_ref``, ``"<file name>:<location>"``; the mapping is described in
+  :mod:`harmonize.fhir_mapping`;
+* an ``excluded_at_read`` count: a resource type the study does not use
+  (``resource type not used by the spec``), a status saying the event did
+  not happen (``status entered-in-error``, ``status cancelled``,
+  ``status not-done``, ``status refuted``), or the lines of a Bulk Data
+  export log (``log.ndjson``: record type ``BulkDataExportLog``);
+* one ``rejected`` row naming the file, the location (``line N``, counted
+  from 1, or ``entry N``, the index in ``Bundle.entry`` counted from 0), the
+  resource type and id, the field and the reason: malformed JSON, a resource
+  ``fhir.resources`` does not validate as FHIR R4, a duplicated id, no
+  Patient subject, a missing, partial or future date, a Patient without
+  birth date or deceased without a date, a quantity without a unit, a
+  medication without a code.
+
+So ``read = represented + excluded_at_read + rejected`` holds per file.
+Rows are buffered per table and appended to the store every ``batch_size``
+rows: memory stays bounded whatever the size of an NDJSON file (a ``.json``
+Bundle is one JSON document and is parsed whole). The ids already seen are
+kept, per resource type, to refuse duplicates: about 100 bytes per resource.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import date
+from itertools import chain
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from harmonize.errors import HarmonizationError
+from harmonize.fhir_mapping import (
+    EVENT_COLUMNS,
+    PERSON_COLUMNS,
+    USED_TYPES,
+    Exclusion,
+    Rejection,
+    clip,
+    status_exclusion,
+    to_rows,
+    validate,
+)
+from harmonize.records import RecordStore
+
+__all__ = ["NOT_USED", "read_fhir"]
+
+NOT_USED = "resource type not used by the spec"
+EXPORT_LOG = "BulkDataExportLog"
+EXPORT_LOG_REASON = "not a FHIR resource: Bulk Data export log"
+_REJECTED_COLUMNS = ["source", "location", "record_type", "record_id", "field", "reason"]
+_COLUMNS = {"persons": PERSON_COLUMNS, "events": EVENT_COLUMNS, "rejected": _REJECTED_COLUMNS}
+_SUFFIXES = (".json", ".ndjson")
+_FIRST_REASONS = 3
+
+
+def read_fhir(
+    paths: str | Path | Iterable[str | Path],
+    store: RecordStore,
+    *,
+    max_rejected_share: float = 0.10,
+    today: date | None = None,
+    batch_size: int = 50_000,
+) -> None:
+    """Read FHIR R4 Bundles and NDJSON files into ``store``, accounting for every record.
+
+    Parameters
+    ----------
+    paths
+        Files or directories. A directory stands for every ``*.json`` and
+        ``*.ndjson`` file in it (not recursively), in name order. A ``.json``
+        file holds one Bundle (each entry is a record) or one resource; an
+        ``.ndjson`` file holds one resource per line. Files are named in the
+        store by their file name, so two inputs may not share a name.
+    store
+        The record store to fill: ``persons``, ``events``, ``read_counts``,
+        ``excluded_at_read`` and ``rejected`` (see :mod:`harmonize.records`).
+    max_rejected_share
+        Largest share of a file's records that may be rejected; above it the
+        file is unusable as a whole and the run stops.
+    today
+        Dates after this day are rejected as in the future (default: the
+        day of the call).
+    batch_size
+        Rows buffered per table before they are appended to the store.
+
+    Raises
+    ------
+    HarmonizationError
+        A path is missing or unreadable, a ``.json`` file is not valid JSON or
+        not a Bundle or resource, two inputs share a file name, or a file's
+        rejected share exceeds ``max_rejected_share`` (the message gives the
+        counts and the first reasons; what was read so far, including that
+        file's quarantine, is in the store).
+    """
+    if not 0.0 <= max_rejected_share <= 1.0:
+        raise ValueError(f"max_rejected_share must be within [0, 1], got {max_rejected_share}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    reader = _Reader(store, today or date.today(), batch_size)
+    for path in _input_files(paths):
+        tally = reader.read_file(path)
+        read = sum(tally.read.values())
+        if read and tally.rejected / read > max_rejected_share:
+            raise HarmonizationError(
+                f"{path}: {tally.rejected} of {read} records rejected "
+                f"({tally.rejected / read:.1%}, more than max_rejected_share "
+                f"{max_rejected_share:.1%}); first reasons: {'; '.join(tally.reasons)}. "
+                "The file is unusable as a whole: fix the export, or raise max_rejected_share "
+                "after reviewing the store's rejected table."
+            )
+
+
+def _input_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
+    """The files ``read_fhir`` reads for ``paths``, checked to exist and to have distinct names."""
+    given = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
+    if not given:
+        raise HarmonizationError("no FHIR input given: pass files or directories")
+    files: list[Path] = []
+    for item in map(Path, given):
+        if item.is_dir():
+            found = sorted(p for p in item.iterdir() if p.suffix in _SUFFIXES and p.is_file())
+            if not found:
+                raise HarmonizationError(f"{item}: no .json or .ndjson files in this directory")
+            files += found
+        elif item.is_file():
+            if item.suffix not in _SUFFIXES:
+                raise HarmonizationError(f"{item}: not a FHIR file (expected .json or .ndjson)")
+            files.append(item)
+        else:
+            raise HarmonizationError(f"{item}: no such file or directory")
+    unique: dict[Path, Path] = {}
+    by_name: dict[str, Path] = {}
+    for path in files:
+        resolved = path.resolve()
+        if resolved in unique:
+            continue
+        other = by_name.setdefault(path.name, path)
+        if other != path:
+            raise HarmonizationError(
+                f"{other} and {path} share the file name {path.name!r}, which names the source "
+                "of every record: rename one of them or read them into separate stores"
+            )
+        unique[resolved] = path
+    return list(unique.values())
+
+
+@dataclass
+class _Tally:
+    """What became of one file's records."""
+
+    read: Counter[str] = field(default_factory=Counter)
+    excluded: Counter[tuple[str, str]] = field(default_factory=Counter)
+    rejected: int = 0
+    reasons: list[str] = field(default_factory=list)
+
+
+class _Reader:
+    """One run: row buffers, the ids seen so far, and the per-record decision."""
+
+    def __init__(self, store: RecordStore, today: date, batch_size: int) -> None:
+        self.store = store
+        self.today = today
+        self.batch_size = batch_size
+        self.buffers: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _COLUMNS}
+        self.seen: dict[str, set[str]] = {name: set() for name in USED_TYPES}
+
+    # ------------------------------------------------------------ files
+    def read_file(self, path: Path) -> _Tally:
+        tally = _Tally()
+        source = path.name
+        try:
+            if path.suffix == ".ndjson":
+                self._read_ndjson(path, source, tally)
+            else:
+                self._read_json(path, source, tally)
+        except OSError as error:
+            raise HarmonizationError(f"{path}: cannot read ({error})") from None
+        for table in _COLUMNS:
+            self._flush(table)
+        for record_type, n in sorted(tally.read.items()):
+            self.store.count_read(source, record_type, n)
+        for (record_type, reason), n in sorted(tally.excluded.items()):
+            self.store.exclude_at_read(source, record_type, reason, n)
+        return tally
+
+    def _read_json(self, path: Path, source: str, tally: _Tally) -> None:
+        try:
+            document = json.loads(path.read_bytes())
+        except (ValueError, RecursionError) as error:
+            raise HarmonizationError(f"{path}: not valid JSON ({clip(str(error))})") from None
+        if not isinstance(document, dict) or not isinstance(document.get("resourceType"), str):
+            raise HarmonizationError(f"{path}: not a FHIR Bundle or resource (no resourceType)")
+        if document["resourceType"] != "Bundle":
+            self._record(source, "resource", document, tally)
+            return
+        entries = document.get("entry", [])
+        if not isinstance(entries, list):
+            raise HarmonizationError(f"{path}: Bundle.entry is not a list")
+        for index, entry in enumerate(entries):
+            resource = entry.get("resource") if isinstance(entry, dict) else None
+            if resource is None:
+                tally.read["unknown"] += 1
+                self._reject(
+                    source,
+                    f"entry {index}",
+                    "unknown",
+                    None,
+                    tally,
+                    Rejection("entry.resource", "Bundle entry without a resource"),
+                )
+            else:
+                self._record(source, f"entry {index}", resource, tally)
+
+    def _read_ndjson(self, path: Path, source: str, tally: _Tally) -> None:
+        with path.open("rb") as handle:
+            lines = _lines(handle)
+            first = next(lines, None)
+            if first is None:
+                return
+            if _is_export_log(first[1]):
+                tally.read[EXPORT_LOG] += 1 + sum(1 for _ in lines)
+                tally.excluded[(EXPORT_LOG, EXPORT_LOG_REASON)] = tally.read[EXPORT_LOG]
+                return
+            for number, line in chain([first], lines):
+                try:
+                    resource = json.loads(line)
+                except (ValueError, RecursionError) as error:
+                    tally.read["unknown"] += 1
+                    reason = clip(f"malformed JSON: {error}")
+                    self._reject(
+                        source, f"line {number}", "unknown", None, tally, Rejection(None, reason)
+                    )
+                    continue
+                self._record(source, f"line {number}", resource, tally)
+
+    # ------------------------------------------------------------ records
+    def _record(self, source: str, location: str, resource: object, tally: _Tally) -> None:
+        """Count one record and decide: rows, excluded at read, or rejected."""
+        if not isinstance(resource, dict):
+            tally.read["unknown"] += 1
+            problem = Rejection(None, f"not a JSON object but {type(resource).__name__}")
+            self._reject(source, location, "unknown", None, tally, problem)
+            return
+        resource_type = resource.get("resourceType")
+        if not isinstance(resource_type, str) or not resource_type:
+            tally.read["unknown"] += 1
+            problem = Rejection("resourceType", "missing resourceType")
+            self._reject(source, location, "unknown", _record_id(resource), tally, problem)
+            return
+        resource_type = clip(resource_type, 64)
+        tally.read[resource_type] += 1
+        if resource_type not in USED_TYPES:
+            tally.excluded[(resource_type, NOT_USED)] += 1
+            return
+        record_id = _record_id(resource)
+        model = validate(resource_type, resource)
+        if isinstance(model, Rejection):
+            self._reject(source, location, resource_type, record_id, tally, model)
+            return
+        if model.id is not None:
+            seen = self.seen[resource_type]
+            if model.id in seen:
+                problem = Rejection("id", "duplicated id")
+                self._reject(source, location, resource_type, record_id, tally, problem)
+                return
+            seen.add(model.id)
+        exclusion: Exclusion | None = status_exclusion(resource_type, model)
+        if exclusion is not None:
+            tally.excluded[(resource_type, exclusion.reason)] += 1
+            return
+        mapped = to_rows(resource_type, model, f"{source}:{location}", self.today)
+        if isinstance(mapped, Rejection):
+            self._reject(source, location, resource_type, record_id, tally, mapped)
+            return
+        buffer = self.buffers[mapped.table]
+        buffer.extend(mapped.rows)
+        if len(buffer) >= self.batch_size:
+            self._flush(mapped.table)
+
+    def _reject(
+        self,
+        source: str,
+        location: str,
+        record_type: str,
+        record_id: str | None,
+        tally: _Tally,
+        problem: Rejection,
+    ) -> None:
+        """Quarantine one record (buffered like rows; same columns as ``RecordStore.reject``)."""
+        tally.rejected += 1
+        if len(tally.reasons) < _FIRST_REASONS:
+            where = f"{location} ({record_type}{', ' + problem.field if problem.field else ''})"
+            tally.reasons.append(f"{where}: {problem.reason}")
+        buffer = self.buffers["rejected"]
+        buffer.append((source, location, record_type, record_id, problem.field, problem.reason))
+        if len(buffer) >= self.batch_size:
+            self._flush("rejected")
+
+    def _flush(self, table: str) -> None:
+        rows = self.buffers[table]
+        if rows:
+            self.store.append(table, pd.DataFrame.from_records(rows, columns=_COLUMNS[table]))
+            rows.clear()
+
+
+def _record_id(resource: dict[str, Any]) -> str | None:
+    value = resource.get("id")
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        return None
+    return clip(str(value), 64)
+
+
+def _is_export_log(line: bytes) -> bool:
+    """A Bulk Data export log line (``log.ndjson``): ``exportId`` and ``eventId``, no type."""
+    try:
+        first = json.loads(line)
+    except (ValueError, RecursionError):
+        return False
+    return (
+        isinstance(first, dict)
+        and "resourceType" not in first
+        and {"exportId", "eventId"} <= first.keys()
+    )
+
+
+def _lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Non-blank lines with their number, counted from 1."""
+    return ((n, line) for n, line in enumerate(handle, start=1) if line.strip())
