@@ -34,6 +34,7 @@ from harmonize.spec import SYSTEMS, Covariate, StudySpec
 
 NOT_IN_CONCEPTS = "code not in the concept sets of the study"
 OTHER_VISIT = "visit other than the index visit"
+REJECTED_HERE = "rejected while building the frame"
 OUTSIDE_WINDOW = "matched the study but not used (an earlier value, or outside the windows)"
 
 
@@ -362,16 +363,7 @@ def _record_status(
                 SELECT r.record_ref, any_value(r.record_type) AS record_type,
                   CASE
                     WHEN bool_or(r.record_ref IN (SELECT record_ref FROM _rejected_here))
-                      THEN 'rejected'
-                    WHEN bool_or(r.person_id NOT IN (SELECT person_id FROM _patients))
-                      THEN 'excluded'
-                    WHEN bool_or(r.record_ref IN (SELECT record_ref FROM _used))
-                         OR bool_or(r.kind IN ('person', 'period', 'death'))
-                      THEN 'included'
-                    ELSE 'excluded' END AS status,
-                  CASE
-                    WHEN bool_or(r.record_ref IN (SELECT record_ref FROM _rejected_here))
-                      THEN 'rejected while building the frame'
+                      THEN '{REJECTED_HERE}'
                     WHEN bool_or(r.person_id NOT IN (SELECT person_id FROM _patients))
                       THEN 'patient not in the analysis frame'
                     WHEN bool_or(r.record_ref IN (SELECT record_ref FROM _used))
@@ -383,7 +375,11 @@ def _record_status(
                     ELSE '{NOT_IN_CONCEPTS}' END AS reason
                 FROM records r GROUP BY r.record_ref
             )
-            SELECT record_type, status, reason, count(*) AS n
+            SELECT record_type,
+                   CASE WHEN reason IS NULL THEN 'included'
+                        WHEN reason = '{REJECTED_HERE}' THEN 'rejected'
+                        ELSE 'excluded' END AS status,
+                   reason, count(*) AS n
             FROM classified GROUP BY ALL ORDER BY ALL
             """
         )
