@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 import numpy as np
 import scipy.linalg
 
-from fedstats.agree import agree_design
+from fedstats.agree import Agreement, agree_design
 from fedstats.design import Level
 from fedstats.errors import (
     ConvergenceWarning,
@@ -37,6 +37,7 @@ from fedstats.errors import (
 )
 from fedstats.federation import Federation
 from fedstats.privacy import ClientDP, RecordDP
+from fedstats.private_release import DpRequest
 from fedstats.results import LogisticRegressionResults, Provenance
 
 
@@ -122,6 +123,21 @@ class LogisticRegression:
     def __repr__(self) -> str:
         return f"LogisticRegression({self.formula!r}, site_intercepts={self.site_intercepts})"
 
+    def agree(
+        self, federation: Federation, analysis: str, dp: DpRequest | None = None
+    ) -> Agreement:
+        """Agree on this model's design with every site (:func:`fedstats.agree.agree_design`)."""
+        return agree_design(
+            federation,
+            self.formula,
+            analysis=analysis,
+            levels=self.levels,
+            site_intercepts=self.site_intercepts,
+            offset=self.offset,
+            missing=self.missing,
+            dp=dp,
+        )
+
     def fit(
         self,
         federation: Federation,
@@ -154,15 +170,7 @@ class LogisticRegression:
             )
         started = datetime.now(UTC)
         analysis = federation.new_analysis("logistic")
-        agreement = agree_design(
-            federation,
-            self.formula,
-            analysis=analysis,
-            levels=self.levels,
-            site_intercepts=self.site_intercepts,
-            offset=self.offset,
-            missing=self.missing,
-        )
+        agreement = self.agree(federation, analysis)
         spec, counts = agreement.spec, agreement.counts
         names = list(spec.columns)
         beta = np.zeros(len(names))

@@ -36,7 +36,6 @@ import dp_accounting
 import numpy as np
 
 import accounting
-from fedstats.agree import agree_design
 from fedstats.design import SITE_COLUMN
 from fedstats.errors import PlannedBudgetError, StudyConfigurationError
 from fedstats.federation import Federation
@@ -81,16 +80,7 @@ def fit_private(
         if record is not None
         else None
     )
-    agreement = agree_design(
-        federation,
-        model.formula,
-        analysis=analysis,
-        levels=model.levels,
-        site_intercepts=model.site_intercepts,
-        offset=model.offset,
-        missing=model.missing,
-        dp=counts_dp,
-    )
+    agreement = model.agree(federation, analysis, dp=counts_dp)
     spec = agreement.spec
     scaling = feature_scaling(agreement.layout, spec.columns, bounds, federation.sites)
     row_norm = (
