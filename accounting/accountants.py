@@ -255,10 +255,25 @@ def pld_epsilon(
     ------
     UnsupportedMechanism
         If the PLD accountant cannot account one of the events (e.g. fixed-size
-        batches, which dp_accounting's PLD accountant does not support).
+        batches, which dp_accounting's PLD accountant does not support), or
+        cannot discretise it (a vanishing noise multiplier needs an unbounded
+        grid: dp_accounting then fails to allocate it).
     """
     delta = check_delta(delta)
     relation = Neighbouring.parse(neighbouring)
     accountant = PLDAccountant(relation.to_dp_accounting(), value_discretization_interval)
-    _compose(accountant, group_events(_events(events)), relation, "PLD")
-    return float(accountant.get_epsilon(delta))
+    grouped = group_events(_events(events))
+    try:
+        _compose(accountant, grouped, relation, "PLD")
+        return float(accountant.get_epsilon(delta))
+    except (MemoryError, OverflowError) as error:
+        reason = (
+            f"its privacy-loss distribution cannot be discretised at interval "
+            f"{value_discretization_interval:g} ({type(error).__name__})"
+        )
+        raise UnsupportedMechanism(
+            f"{describe_event(grouped)}: {reason}; the RDP figure still holds",
+            mechanism=type(grouped).__name__,
+            accountant="PLD",
+            reason=reason,
+        ) from None

@@ -34,6 +34,20 @@ SITE_COLUMN = "site[{}]"
 """Name of a site's own intercept column when ``site_intercepts=True``."""
 
 
+WIRE_FIELDS = (
+    "formula",
+    "outcome",
+    "variables",
+    "levels",
+    "columns",
+    "site_intercepts",
+    "sites",
+    "offset",
+    "missing",
+)
+"""The fields of a design on the wire (:meth:`DesignSpec.to_wire`), in order."""
+
+
 @dataclass(frozen=True)
 class DesignSpec:
     """Everything a site needs to build the agreed design matrix.
@@ -80,19 +94,8 @@ class DesignSpec:
         """Rebuild a spec from a request; raises ``ValueError`` describing what is malformed."""
         if not isinstance(wire, dict):
             raise ValueError("the design must be a mapping")
-        expected = {
-            "formula",
-            "outcome",
-            "variables",
-            "levels",
-            "columns",
-            "site_intercepts",
-            "sites",
-            "offset",
-            "missing",
-        }
-        if set(wire) != expected:
-            raise ValueError(f"the design must hold exactly {sorted(expected)}")
+        if set(wire) != set(WIRE_FIELDS):
+            raise ValueError(f"the design must hold exactly {sorted(WIRE_FIELDS)}")
         if not all(isinstance(wire[k], str) for k in ("formula", "outcome")):
             raise ValueError("formula and outcome must be strings")
         for key in ("variables", "columns", "sites"):

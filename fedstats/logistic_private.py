@@ -72,7 +72,7 @@ def fit_private(
     informed = information_rounds(rounds)
     sigma_c = client.sigma() if client else None
     if record is not None:
-        _preview_sites(federation, record.planned_event(), analysis)
+        _preview_sites(federation, record.planned_event(sigmas), analysis)
     if client is not None:
         _preview_coordinator(federation, client, sigma_c)
     counts_dp = (
@@ -148,7 +148,7 @@ def fit_private(
     truth = _floored(released_info, released_floor / 10)
     cov_scaled = np.linalg.inv(truth) + noise_covariance(truth, beta, start, noise_plan, rng)
     A = unscale(spec.columns, scaling, federation.sites)
-    account = _account(federation, record, client, sigma_c, rounds, row_norm, last_replies)
+    account = _account(federation, record, sigmas, client, sigma_c, rounds, row_norm, last_replies)
     provenance = Provenance.from_inventory(
         federation.inventory,
         study=federation.study,
@@ -407,6 +407,7 @@ def _floored(hessian: np.ndarray, floor: float) -> np.ndarray:
 def _account(
     federation: Federation,
     record: RecordDP | None,
+    sigmas: dict[tuple[int, str], float],
     client: ClientDP | None,
     sigma_c: float | None,
     rounds: int,
@@ -415,7 +416,7 @@ def _account(
 ) -> PrivacyAccount:
     scopes = []
     if record is not None:
-        rdp, pld = fit_epsilon(record.planned_event(), record.delta)
+        rdp, pld = fit_epsilon(record.planned_event(sigmas), record.delta)
         for site in federation.sites:
             reply = replies.get(site, {})
             scopes.append(
@@ -427,7 +428,7 @@ def _account(
                     delta=record.delta,
                     cumulative_epsilon=reply.get("dp_epsilon_spent"),
                     budget_epsilon=reply.get("dp_budget_epsilon"),
-                    noise_multipliers=tuple(record.noise_multipliers().values()),
+                    noise_multipliers=tuple(sigmas.values()),
                     releases=record.releases,
                     fixed_seed=bool(reply.get("dp_fixed_seed", False)),
                 )

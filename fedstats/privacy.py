@@ -131,10 +131,16 @@ class RecordDP:
         total = sum(r.weight for r in plan)
         return {(r.round, r.group): single * math.sqrt(total / r.weight) for r in plan}
 
-    def planned_event(self) -> dp_accounting.DpEvent:
-        """Every Gaussian mechanism a site will run for the fit, composed."""
+    def planned_event(
+        self, sigmas: dict[tuple[int, str], float] | None = None
+    ) -> dp_accounting.DpEvent:
+        """Every Gaussian mechanism a site will run for the fit, composed.
+
+        ``sigmas``: the fit's :meth:`noise_multipliers`, when already computed.
+        """
+        sigmas = self.noise_multipliers() if sigmas is None else sigmas
         return dp_accounting.ComposedDpEvent(
-            [dp_accounting.GaussianDpEvent(s) for s in self.noise_multipliers().values()]
+            [dp_accounting.GaussianDpEvent(s) for s in sigmas.values()]
         )
 
 
@@ -260,8 +266,7 @@ def fit_epsilon(event: dp_accounting.DpEvent, delta: float) -> tuple[float, floa
     rdp = accounting.rdp_epsilon([event], delta)
     try:
         pld = accounting.pld_epsilon([event], delta)
-    except (accounting.UnsupportedMechanism, MemoryError, OverflowError, ValueError):
-        # PLD cannot discretise some events (e.g. vanishing noise needs an unbounded grid)
+    except accounting.UnsupportedMechanism:
         pld = None
     return rdp, pld
 

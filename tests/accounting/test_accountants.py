@@ -405,3 +405,18 @@ def test_unknown_event_classes_cannot_be_encoded():
         accounting.event_to_json(HomeMadeDpEvent(1.0))
     with pytest.raises(accounting.MalformedEvent):
         accounting.event_to_json(Gaussian(float("nan")))
+
+
+def test_pld_refuses_a_vanishing_noise_it_cannot_discretise_and_the_ledger_reports_it(tmp_path):
+    """A noise multiplier of 1e-5 needs a PLD grid dp_accounting cannot allocate: PLD says
+    so (UnsupportedMechanism), while RDP still accounts it and the ledger stays usable."""
+    tiny = dp_accounting.GaussianDpEvent(1e-5)
+    with pytest.raises(accounting.UnsupportedMechanism, match="cannot be discretised"):
+        accounting.pld_epsilon([tiny], 1e-6)
+    ledger = accounting.Ledger(tmp_path / "tiny.ledger")
+    scope = accounting.Scope(unit="patient", owner="site", study="s")
+    ledger.set_budget(scope, epsilon=1e15, delta=1e-6)
+    ledger.charge(scope, tiny)
+    spent = ledger.spent(scope)
+    assert spent.epsilon == pytest.approx(accounting.rdp_epsilon([tiny], 1e-6))
+    assert spent.epsilon_pld is None and "discretised" in spent.pld_note

@@ -12,6 +12,7 @@ from hypothesis.extra import numpy as hnp
 import fedstats
 from fedstats import codec
 from fedstats.agree import agree_design
+from fedstats.design import WIRE_FIELDS
 from fedstats.errors import (
     DisclosureError,
     InternalSiteError,
@@ -301,19 +302,7 @@ def test_any_request_gets_a_well_formed_reply(task, args):
 
 
 @given(
-    key=st.sampled_from(
-        [
-            "formula",
-            "outcome",
-            "variables",
-            "levels",
-            "columns",
-            "site_intercepts",
-            "sites",
-            "offset",
-            "missing",
-        ]
-    ),
+    key=st.sampled_from(WIRE_FIELDS),
     value=json_like,
     task=st.sampled_from(["prepare", "logistic.summaries"]),
 )
