@@ -90,6 +90,17 @@ def harmonize(
             "today); date-shifted sources such as MIMIC-IV need a later date.",
         ),
     ] = None,
+    memory_limit: Annotated[
+        str, typer.Option(help="Memory the record store (DuckDB) may use, e.g. 1GB or 4GB.")
+    ] = "1GB",
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            help="Processes validating large FHIR NDJSON files (default: the machine's cores, "
+            "at most 4).",
+        ),
+    ] = None,
 ) -> None:
     """Harmonise this site's FHIR or OMOP data into the study's analysis frame.
 
@@ -127,7 +138,14 @@ def harmonize(
         _fail(str(error), HarmonizeExit.CONFIGURATION)
     try:
         result = run_harmonize(
-            study, site=site, fhir=fhir, omop=omop, max_rejected_share=max_rejected_share
+            study,
+            site=site,
+            fhir=fhir,
+            omop=omop,
+            max_rejected_share=max_rejected_share,
+            latest_date=latest_date.date() if latest_date else None,
+            memory_limit=memory_limit,
+            workers=workers,
         )
     except HarmonizationFailed as failed:
         write_report(failed.report, out)
@@ -287,3 +305,7 @@ def _compare_with_pooled(
         "llf": abs(result.llf - reference.llf),
     }
     return table, largest
+
+
+if __name__ == "__main__":
+    app()

@@ -15,10 +15,11 @@ RxNorm 314231 (simvastatin 10 mg oral tablet; OMOP 1539463).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
+import duckdb
 import numpy as np
 import pandas as pd
 
@@ -49,272 +50,328 @@ class SyntheticEHR:
 
 
 def synthetic_ehr(n_patients: int, *, seed: int, measurements_per_patient: int = 4) -> SyntheticEHR:
-    """Reproducible synthetic patients with visits, labs, diagnoses, drugs and deaths."""
+    """Reproducible synthetic patients with visits, labs, diagnoses, drugs and deaths.
+
+    Every patient has a first visit and three more up to death or mid-2024,
+    ``measurements_per_patient`` measurements (systolic blood pressure and BMI
+    in turn) in the four years before the first visit, each condition with
+    probability 0.3 before it and a statin prescription with probability 0.3
+    in the year before it; a quarter die. Dates are ``datetime64[D]``
+    columns. Built with array operations, so a benchmark can ask for 100,000
+    patients and millions of measurements.
+    """
     rng = np.random.default_rng(seed)
-    ids = [f"p{i:07d}" for i in range(n_patients)]
-    birth = pd.to_datetime("1930-01-01") + pd.to_timedelta(
-        rng.integers(0, 60 * 365, n_patients), unit="D"
-    )
-    sex = rng.choice(["female", "male"], n_patients)
-    first_visit = birth + pd.to_timedelta(rng.integers(20 * 365, 70 * 365, n_patients), unit="D")
-    first_visit = first_visit.where(
-        first_visit < pd.Timestamp("2020-01-01"), pd.Timestamp("2019-06-01")
-    )
-    dies = rng.random(n_patients) < 0.25
-    death = first_visit + pd.to_timedelta(rng.integers(30, 6000, n_patients), unit="D")
-    death = pd.Series(death).where(dies & (death < pd.Timestamp("2024-01-01")))
+    n = n_patients
+    ids = pd.Series(np.arange(n)).map("p{:07d}".format).to_numpy(dtype=object)
+    birth = np.datetime64("1930-01-01") + rng.integers(0, 60 * 365, n).astype("timedelta64[D]")
+    sex = rng.choice(np.array(["female", "male"], dtype=object), n)
+    first_visit = birth + rng.integers(20 * 365, 70 * 365, n).astype("timedelta64[D]")
+    first_visit = np.minimum(first_visit, np.datetime64("2019-06-01"))
+    dies = rng.random(n) < 0.25
+    death = first_visit + rng.integers(30, 6000, n).astype("timedelta64[D]")
+    death = np.where(dies & (death < np.datetime64("2024-01-01")), death, np.datetime64("NaT"))
     patients = pd.DataFrame(
+        {"person_id": ids, "birth_date": birth, "sex": sex, "death_date": death}
+    )
+
+    end = np.where(np.isnat(death), np.datetime64("2024-06-30"), death)
+    span = np.maximum(1, (end - first_visit).astype(np.int64))
+    offsets = np.sort(rng.integers(0, span[:, None], (n, 3)), axis=1)
+    offsets = np.concatenate([np.zeros((n, 1), dtype=np.int64), offsets], axis=1)
+    visits = pd.DataFrame(
         {
-            "person_id": ids,
-            "birth_date": birth.date,
-            "sex": sex,
-            "death_date": [d.date() if pd.notna(d) else None for d in death],
+            "visit_id": _ids("v", n, 4),
+            "person_id": np.repeat(ids, 4),
+            "date": np.repeat(first_visit, 4) + offsets.ravel().astype("timedelta64[D]"),
         }
     )
-    visits, measures, conditions, scripts = [], [], [], []
-    for i, pid in enumerate(ids):
-        start = first_visit[i]
-        end = death.iloc[i] if pd.notna(death.iloc[i]) else pd.Timestamp("2024-06-30")
-        days = sorted(rng.integers(0, max(1, (end - start).days), 3))
-        for k, offset in enumerate([0, *days]):
-            visits.append((f"v{i}-{k}", pid, (start + timedelta(days=int(offset))).date()))
-        for m in range(measurements_per_patient):
-            kind = "sbp" if m % 2 == 0 else "bmi"
-            when = (start - timedelta(days=int(rng.integers(0, 1500)))).date()
-            value = rng.normal(135, 18) if kind == "sbp" else rng.normal(28, 5)
-            measures.append((f"m{i}-{m}", pid, kind, when, round(float(value), 1)))
-        for kind in CONDITIONS:
-            if rng.random() < 0.3:
-                when = (start - timedelta(days=int(rng.integers(0, 3000)))).date()
-                conditions.append((f"c{i}-{kind}", pid, kind, when))
-        if rng.random() < 0.3:
-            when = (start - timedelta(days=int(rng.integers(0, 300)))).date()
-            scripts.append((f"r{i}", pid, when))
+
+    m = measurements_per_patient
+    kinds = np.tile(np.array(["sbp", "bmi"], dtype=object), m // 2 + 1)[:m]
+    kind = np.tile(kinds, n)
+    is_sbp = kind == "sbp"
+    value = np.where(is_sbp, rng.normal(135, 18, n * m), rng.normal(28, 5, n * m)).round(1)
+    measurements = pd.DataFrame(
+        {
+            "id": _ids("m", n, m),
+            "person_id": np.repeat(ids, m),
+            "kind": kind,
+            "date": np.repeat(first_visit, m)
+            - rng.integers(0, 1500, n * m).astype("timedelta64[D]"),
+            "value": value,
+        }
+    )
+
+    condition_parts = []
+    for kind_name in CONDITIONS:
+        has = rng.random(n) < 0.3
+        before = rng.integers(0, 3000, n).astype("timedelta64[D]")
+        condition_parts.append(
+            pd.DataFrame(
+                {
+                    "id": pd.Series(np.flatnonzero(has)).map(f"c{{}}-{kind_name}".format),
+                    "person_id": ids[has],
+                    "kind": kind_name,
+                    "date": (first_visit - before)[has],
+                }
+            )
+        )
+    conditions = pd.concat(condition_parts, ignore_index=True)
+
+    takes = rng.random(n) < 0.3
+    before = rng.integers(0, 300, n).astype("timedelta64[D]")
+    prescriptions = pd.DataFrame(
+        {
+            "id": pd.Series(np.flatnonzero(takes)).map("r{}".format),
+            "person_id": ids[takes],
+            "date": (first_visit - before)[takes],
+        }
+    )
     return SyntheticEHR(
         patients=patients,
-        visits=pd.DataFrame(visits, columns=["visit_id", "person_id", "date"]),
-        measurements=pd.DataFrame(measures, columns=["id", "person_id", "kind", "date", "value"]),
-        conditions=pd.DataFrame(conditions, columns=["id", "person_id", "kind", "date"]),
-        prescriptions=pd.DataFrame(scripts, columns=["id", "person_id", "date"]),
+        visits=visits,
+        measurements=measurements,
+        conditions=conditions,
+        prescriptions=prescriptions,
     )
+
+
+def _ids(prefix: str, n: int, per_patient: int) -> np.ndarray:
+    """``"<prefix><patient>-<k>"`` for every patient and k < per_patient, patient-major."""
+    patient = np.repeat(np.arange(n), per_patient).astype(str).astype(object)
+    k = np.tile(np.arange(per_patient), n).astype(str).astype(object)
+    return prefix + patient + "-" + k
+
+
+def _iso(dates: pd.Series | np.ndarray) -> np.ndarray:
+    """ISO dates as text (``None`` for a missing date)."""
+    values = np.asarray(dates, dtype="datetime64[D]")
+    text = values.astype(str).astype(object)
+    text[np.isnat(values)] = None
+    return text
 
 
 def write_fhir_ndjson(ehr: SyntheticEHR, folder: str | Path) -> Path:
     """Write Bulk Data NDJSON files (one per resource type) into ``folder``."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
+    for name, resources in _fhir_resources(ehr).items():
+        with (folder / f"{name}.000.ndjson").open("w", encoding="utf-8") as handle:
+            for resource in resources:
+                handle.write(json.dumps(resource, separators=(",", ":")) + "\n")
+    return folder
+
+
+def _fhir_resources(ehr: SyntheticEHR) -> dict[str, Iterator[dict]]:
+    """Generators of FHIR R4 resources, by resource type."""
 
     def ref(pid: str) -> dict:
         return {"reference": f"Patient/{pid}"}
 
-    def write(name: str, resources) -> None:
-        with (folder / f"{name}.000.ndjson").open("w", encoding="utf-8") as handle:
-            for resource in resources:
-                handle.write(json.dumps(resource, separators=(",", ":")) + "\n")
+    def coded(system: str, code: str, display: str) -> dict:
+        return {"coding": [{"system": system, "code": code, "display": display}]}
 
-    write(
-        "Patient",
-        (
+    p, v, m, c, r = ehr.patients, ehr.visits, ehr.measurements, ehr.conditions, ehr.prescriptions
+    ambulatory = {"system": "http://terminology.hl7.org/CodeSystem/v3-ActCode", "code": "AMB"}
+    measure = {kind: coded(LOINC, code, display) for kind, (code, display, *_) in MEASURES.items()}
+    condition = {
+        kind: coded(SNOMED, code, display) for kind, (code, display, _) in CONDITIONS.items()
+    }
+    statin = coded(RXNORM, STATIN[0], STATIN[1])
+    return {
+        "Patient": (
             {
                 "resourceType": "Patient",
-                "id": p.person_id,
-                "gender": p.sex,
-                "birthDate": p.birth_date.isoformat(),
-                **({"deceasedDateTime": p.death_date.isoformat()} if p.death_date else {}),
+                "id": pid,
+                "gender": sex,
+                "birthDate": birth,
+                **({"deceasedDateTime": death} if death else {}),
             }
-            for p in ehr.patients.itertuples()
+            for pid, sex, birth, death in zip(
+                p["person_id"], p["sex"], _iso(p["birth_date"]), _iso(p["death_date"]), strict=True
+            )
         ),
-    )
-    write(
-        "Encounter",
-        (
+        "Encounter": (
             {
                 "resourceType": "Encounter",
-                "id": v.visit_id,
+                "id": vid,
                 "status": "finished",
-                "class": {
-                    "system": "http://terminology.hl7.org/CodeSystem/v3-ActCode",
-                    "code": "AMB",
-                },
-                "subject": ref(v.person_id),
-                "period": {"start": v.date.isoformat()},
+                "class": ambulatory,
+                "subject": ref(pid),
+                "period": {"start": day},
             }
-            for v in ehr.visits.itertuples()
+            for vid, pid, day in zip(v["visit_id"], v["person_id"], _iso(v["date"]), strict=True)
         ),
-    )
-    write(
-        "Observation",
-        (
+        "Observation": (
             {
                 "resourceType": "Observation",
-                "id": m.id,
+                "id": mid,
                 "status": "final",
-                "code": {
-                    "coding": [
-                        {
-                            "system": LOINC,
-                            "code": MEASURES[m.kind][0],
-                            "display": MEASURES[m.kind][1],
-                        }
-                    ]
-                },
-                "subject": ref(m.person_id),
-                "effectiveDateTime": m.date.isoformat(),
+                "code": measure[kind],
+                "subject": ref(pid),
+                "effectiveDateTime": day,
                 "valueQuantity": {
-                    "value": m.value,
-                    "unit": MEASURES[m.kind][2],
+                    "value": float(value),
+                    "unit": MEASURES[kind][2],
                     "system": "http://unitsofmeasure.org",
-                    "code": MEASURES[m.kind][2],
+                    "code": MEASURES[kind][2],
                 },
             }
-            for m in ehr.measurements.itertuples()
+            for mid, pid, kind, day, value in zip(
+                m["id"], m["person_id"], m["kind"], _iso(m["date"]), m["value"], strict=True
+            )
         ),
-    )
-    write(
-        "Condition",
-        (
+        "Condition": (
             {
                 "resourceType": "Condition",
-                "id": c.id,
-                "code": {
-                    "coding": [
-                        {
-                            "system": SNOMED,
-                            "code": CONDITIONS[c.kind][0],
-                            "display": CONDITIONS[c.kind][1],
-                        }
-                    ]
-                },
-                "subject": ref(c.person_id),
-                "onsetDateTime": c.date.isoformat(),
+                "id": cid,
+                "code": condition[kind],
+                "subject": ref(pid),
+                "onsetDateTime": day,
             }
-            for c in ehr.conditions.itertuples()
+            for cid, pid, kind, day in zip(
+                c["id"], c["person_id"], c["kind"], _iso(c["date"]), strict=True
+            )
         ),
-    )
-    write(
-        "MedicationRequest",
-        (
+        "MedicationRequest": (
             {
                 "resourceType": "MedicationRequest",
-                "id": r.id,
+                "id": rid,
                 "status": "completed",
                 "intent": "order",
-                "medicationCodeableConcept": {
-                    "coding": [{"system": RXNORM, "code": STATIN[0], "display": STATIN[1]}]
-                },
-                "subject": ref(r.person_id),
-                "authoredOn": r.date.isoformat(),
+                "medicationCodeableConcept": statin,
+                "subject": ref(pid),
+                "authoredOn": day,
             }
-            for r in ehr.prescriptions.itertuples()
+            for rid, pid, day in zip(r["id"], r["person_id"], _iso(r["date"]), strict=True)
         ),
-    )
-    return folder
+    }
 
 
 def write_omop_csv(ehr: SyntheticEHR, folder: str | Path) -> Path:
-    """Write OMOP CDM 5.4 CSV tables (with a small CONCEPT table) into ``folder``.
+    """Write OMOP CDM 5.4 CSV tables (with a small CONCEPT table) into ``folder``."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, table in omop_tables(ehr).items():
+        table.to_csv(folder / f"{name}.csv", index=False)
+    return folder
+
+
+def write_omop_duckdb(ehr: SyntheticEHR, path: str | Path) -> Path:
+    """Write the OMOP CDM 5.4 tables of :func:`omop_tables` into a new DuckDB file."""
+    path = Path(path)
+    if path.exists():
+        raise FileExistsError(f"{path} exists; give a new file name")
+    with duckdb.connect(str(path)) as connection:
+        for name, table in omop_tables(ehr).items():
+            connection.register("_table", table)
+            connection.execute(f"CREATE TABLE {name} AS SELECT * FROM _table")
+            connection.unregister("_table")
+    return path
+
+
+def omop_tables(ehr: SyntheticEHR) -> dict[str, pd.DataFrame]:
+    """The OMOP CDM 5.4 tables holding the facts of ``ehr``, by table name.
 
     Observation periods run from each person's earliest to latest record, the
     follow-up a FHIR source implies, so both sources give the same frame.
     """
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    key = {pid: i + 1 for i, pid in enumerate(ehr.patients["person_id"])}
+    key = pd.Series(np.arange(1, len(ehr.patients) + 1), index=ehr.patients["person_id"])
     p = ehr.patients
     births = pd.to_datetime(p["birth_date"])
-    pd.DataFrame(
+    tables: dict[str, pd.DataFrame] = {}
+    tables["person"] = pd.DataFrame(
         {
             "person_id": p["person_id"].map(key),
             "gender_concept_id": p["sex"].map({"female": 8532, "male": 8507}),
             "year_of_birth": births.dt.year,
             "month_of_birth": births.dt.month,
             "day_of_birth": births.dt.day,
-            "birth_datetime": births.dt.strftime("%Y-%m-%d 00:00:00"),
+            "birth_datetime": births,
             "race_concept_id": 0,
             "ethnicity_concept_id": 0,
             "person_source_value": p["person_id"],
             "gender_source_value": p["sex"],
         }
-    ).to_csv(folder / "person.csv", index=False)
+    )
+    deaths = p.dropna(subset=["death_date"])
     dates = pd.concat(
         [
             ehr.visits[["person_id", "date"]],
             ehr.measurements[["person_id", "date"]],
             ehr.conditions[["person_id", "date"]],
             ehr.prescriptions[["person_id", "date"]],
-            p.dropna(subset=["death_date"]).rename(columns={"death_date": "date"})[
-                ["person_id", "date"]
-            ],
+            deaths.rename(columns={"death_date": "date"})[["person_id", "date"]],
         ]
     )
     span = dates.groupby("person_id")["date"].agg(["min", "max"]).reset_index()
-    pd.DataFrame(
+    tables["observation_period"] = pd.DataFrame(
         {
-            "observation_period_id": range(1, len(span) + 1),
+            "observation_period_id": np.arange(1, len(span) + 1),
             "person_id": span["person_id"].map(key),
             "observation_period_start_date": span["min"],
             "observation_period_end_date": span["max"],
             "period_type_concept_id": 32817,
         }
-    ).to_csv(folder / "observation_period.csv", index=False)
+    )
     v = ehr.visits
-    pd.DataFrame(
+    tables["visit_occurrence"] = pd.DataFrame(
         {
-            "visit_occurrence_id": range(1, len(v) + 1),
+            "visit_occurrence_id": np.arange(1, len(v) + 1),
             "person_id": v["person_id"].map(key),
             "visit_concept_id": 9202,
             "visit_start_date": v["date"],
             "visit_end_date": v["date"],
             "visit_type_concept_id": 32817,
         }
-    ).to_csv(folder / "visit_occurrence.csv", index=False)
+    )
     m = ehr.measurements
-    pd.DataFrame(
+    measure = MEASURES
+    tables["measurement"] = pd.DataFrame(
         {
-            "measurement_id": range(1, len(m) + 1),
+            "measurement_id": np.arange(1, len(m) + 1),
             "person_id": m["person_id"].map(key),
-            "measurement_concept_id": m["kind"].map(lambda k: MEASURES[k][3]),
+            "measurement_concept_id": m["kind"].map({k: s[3] for k, s in measure.items()}),
             "measurement_date": m["date"],
             "measurement_type_concept_id": 32817,
             "value_as_number": m["value"],
-            "unit_concept_id": m["kind"].map(lambda k: UCUM_CONCEPTS[MEASURES[k][2]]),
-            "unit_source_value": m["kind"].map(lambda k: MEASURES[k][2]),
+            "unit_concept_id": m["kind"].map({k: UCUM_CONCEPTS[s[2]] for k, s in measure.items()}),
+            "unit_source_value": m["kind"].map({k: s[2] for k, s in measure.items()}),
         }
-    ).to_csv(folder / "measurement.csv", index=False)
+    )
     c = ehr.conditions
-    pd.DataFrame(
+    tables["condition_occurrence"] = pd.DataFrame(
         {
-            "condition_occurrence_id": range(1, len(c) + 1),
+            "condition_occurrence_id": np.arange(1, len(c) + 1),
             "person_id": c["person_id"].map(key),
-            "condition_concept_id": c["kind"].map(lambda k: CONDITIONS[k][2]),
+            "condition_concept_id": c["kind"].map({k: s[2] for k, s in CONDITIONS.items()}),
             "condition_start_date": c["date"],
             "condition_type_concept_id": 32817,
         }
-    ).to_csv(folder / "condition_occurrence.csv", index=False)
+    )
     r = ehr.prescriptions
-    pd.DataFrame(
+    tables["drug_exposure"] = pd.DataFrame(
         {
-            "drug_exposure_id": range(1, len(r) + 1),
+            "drug_exposure_id": np.arange(1, len(r) + 1),
             "person_id": r["person_id"].map(key),
             "drug_concept_id": STATIN[2],
             "drug_exposure_start_date": r["date"],
             "drug_exposure_end_date": r["date"],
             "drug_type_concept_id": 32817,
         }
-    ).to_csv(folder / "drug_exposure.csv", index=False)
-    d = p.dropna(subset=["death_date"])
-    pd.DataFrame(
+    )
+    tables["death"] = pd.DataFrame(
         {
-            "person_id": d["person_id"].map(key),
-            "death_date": d["death_date"],
+            "person_id": deaths["person_id"].map(key),
+            "death_date": deaths["death_date"],
             "death_type_concept_id": 32817,
         }
-    ).to_csv(folder / "death.csv", index=False)
+    )
     concepts = [(k[3], k[1], "Measurement", "LOINC", k[0]) for k in MEASURES.values()]
     concepts += [(k[2], k[1], "Condition", "SNOMED", k[0]) for k in CONDITIONS.values()]
     concepts += [(STATIN[2], STATIN[1], "Drug", "RxNorm", STATIN[0])]
     concepts += [(cid, unit, "Unit", "UCUM", unit) for unit, cid in UCUM_CONCEPTS.items()]
-    pd.DataFrame(
+    tables["concept"] = pd.DataFrame(
         [
             {
                 "concept_id": cid,
@@ -324,13 +381,13 @@ def write_omop_csv(ehr: SyntheticEHR, folder: str | Path) -> Path:
                 "concept_class_id": "Clinical Observation",
                 "standard_concept": "S",
                 "concept_code": code,
-                "valid_start_date": "1970-01-01",
-                "valid_end_date": "2099-12-31",
+                "valid_start_date": pd.Timestamp("1970-01-01"),
+                "valid_end_date": pd.Timestamp("2099-12-31"),
             }
             for cid, name, domain, vocab, code in concepts
         ]
-    ).to_csv(folder / "concept.csv", index=False)
-    return folder
+    )
+    return tables
 
 
 def person_keys(ehr: SyntheticEHR) -> dict[str, str]:

@@ -27,17 +27,27 @@ Rows are buffered per table and appended to the store every ``batch_size``
 rows: memory stays bounded whatever the size of an NDJSON file (a ``.json``
 Bundle is one JSON document and is parsed whole). The ids already seen are
 kept, per resource type, to refuse duplicates: about 100 bytes per resource.
+
+Validating a resource with ``fhir.resources`` costs about 0.1 ms, which
+dominates large exports; NDJSON files may therefore be validated by several
+processes (``workers``), each taking chunks of lines. The main process takes
+their decisions in file order, checks duplicates and writes the store, so
+the result does not depend on the number of workers, and only a few chunks
+per worker are in flight at a time.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import date
-from itertools import chain
+from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +60,7 @@ from harmonize.fhir_mapping import (
     USED_TYPES,
     Exclusion,
     Rejection,
+    Rows,
     clip,
     status_exclusion,
     to_rows,
@@ -66,6 +77,11 @@ _REJECTED_COLUMNS = ["source", "location", "record_type", "record_id", "field", 
 _COLUMNS = {"persons": PERSON_COLUMNS, "events": EVENT_COLUMNS, "rejected": _REJECTED_COLUMNS}
 _SUFFIXES = (".json", ".ndjson")
 _FIRST_REASONS = 3
+PARALLEL_MIN_BYTES = 64 * 2**20
+"""NDJSON files this large are validated by several processes unless ``workers`` says."""
+MAX_AUTO_WORKERS = 4
+CHUNK_LINES = 2_000
+CHUNKS_IN_FLIGHT_PER_WORKER = 3
 
 
 def read_fhir(
@@ -75,6 +91,7 @@ def read_fhir(
     max_rejected_share: float = 0.10,
     today: date | None = None,
     batch_size: int = 50_000,
+    workers: int | None = None,
 ) -> None:
     """Read FHIR R4 Bundles and NDJSON files into ``store``, accounting for every record.
 
@@ -97,6 +114,10 @@ def read_fhir(
         day of the call).
     batch_size
         Rows buffered per table before they are appended to the store.
+    workers
+        Processes validating NDJSON lines. ``None``: the machine's cores (at
+        most 4) for NDJSON files of at least 64 MB, else one; ``1``: this
+        process only; more: that many for every NDJSON file.
 
     Raises
     ------
@@ -111,18 +132,24 @@ def read_fhir(
         raise ValueError(f"max_rejected_share must be within [0, 1], got {max_rejected_share}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    reader = _Reader(store, today or date.today(), batch_size)
-    for path in _input_files(paths):
-        tally = reader.read_file(path)
-        read = sum(tally.read.values())
-        if read and tally.rejected / read > max_rejected_share:
-            raise HarmonizationError(
-                f"{path}: {tally.rejected} of {read} records rejected "
-                f"({tally.rejected / read:.1%}, more than max_rejected_share "
-                f"{max_rejected_share:.1%}); first reasons: {'; '.join(tally.reasons)}. "
-                "The file is unusable as a whole: fix the export, or raise max_rejected_share "
-                "after reviewing the store's rejected table."
-            )
+    if workers is not None and workers < 1:
+        raise ValueError(f"workers must be at least 1, got {workers}")
+    with _Reader(store, today or date.today(), batch_size, workers) as reader:
+        for path in _input_files(paths):
+            _check_share(path, reader.read_file(path), max_rejected_share)
+
+
+def _check_share(path: Path, tally: _Tally, max_rejected_share: float) -> None:
+    """Stop the run when ``path`` has more rejected records than ``max_rejected_share``."""
+    read = sum(tally.read.values())
+    if read and tally.rejected / read > max_rejected_share:
+        raise HarmonizationError(
+            f"{path}: {tally.rejected} of {read} records rejected "
+            f"({tally.rejected / read:.1%}, more than max_rejected_share "
+            f"{max_rejected_share:.1%}); first reasons: {'; '.join(tally.reasons)}. "
+            "The file is unusable as a whole: fix the export, or raise max_rejected_share "
+            "after reviewing the store's rejected table."
+        )
 
 
 def _input_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -169,15 +196,92 @@ class _Tally:
     reasons: list[str] = field(default_factory=list)
 
 
-class _Reader:
-    """One run: row buffers, the ids seen so far, and the per-record decision."""
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What one record becomes, decided without the run's state (so in any process).
 
-    def __init__(self, store: RecordStore, today: date, batch_size: int) -> None:
+    ``model_id`` is the validated resource's id, which the run checks for
+    duplicates before it applies ``outcome``.
+    """
+
+    record_type: str
+    record_id: str | None
+    model_id: str | None
+    outcome: Rows | Exclusion | Rejection
+
+
+def decide(resource: object, record_ref: str, today: date) -> Decision:
+    """Validate and map one parsed record (see the module docstring for the rules)."""
+    if not isinstance(resource, dict):
+        problem = Rejection(None, f"not a JSON object but {type(resource).__name__}")
+        return Decision("unknown", None, None, problem)
+    resource_type = resource.get("resourceType")
+    if not isinstance(resource_type, str) or not resource_type:
+        problem = Rejection("resourceType", "missing resourceType")
+        return Decision("unknown", _record_id(resource), None, problem)
+    resource_type = clip(resource_type, 64)
+    if resource_type not in USED_TYPES:
+        return Decision(resource_type, None, None, Exclusion(NOT_USED))
+    record_id = _record_id(resource)
+    model = validate(resource_type, resource)
+    if isinstance(model, Rejection):
+        return Decision(resource_type, record_id, None, model)
+    outcome = status_exclusion(resource_type, model) or to_rows(
+        resource_type, model, record_ref, today
+    )
+    return Decision(resource_type, record_id, model.id, outcome)
+
+
+def decide_line(line: bytes, record_ref: str, today: date) -> Decision:
+    """:func:`decide` for one NDJSON line, which may not even be JSON."""
+    try:
+        resource = json.loads(line)
+    except (ValueError, RecursionError) as error:
+        return Decision("unknown", None, None, Rejection(None, clip(f"malformed JSON: {error}")))
+    return decide(resource, record_ref, today)
+
+
+def _decide_chunk(
+    chunk: list[tuple[int, bytes]], source: str, today: date
+) -> list[tuple[str, Decision]]:
+    """Decisions for a chunk of numbered NDJSON lines (run in a worker process)."""
+    return [(f"line {n}", decide_line(line, f"{source}:line {n}", today)) for n, line in chunk]
+
+
+class _Reader:
+    """One run: row buffers, the ids seen so far, the worker pool, and applying decisions."""
+
+    def __init__(
+        self, store: RecordStore, today: date, batch_size: int, workers: int | None
+    ) -> None:
         self.store = store
         self.today = today
         self.batch_size = batch_size
+        self.workers = workers
+        self.pool: ProcessPoolExecutor | None = None
         self.buffers: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _COLUMNS}
         self.seen: dict[str, set[str]] = {name: set() for name in USED_TYPES}
+
+    def __enter__(self) -> _Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+
+    def _workers_for(self, path: Path) -> int:
+        if self.workers is not None:
+            return self.workers
+        if path.stat().st_size < PARALLEL_MIN_BYTES:
+            return 1
+        return max(1, min(MAX_AUTO_WORKERS, os.cpu_count() or 1))
+
+    def _pool(self, workers: int) -> ProcessPoolExecutor:
+        if self.pool is None:
+            # spawn: workers must not inherit the store's DuckDB threads and locks
+            context = multiprocessing.get_context("spawn")
+            self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
+        return self.pool
 
     # ------------------------------------------------------------ files
     def read_file(self, path: Path) -> _Tally:
@@ -190,6 +294,11 @@ class _Reader:
                 self._read_json(path, source, tally)
         except OSError as error:
             raise HarmonizationError(f"{path}: cannot read ({error})") from None
+        except BrokenProcessPool as error:
+            raise HarmonizationError(
+                f"{path}: a validating process died ({error}); rerun with workers=1 "
+                "(--workers 1) or with more memory"
+            ) from None
         for table in _COLUMNS:
             self._flush(table)
         for record_type, n in sorted(tally.read.items()):
@@ -206,25 +315,22 @@ class _Reader:
         if not isinstance(document, dict) or not isinstance(document.get("resourceType"), str):
             raise HarmonizationError(f"{path}: not a FHIR Bundle or resource (no resourceType)")
         if document["resourceType"] != "Bundle":
-            self._record(source, "resource", document, tally)
+            self._apply(
+                source, "resource", decide(document, f"{source}:resource", self.today), tally
+            )
             return
         entries = document.get("entry", [])
         if not isinstance(entries, list):
             raise HarmonizationError(f"{path}: Bundle.entry is not a list")
         for index, entry in enumerate(entries):
+            location = f"entry {index}"
             resource = entry.get("resource") if isinstance(entry, dict) else None
             if resource is None:
-                tally.read["unknown"] += 1
-                self._reject(
-                    source,
-                    f"entry {index}",
-                    "unknown",
-                    None,
-                    tally,
-                    Rejection("entry.resource", "Bundle entry without a resource"),
-                )
+                problem = Rejection("entry.resource", "Bundle entry without a resource")
+                decision = Decision("unknown", None, None, problem)
             else:
-                self._record(source, f"entry {index}", resource, tally)
+                decision = decide(resource, f"{source}:{location}", self.today)
+            self._apply(source, location, decision, tally)
 
     def _read_ndjson(self, path: Path, source: str, tally: _Tally) -> None:
         with path.open("rb") as handle:
@@ -236,61 +342,49 @@ class _Reader:
                 tally.read[EXPORT_LOG] += 1 + sum(1 for _ in lines)
                 tally.excluded[(EXPORT_LOG, EXPORT_LOG_REASON)] = tally.read[EXPORT_LOG]
                 return
-            for number, line in chain([first], lines):
-                try:
-                    resource = json.loads(line)
-                except (ValueError, RecursionError) as error:
-                    tally.read["unknown"] += 1
-                    reason = clip(f"malformed JSON: {error}")
-                    self._reject(
-                        source, f"line {number}", "unknown", None, tally, Rejection(None, reason)
-                    )
-                    continue
-                self._record(source, f"line {number}", resource, tally)
+            numbered = chain([first], lines)
+            workers = self._workers_for(path)
+            if workers == 1:
+                for number, line in numbered:
+                    location = f"line {number}"
+                    decision = decide_line(line, f"{source}:{location}", self.today)
+                    self._apply(source, location, decision, tally)
+                return
+            pool = self._pool(workers)
+            in_flight: deque[Future[list[tuple[str, Decision]]]] = deque()
+            for chunk in _chunks(numbered, CHUNK_LINES):
+                in_flight.append(pool.submit(_decide_chunk, chunk, source, self.today))
+                if len(in_flight) >= CHUNKS_IN_FLIGHT_PER_WORKER * workers:
+                    self._apply_chunk(source, in_flight.popleft().result(), tally)
+            while in_flight:
+                self._apply_chunk(source, in_flight.popleft().result(), tally)
 
     # ------------------------------------------------------------ records
-    def _record(self, source: str, location: str, resource: object, tally: _Tally) -> None:
-        """Count one record and decide: rows, excluded at read, or rejected."""
-        if not isinstance(resource, dict):
-            tally.read["unknown"] += 1
-            problem = Rejection(None, f"not a JSON object but {type(resource).__name__}")
-            self._reject(source, location, "unknown", None, tally, problem)
-            return
-        resource_type = resource.get("resourceType")
-        if not isinstance(resource_type, str) or not resource_type:
-            tally.read["unknown"] += 1
-            problem = Rejection("resourceType", "missing resourceType")
-            self._reject(source, location, "unknown", _record_id(resource), tally, problem)
-            return
-        resource_type = clip(resource_type, 64)
-        tally.read[resource_type] += 1
-        if resource_type not in USED_TYPES:
-            tally.excluded[(resource_type, NOT_USED)] += 1
-            return
-        record_id = _record_id(resource)
-        model = validate(resource_type, resource)
-        if isinstance(model, Rejection):
-            self._reject(source, location, resource_type, record_id, tally, model)
-            return
-        if model.id is not None:
-            seen = self.seen[resource_type]
-            if model.id in seen:
-                problem = Rejection("id", "duplicated id")
-                self._reject(source, location, resource_type, record_id, tally, problem)
-                return
-            seen.add(model.id)
-        exclusion: Exclusion | None = status_exclusion(resource_type, model)
-        if exclusion is not None:
-            tally.excluded[(resource_type, exclusion.reason)] += 1
-            return
-        mapped = to_rows(resource_type, model, f"{source}:{location}", self.today)
-        if isinstance(mapped, Rejection):
-            self._reject(source, location, resource_type, record_id, tally, mapped)
-            return
-        buffer = self.buffers[mapped.table]
-        buffer.extend(mapped.rows)
-        if len(buffer) >= self.batch_size:
-            self._flush(mapped.table)
+    def _apply_chunk(
+        self, source: str, decisions: list[tuple[str, Decision]], tally: _Tally
+    ) -> None:
+        for location, decision in decisions:
+            self._apply(source, location, decision, tally)
+
+    def _apply(self, source: str, location: str, decision: Decision, tally: _Tally) -> None:
+        """Count one record and carry out its decision, refusing duplicated ids."""
+        tally.read[decision.record_type] += 1
+        outcome = decision.outcome
+        if decision.model_id is not None:
+            seen = self.seen[decision.record_type]
+            if decision.model_id in seen:
+                outcome = Rejection("id", "duplicated id")
+            else:
+                seen.add(decision.model_id)
+        if isinstance(outcome, Rejection):
+            self._reject(source, location, decision.record_type, decision.record_id, tally, outcome)
+        elif isinstance(outcome, Exclusion):
+            tally.excluded[(decision.record_type, outcome.reason)] += 1
+        else:
+            buffer = self.buffers[outcome.table]
+            buffer.extend(outcome.rows)
+            if len(buffer) >= self.batch_size:
+                self._flush(outcome.table)
 
     def _reject(
         self,
@@ -316,6 +410,11 @@ class _Reader:
         if rows:
             self.store.append(table, pd.DataFrame.from_records(rows, columns=_COLUMNS[table]))
             rows.clear()
+
+
+def _chunks(numbered: Iterator[tuple[int, bytes]], size: int) -> Iterator[list[tuple[int, bytes]]]:
+    while chunk := list(islice(numbered, size)):
+        yield chunk
 
 
 def _record_id(resource: dict[str, Any]) -> str | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import duckdb
 import numpy as np
 import pandas as pd
 
@@ -49,28 +50,33 @@ class FrameResult:
 
 
 def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
-    """The analysis frame (one row per patient, indexed by ``person_id``) and record statuses."""
+    """The analysis frame (one row per patient, indexed by ``person_id``) and record statuses.
+
+    Everything that grows with the number of events -- matching codes to
+    concept sets, the windows, unit conversion, plausibility checks, the
+    last value, the classification of every record -- runs as DuckDB SQL
+    inside the store; only per-patient tables reach pandas. Records this step
+    rejects (implausible values, units that do not convert) are added to the
+    store's ``rejected`` table with source ``harmonize``; calling it again
+    replaces them.
+    """
     con = store.connection
-    con.register("_concepts", _concept_table(spec))
+    con.execute(f"DELETE FROM rejected WHERE source = '{HARMONIZE}'")
+    _create_matches(con, spec)
     try:
         persons = _persons(store)
         index = _index_dates(store, spec)
         cohort, exclusions = _cohort(persons, index, spec)
+        _create_cohort_table(con, cohort)
         follow_up = _follow_up_end(store)
-        matched = _matched_events(store)
-        used: set[str] = set(cohort["record_ref"].dropna())
-        used |= set(cohort["index_ref"].dropna())
-        rejected_here: list[dict] = []
+        _mark_used(con, pd.concat([cohort["record_ref"], cohort["index_ref"]]))
         conversions: list[dict] = []
         frame = pd.DataFrame(index=cohort.index)
         for covariate in spec.covariates:
-            column, refs = _covariate(covariate, cohort, matched, spec, rejected_here, conversions)
-            frame[covariate.name] = column
-            used |= refs
-        outcome, outcome_refs, outcome_exclusions = _outcome(cohort, matched, follow_up, spec)
+            frame[covariate.name] = _covariate(con, covariate, cohort, conversions)
+        outcome, outcome_exclusions = _outcome(con, cohort, follow_up, spec)
         for name, values in outcome.items():
             frame[name] = values
-        used |= outcome_refs
         keep = frame.index.isin(outcome.dropna().index)
         for reason, count in outcome_exclusions.items():
             exclusions[reason] = exclusions.get(reason, 0) + count
@@ -81,12 +87,11 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
                 if missing.any():
                     exclusions[f"missing {covariate.name}"] = int(missing.sum())
                     frame = frame[~missing]
-        used_patients = set(frame.index)
-        for row in rejected_here:
-            store.reject(**row)
-        status = _record_status(store, used, used_patients, {r["location"] for r in rejected_here})
+        status = _record_status(store, frame.index)
     finally:
-        con.unregister("_concepts")
+        for table in _WORK_TABLES:
+            con.execute(f"DROP TABLE IF EXISTS {table}")
+        con.execute("DROP VIEW IF EXISTS _matched")
     return FrameResult(
         frame=frame[spec.columns()],
         record_status=status,
@@ -96,6 +101,39 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
 
 
 # ----------------------------------------------------------------------------- pieces
+
+HARMONIZE = "harmonize"
+"""The ``source`` of the quarantine rows the frame builder adds."""
+
+_WORK_TABLES = ("_concepts", "_cohort", "_used", "_values", "_unit_factors", "_patients")
+
+
+def _create_matches(con: duckdb.DuckDBPyConnection, spec: StudySpec) -> None:
+    """``_concepts`` (the study's concept sets) and the view ``_matched`` of matching events.
+
+    An event matches a set by ``(system, code)`` or by OMOP ``concept_id``;
+    two hash joins, not one join on a disjunction, so matching stays linear
+    in the number of events. ``_matched`` is a view: it is never held whole.
+    """
+    con.register("_concept_rows", _concept_table(spec))
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE _concepts AS SELECT * FROM _concept_rows")
+    finally:
+        con.unregister("_concept_rows")
+    columns = (
+        "e.person_id, e.domain, e.event_date, e.value, e.unit, e.record_ref, "
+        "e.code, e.concept_id, c.set_name"
+    )
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP VIEW _matched AS
+        SELECT {columns} FROM events e
+          JOIN _concepts c ON e.system = c.system AND e.code = c.code
+        UNION
+        SELECT {columns} FROM events e
+          JOIN _concepts c ON e.concept_id = c.concept_id
+        """
+    )
 
 
 def _concept_table(spec: StudySpec) -> pd.DataFrame:
@@ -120,6 +158,7 @@ def _persons(store: RecordStore) -> pd.DataFrame:
         LEFT JOIN (SELECT person_id, event_date FROM events WHERE domain = 'death') d
           USING (person_id)
         GROUP BY p.person_id
+        ORDER BY p.person_id
         """
     )
     return persons.set_index("person_id")
@@ -136,29 +175,15 @@ def _index_dates(store: RecordStore, spec: StudySpec) -> pd.DataFrame:
         """
         parameters = [cohort.entry_start, cohort.entry_end]
     else:
-        sql = f"""
+        sql = """
             SELECT person_id, event_date AS index_date, record_ref AS index_ref
-            FROM ({_MATCH_SQL}) m
+            FROM _matched
             WHERE domain = 'condition' AND set_name = ? AND event_date BETWEEN ? AND ?
             QUALIFY row_number() OVER (PARTITION BY person_id
                                        ORDER BY event_date, record_ref) = 1
         """
         parameters = [cohort.index_concepts, cohort.entry_start, cohort.entry_end]
     return store.frame(sql, parameters).set_index("person_id")
-
-
-_MATCH_SQL = """
-    SELECT DISTINCT e.person_id, e.domain, e.event_date, e.value, e.unit, e.record_ref,
-           e.code, e.concept_id, c.set_name
-    FROM events e
-    JOIN _concepts c
-      ON (c.system IS NOT NULL AND e.system = c.system AND e.code = c.code)
-      OR (c.concept_id IS NOT NULL AND e.concept_id = c.concept_id)
-"""
-
-
-def _matched_events(store: RecordStore) -> pd.DataFrame:
-    return store.frame(_MATCH_SQL)
 
 
 def _cohort(
@@ -182,6 +207,33 @@ def _cohort(
     return cohort[reasons.isna()].copy(), exclusions
 
 
+def _create_cohort_table(con: duckdb.DuckDBPyConnection, cohort: pd.DataFrame) -> None:
+    """``_cohort(person_id, index_date)`` and an empty ``_used(record_ref)``."""
+    rows = pd.DataFrame(
+        {"person_id": cohort.index.astype(object), "index_date": cohort["index_date"]}
+    )
+    con.register("_cohort_rows", rows)
+    try:
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _cohort AS "
+            "SELECT CAST(person_id AS VARCHAR) AS person_id, "
+            "CAST(index_date AS DATE) AS index_date FROM _cohort_rows"
+        )
+    finally:
+        con.unregister("_cohort_rows")
+    con.execute("CREATE OR REPLACE TEMP TABLE _used (record_ref VARCHAR)")
+
+
+def _mark_used(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
+    """Add record references (from pandas) to ``_used``."""
+    rows = pd.DataFrame({"record_ref": refs.dropna().astype(object)})
+    con.register("_used_rows", rows)
+    try:
+        con.execute("INSERT INTO _used SELECT CAST(record_ref AS VARCHAR) FROM _used_rows")
+    finally:
+        con.unregister("_used_rows")
+
+
 def _follow_up_end(store: RecordStore) -> pd.Series:
     ends = store.frame(
         """
@@ -195,71 +247,119 @@ def _follow_up_end(store: RecordStore) -> pd.Series:
     return pd.to_datetime(ends.set_index("person_id")["end_date"])
 
 
+def _window(covariate: Covariate) -> tuple[str, list]:
+    """SQL for the cohort's matched events of ``covariate``'s set within its window."""
+    sql = """
+        SELECT m.* FROM _matched m JOIN _cohort c USING (person_id)
+        WHERE m.set_name = ? AND m.event_date <= c.index_date
+    """
+    parameters: list = [covariate.concepts]
+    if covariate.lookback_days is not None:
+        sql += " AND m.event_date > c.index_date - CAST(? AS INTEGER)"
+        parameters.append(covariate.lookback_days)
+    return sql, parameters
+
+
 def _covariate(
+    con: duckdb.DuckDBPyConnection,
     covariate: Covariate,
     cohort: pd.DataFrame,
-    matched: pd.DataFrame,
-    spec: StudySpec,
-    rejected: list[dict],
     conversions: list[dict],
-) -> tuple[pd.Series, set[str]]:
-    index_date = pd.to_datetime(cohort["index_date"])
+) -> pd.Series:
     if covariate.kind == "age_at_index":
-        return cohort["age"].astype(float), set()
+        return cohort["age"].astype(float)
     if covariate.kind == "sex":
         levels = list(covariate.levels or ("female", "male"))
         values = cohort["sex"].where(cohort["sex"].isin(levels))
-        return pd.Series(pd.Categorical(values, categories=levels), index=cohort.index), set()
-    rows = matched[
-        (matched["set_name"] == covariate.concepts) & matched["person_id"].isin(cohort.index)
-    ].copy()
-    rows["event_date"] = pd.to_datetime(rows["event_date"])
-    rows["index_date"] = rows["person_id"].map(index_date)
-    window = rows["event_date"] <= rows["index_date"]
-    if covariate.lookback_days is not None:
-        earliest = rows["index_date"] - pd.Timedelta(days=covariate.lookback_days)
-        window &= rows["event_date"] > earliest
-    rows = rows[window]
+        return pd.Series(pd.Categorical(values, categories=levels), index=cohort.index)
+    window, parameters = _window(covariate)
     if covariate.kind in ("condition_before", "medication_before"):
         domain = "condition" if covariate.kind == "condition_before" else "medication"
-        rows = rows[rows["domain"] == domain]
+        rows = f"SELECT person_id, record_ref FROM ({window}) w WHERE domain = ?"
+        con.execute(f"INSERT INTO _used SELECT record_ref FROM ({rows})", [*parameters, domain])
+        people = con.execute(
+            f"SELECT DISTINCT person_id FROM ({rows})", [*parameters, domain]
+        ).fetchall()
         present = pd.Series(0, index=cohort.index, dtype=np.int64)
-        present[present.index.isin(rows["person_id"])] = 1
-        return present, set(rows["record_ref"])
-    rows = rows[(rows["domain"] == "measurement") & rows["value"].notna()]
-    rows = _to_spec_unit(rows, covariate, rejected, conversions)
+        present[present.index.isin([p for (p,) in people])] = 1
+        return present
+    return _last_value(con, covariate, cohort, window, parameters, conversions)
+
+
+def _last_value(
+    con: duckdb.DuckDBPyConnection,
+    covariate: Covariate,
+    cohort: pd.DataFrame,
+    window: str,
+    parameters: list,
+    conversions: list[dict],
+) -> pd.Series:
+    """The last plausible value in the window, in the covariate's unit.
+
+    Rows whose unit does not convert, and converted values outside the
+    plausible range, are quarantined (one entry per record).
+    """
+    con.execute(
+        f"""
+        CREATE OR REPLACE TEMP TABLE _values AS
+        SELECT person_id, event_date, record_ref, code, concept_id,
+               coalesce(unit, '') AS unit, value
+        FROM ({window}) w WHERE domain = 'measurement' AND value IS NOT NULL
+        """,
+        parameters,
+    )
+    factors = _unit_factors(con, covariate, conversions)
+    con.register("_unit_factor_rows", factors)
+    try:
+        con.execute("CREATE OR REPLACE TEMP TABLE _unit_factors AS SELECT * FROM _unit_factor_rows")
+    finally:
+        con.unregister("_unit_factor_rows")
     low, high = covariate.range
-    implausible = ~rows["value"].between(low, high)
-    for _, row in rows[implausible].iterrows():
-        rejected.append(
-            {
-                "source": "harmonize",
-                "location": row["record_ref"],
-                "record_type": "measurement",
-                "record_id": row["record_ref"],
-                "field": covariate.name,
-                "reason": f"implausible value {row['value']:g} {covariate.unit} "
-                f"(plausible range {low:g}-{high:g})",
-            }
+    quarantine = f"""
+        INSERT INTO rejected (source, location, record_type, record_id, field, reason)
+        SELECT DISTINCT '{HARMONIZE}', record_ref, 'measurement', record_ref, ?, reason FROM (
+            SELECT v.record_ref, f.reason FROM _values v JOIN _unit_factors f USING (unit)
+            WHERE f.reason IS NOT NULL
+            UNION ALL
+            SELECT v.record_ref,
+                   printf('implausible value %g %s (plausible range %g-%g)',
+                          v.value * f.scale + f.offset, ?, ?::DOUBLE, ?::DOUBLE)
+            FROM _values v JOIN _unit_factors f USING (unit)
+            WHERE f.reason IS NULL AND NOT (v.value * f.scale + f.offset BETWEEN ? AND ?)
         )
-    rows = rows[~implausible].sort_values(["person_id", "event_date", "record_ref"])
-    last = rows.groupby("person_id").tail(1).set_index("person_id")
+    """
+    con.execute(quarantine, [covariate.name, covariate.unit, low, high, low, high])
+    last = con.execute(
+        """
+        SELECT v.person_id, v.value * f.scale + f.offset AS value, v.record_ref
+        FROM _values v JOIN _unit_factors f USING (unit)
+        WHERE f.reason IS NULL AND v.value * f.scale + f.offset BETWEEN ? AND ?
+        QUALIFY row_number() OVER (PARTITION BY v.person_id
+                                   ORDER BY v.event_date DESC, v.record_ref DESC) = 1
+        """,
+        [low, high],
+    ).df()
+    _mark_used(con, last["record_ref"])
     values = pd.Series(np.nan, index=cohort.index, dtype=float)
-    values.loc[last.index] = last["value"]
-    return values, set(last["record_ref"])
+    values.loc[last["person_id"]] = last["value"].to_numpy(dtype=float)
+    return values
 
 
-def _to_spec_unit(
-    rows: pd.DataFrame, covariate: Covariate, rejected: list[dict], conversions: list[dict]
+def _unit_factors(
+    con: duckdb.DuckDBPyConnection, covariate: Covariate, conversions: list[dict]
 ) -> pd.DataFrame:
-    """Convert every row's value to the covariate's unit; reject rows whose unit cannot be."""
-    rows = rows.copy()
-    rows["unit"] = rows["unit"].fillna("")
-    keep = pd.Series(True, index=rows.index)
-    for unit, group in rows.groupby("unit"):
-        analyte = units.analyte_for(
-            codes=group["code"].dropna(), concept_ids=group["concept_id"].dropna().astype(int)
-        )
+    """``unit, scale, offset, reason`` for every unit in ``_values`` (reason: why it fails)."""
+    groups = con.execute(
+        """
+        SELECT unit, list(DISTINCT code) FILTER (WHERE code IS NOT NULL),
+               list(DISTINCT concept_id) FILTER (WHERE concept_id IS NOT NULL),
+               count(DISTINCT record_ref)
+        FROM _values GROUP BY unit ORDER BY unit
+        """
+    ).fetchall()
+    rows = []
+    for unit, codes, concept_ids, records in groups:
+        analyte = units.analyte_for(codes=codes or [], concept_ids=concept_ids or [])
         try:
             if not unit:
                 raise units.UnitError("no unit")
@@ -267,20 +367,9 @@ def _to_spec_unit(
                 unit, covariate.unit, analyte.molar_mass if analyte else None
             )
         except units.UnitError as error:
-            keep[group.index] = False
-            for ref in group["record_ref"]:
-                rejected.append(
-                    {
-                        "source": "harmonize",
-                        "location": ref,
-                        "record_type": "measurement",
-                        "record_id": ref,
-                        "field": covariate.name,
-                        "reason": str(error),
-                    }
-                )
+            rows.append((unit, None, None, str(error)))
             continue
-        rows.loc[group.index, "value"] = group["value"] * scale + offset
+        rows.append((unit, scale, offset, None))
         if (scale, offset) != (1.0, 0.0) or units.ucum(unit) != unit:
             conversions.append(
                 {
@@ -289,29 +378,35 @@ def _to_spec_unit(
                     "to": covariate.unit,
                     "scale": scale,
                     "offset": offset,
-                    "records": len(group),
+                    "records": int(records),
                 }
             )
-    return rows[keep]
+    return pd.DataFrame(rows, columns=["unit", "scale", "offset", "reason"]).astype(
+        {"unit": object, "scale": float, "offset": float, "reason": object}
+    )
 
 
 def _outcome(
-    cohort: pd.DataFrame, matched: pd.DataFrame, follow_up: pd.Series, spec: StudySpec
-) -> tuple[pd.DataFrame, set[str], dict[str, int]]:
+    con: duckdb.DuckDBPyConnection, cohort: pd.DataFrame, follow_up: pd.Series, spec: StudySpec
+) -> tuple[pd.DataFrame, dict[str, int]]:
     outcome = spec.outcome
     index_date = pd.to_datetime(cohort["index_date"])
     if outcome.event == "death":
         event_date = pd.to_datetime(cohort["death_date"])
         refs = pd.Series(dtype=object)
     else:
-        rows = matched[
-            (matched["set_name"] == outcome.event) & matched["person_id"].isin(cohort.index)
-        ].copy()
-        rows["event_date"] = pd.to_datetime(rows["event_date"])
-        rows = rows[rows["event_date"] > rows["person_id"].map(index_date)]
-        first = rows.sort_values(["event_date", "record_ref"]).groupby("person_id").head(1)
+        first = con.execute(
+            """
+            SELECT m.person_id, m.event_date, m.record_ref
+            FROM _matched m JOIN _cohort c USING (person_id)
+            WHERE m.set_name = ? AND m.event_date > c.index_date
+            QUALIFY row_number() OVER (PARTITION BY m.person_id
+                                       ORDER BY m.event_date, m.record_ref) = 1
+            """,
+            [outcome.event],
+        ).df()
         first = first.set_index("person_id")
-        event_date = first["event_date"].reindex(cohort.index)
+        event_date = pd.to_datetime(first["event_date"]).reindex(cohort.index)
         refs = first["record_ref"]
     end = follow_up.reindex(cohort.index)
     end = pd.concat([end, event_date], axis=1).max(axis=1)
@@ -327,7 +422,7 @@ def _outcome(
         if exclusions_count:
             exclusions["follow-up shorter than the outcome window"] = exclusions_count
         result[outcome.name] = event.astype("Int64").where(complete)
-        used = set(refs[refs.index.isin(event[event].index)])
+        _mark_used(con, refs[refs.index.isin(event[event].index)])
     else:
         has_event = days_to_event.notna() & (days_to_event >= 0)
         time = days_to_event.where(has_event, days_to_end).astype(float)
@@ -336,57 +431,70 @@ def _outcome(
             exclusions["no follow-up after the index date"] = int((~valid).sum())
         result[f"{outcome.name}_time"] = time.where(valid)
         result[outcome.name] = has_event.astype("Int64").where(valid)
-        used = set(refs[refs.index.isin(has_event[has_event].index)])
-    return result.dropna(), used, exclusions
+        _mark_used(con, refs[refs.index.isin(has_event[has_event].index)])
+    return result.dropna(), exclusions
 
 
-def _record_status(
-    store: RecordStore, used: set[str], patients: set[str], rejected_refs: set[str]
-) -> pd.DataFrame:
-    """Classify every represented record: included, excluded (with reason), or rejected here."""
+def _record_status(store: RecordStore, patients: pd.Index) -> pd.DataFrame:
+    """Classify every represented record: included, excluded (with reason), or rejected here.
+
+    A record is rejected here when the frame builder quarantined it; else
+    excluded when its patient is not in the frame; else included when used
+    (or it is a person, period or death record); else excluded as another
+    visit, as matched but not used, or as not in the concept sets.
+    """
     con = store.connection
-    con.register("_used", pd.DataFrame({"record_ref": sorted(used)}, dtype=object))
-    con.register(
-        "_rejected_here", pd.DataFrame({"record_ref": sorted(rejected_refs)}, dtype=object)
-    )
-    con.register("_patients", pd.DataFrame({"person_id": sorted(patients)}, dtype=object))
+    rows = pd.DataFrame({"person_id": patients.astype(object)})
+    con.register("_patient_rows", rows)
     try:
-        status = store.frame(
-            f"""
-            WITH records AS (
-                SELECT person_id, record_type, record_ref, 'person' AS kind FROM persons
-                UNION ALL SELECT person_id, record_type, record_ref, 'period' FROM periods
-                UNION ALL SELECT person_id, record_type, record_ref, domain FROM events
-            ),
-            matched AS (SELECT DISTINCT record_ref FROM ({_MATCH_SQL}) m),
-            classified AS (
-                SELECT r.record_ref, any_value(r.record_type) AS record_type,
-                  CASE
-                    WHEN bool_or(r.record_ref IN (SELECT record_ref FROM _rejected_here))
-                      THEN '{REJECTED_HERE}'
-                    WHEN bool_or(r.person_id NOT IN (SELECT person_id FROM _patients))
-                      THEN 'patient not in the analysis frame'
-                    WHEN bool_or(r.record_ref IN (SELECT record_ref FROM _used))
-                         OR bool_or(r.kind IN ('person', 'period', 'death'))
-                      THEN NULL
-                    WHEN bool_and(r.kind = 'visit') THEN '{OTHER_VISIT}'
-                    WHEN bool_or(r.record_ref IN (SELECT record_ref FROM matched))
-                      THEN '{OUTSIDE_WINDOW}'
-                    ELSE '{NOT_IN_CONCEPTS}' END AS reason
-                FROM records r GROUP BY r.record_ref
-            )
-            SELECT record_type,
-                   CASE WHEN reason IS NULL THEN 'included'
-                        WHEN reason = '{REJECTED_HERE}' THEN 'rejected'
-                        ELSE 'excluded' END AS status,
-                   reason, count(*) AS n
-            FROM classified GROUP BY ALL ORDER BY ALL
-            """
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _patients AS "
+            "SELECT DISTINCT CAST(person_id AS VARCHAR) AS person_id FROM _patient_rows"
         )
     finally:
-        for name in ("_used", "_rejected_here", "_patients"):
-            con.unregister(name)
-    return status
+        con.unregister("_patient_rows")
+    return store.frame(
+        f"""
+        WITH records AS (
+            SELECT person_id, record_type, record_ref, 'person' AS kind FROM persons
+            UNION ALL SELECT person_id, record_type, record_ref, 'period' FROM periods
+            UNION ALL SELECT person_id, record_type, record_ref, domain FROM events
+        ),
+        per_record AS (
+            SELECT r.record_ref, any_value(r.record_type) AS record_type,
+                   bool_or(p.person_id IS NULL) AS outside_frame,
+                   bool_or(r.kind IN ('person', 'period', 'death')) AS always_used,
+                   bool_and(r.kind = 'visit') AS only_visit
+            FROM records r LEFT JOIN _patients p ON r.person_id = p.person_id
+            GROUP BY r.record_ref
+        ),
+        rejected_here AS (
+            SELECT DISTINCT location AS ref FROM rejected WHERE source = '{HARMONIZE}'
+        ),
+        used AS (SELECT DISTINCT record_ref AS ref FROM _used),
+        matched AS (SELECT DISTINCT record_ref AS ref FROM _matched),
+        classified AS (
+            SELECT r.record_type,
+              CASE
+                WHEN x.ref IS NOT NULL THEN '{REJECTED_HERE}'
+                WHEN r.outside_frame THEN 'patient not in the analysis frame'
+                WHEN u.ref IS NOT NULL OR r.always_used THEN NULL
+                WHEN r.only_visit THEN '{OTHER_VISIT}'
+                WHEN m.ref IS NOT NULL THEN '{OUTSIDE_WINDOW}'
+                ELSE '{NOT_IN_CONCEPTS}' END AS reason
+            FROM per_record r
+            LEFT JOIN rejected_here x ON r.record_ref = x.ref
+            LEFT JOIN used u ON r.record_ref = u.ref
+            LEFT JOIN matched m ON r.record_ref = m.ref
+        )
+        SELECT record_type,
+               CASE WHEN reason IS NULL THEN 'included'
+                    WHEN reason = '{REJECTED_HERE}' THEN 'rejected'
+                    ELSE 'excluded' END AS status,
+               reason, count(*) AS n
+        FROM classified GROUP BY ALL ORDER BY ALL
+        """
+    )
 
 
 def coding_coverage(store: RecordStore) -> float:

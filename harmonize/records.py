@@ -97,8 +97,11 @@ _SCHEMA = {
 class RecordStore:
     """The rows a reader produced, in DuckDB (``path=None``: in memory)."""
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, memory_limit: str | None = None) -> None:
         self.connection = duckdb.connect(str(path) if path is not None else ":memory:")
+        if memory_limit is not None:
+            self.connection.execute("SET memory_limit = ?", [memory_limit])
+            self.connection.execute("SET preserve_insertion_order = false")
         for table, columns in _SCHEMA.items():
             body = ", ".join(f"{name} {kind}" for name, kind in columns)
             self.connection.execute(f"CREATE TABLE IF NOT EXISTS {table} ({body})")

@@ -11,15 +11,17 @@ quarantine. A failure still yields a report: it is attached to the raised
 from __future__ import annotations
 
 from collections.abc import Iterable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
+from tempfile import TemporaryDirectory
 
 import pandas as pd
 
 from harmonize.errors import HarmonizationError
 from harmonize.fingerprint import fingerprint_frame
-from harmonize.frame import build_frame, coding_coverage
+from harmonize.frame import HARMONIZE, build_frame, coding_coverage
 from harmonize.records import RecordStore
 from harmonize.report import HarmonizationReport, column_summary, counts_by
 from harmonize.spec import StudySpec
@@ -51,12 +53,20 @@ def harmonize(
     store_path: str | Path | None = None,
     max_rejected_share: float = 0.10,
     latest_date: date | None = None,
+    memory_limit: str | None = "1GB",
+    workers: int | None = None,
 ) -> Harmonized:
     """Harmonise one site's FHIR (``fhir=``) or OMOP (``omop=``) data under ``spec``.
 
     ``latest_date``: records dated after it are rejected as future dates
     (default: today). A de-identified source whose dates are shifted into the
     future (MIMIC-IV shifts them into 2100-2200) sets a later date.
+
+    The record store lives in ``store_path`` (a DuckDB file kept afterwards)
+    or else in a temporary file removed at the end; ``memory_limit`` caps
+    what DuckDB holds in memory (it spills to disk beyond), so the memory a
+    run needs does not grow with the site's data. ``workers``: processes
+    validating large FHIR NDJSON files (see :func:`harmonize.fhir.read_fhir`).
     """
     if (fhir is None) == (omop is None):
         raise HarmonizationError("give exactly one source: fhir=PATH(S) or omop=PATH")
@@ -74,12 +84,22 @@ def harmonize(
         spec_digest=spec.digest,
         status="failed",
     )
-    with RecordStore(store_path) as store:
+    with ExitStack() as stack:
+        if store_path is None:
+            folder = stack.enter_context(TemporaryDirectory(prefix="fedstats-store-"))
+            store_path = Path(folder) / "records.duckdb"
+        store = stack.enter_context(RecordStore(store_path, memory_limit=memory_limit))
         try:
             if fhir is not None:
                 from harmonize.fhir import read_fhir
 
-                read_fhir(fhir, store, max_rejected_share=max_rejected_share, today=latest_date)
+                read_fhir(
+                    fhir,
+                    store,
+                    max_rejected_share=max_rejected_share,
+                    today=latest_date,
+                    workers=workers,
+                )
             else:
                 from harmonize.omop import read_omop
 
@@ -125,7 +145,7 @@ def _fill_read_side(report: HarmonizationReport, store: RecordStore) -> None:
     report.excluded = int(at_read["n"].sum()) if not at_read.empty else 0
     report.excluded_by_reason = counts_by(at_read, "reason") if not at_read.empty else {}
     rejected = store.table("rejected")
-    report.rejected = int((rejected["source"] != "harmonize").sum()) if not rejected.empty else 0
+    report.rejected = int((rejected["source"] != HARMONIZE).sum()) if not rejected.empty else 0
 
 
 def write_outputs(result: Harmonized, out_dir: str | Path) -> dict[str, Path]:

@@ -663,3 +663,43 @@ def test_memory_is_bounded_by_the_batch_not_the_file(tmp_path):
         tracemalloc.stop()
     assert store.totals()["read"] == n
     assert peak < 2e6 + 250 * n, f"peak {peak / 1e6:.2f} MB for a {size / 1e6:.2f} MB file"
+
+
+# ---------------------------------------------------------------- worker processes
+def test_worker_processes_give_the_same_store_as_one_process(tmp_path, monkeypatch):
+    """Decisions taken in worker processes are applied in file order: same rows, same quarantine.
+
+    Small chunks put duplicates, malformed lines and invalid resources in
+    chunks other than their first occurrence's.
+    """
+    import harmonize.fhir as fhir_reader
+    from fedstats.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
+
+    folder = write_fhir_ndjson(synthetic_ehr(40, seed=3), tmp_path / "fhir")
+    observations = (folder / "Observation.000.ndjson").read_bytes().splitlines()
+    first = json.loads(observations[0])
+    invalid = {**first, "id": "bad-1", "status": 17}
+    future = {**first, "id": "future-1", "effectiveDateTime": "2999-01-01"}
+    mutated = [*observations[:50], b"{not json", json.dumps(first).encode(),
+               json.dumps(invalid).encode(), json.dumps(future).encode(),
+               json.dumps({"resourceType": "Immunization", "id": "i1"}).encode(),
+               *observations[50:]]  # fmt: skip
+    (folder / "Observation.000.ndjson").write_bytes(b"\n".join(mutated) + b"\n")
+    monkeypatch.setattr(fhir_reader, "CHUNK_LINES", 7)
+
+    def tables(workers: int) -> dict[str, pd.DataFrame]:
+        store = RecordStore()
+        read_fhir(folder, store, today=date(2030, 1, 1), max_rejected_share=1.0, workers=workers)
+        assert_accounted(store)
+        return {
+            name: store.table(name).sort_values(list(store.table(name).columns), ignore_index=True)
+            for name in ("persons", "events", "read_counts", "excluded_at_read", "rejected")
+        }
+
+    one, two = tables(1), tables(2)
+    for name in one:
+        pd.testing.assert_frame_equal(one[name], two[name], obj=name)
+    reasons = dict(zip(one["rejected"]["record_id"], one["rejected"]["reason"], strict=True))
+    assert reasons[first["id"]] == "duplicated id"
+    assert "future" in reasons["future-1"] and "not valid FHIR" in reasons["bad-1"]
+    assert len(one["rejected"]) == 4
