@@ -10,6 +10,7 @@ typed errors the site reported.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -36,11 +37,9 @@ from fedstats.private_release import reply_schema
 from fedstats.schema import schema_mismatch
 from fedstats.silo import Silo
 from fedstats.task import TaskRegistry
-from harmonize.fingerprint import SiteFingerprint
+from harmonize.fingerprint import FINGERPRINT_ATTR, SiteFingerprint
 
-FINGERPRINT_ATTR = "fingerprint"
-"""Where a harmonised frame carries its site fingerprint (``harmonize.run``)."""
-
+FINGERPRINT_TASK = "harmonize.fingerprint"
 Transport = Callable[[bytes], bytes]
 """Carries one encoded request to a site and returns its encoded reply."""
 
@@ -91,6 +90,11 @@ class Federation:
     noise_seed:
         Fixed seed for the coordinator's privacy noise (tests and
         reproducibility runs only; reported). Default: OS entropy.
+    verify_fingerprints:
+        Ask every site for its frame's fingerprint before the first other
+        task and refuse sites that differ (see :meth:`verify_fingerprints`).
+        Federations of remote sites should; :meth:`in_process` checks the
+        frames' fingerprints directly instead.
     """
 
     def __init__(
@@ -101,6 +105,7 @@ class Federation:
         registry: TaskRegistry | None = None,
         ledger: accounting.Ledger | None = None,
         noise_seed: int | None = None,
+        verify_fingerprints: bool = False,
     ) -> None:
         if len(transports) == 0:
             raise StudyConfigurationError("a federation needs at least one site")
@@ -117,6 +122,7 @@ class Federation:
         self.silos: dict[str, Silo] = {}
         self.ledger = ledger
         self.noise_seed = noise_seed
+        self._fingerprints_pending = verify_fingerprints
 
     @classmethod
     def in_process(
@@ -242,6 +248,8 @@ class Federation:
         Raises the typed error a site reported (the first one, with the
         others attached as notes) after every site has been asked.
         """
+        if self._fingerprints_pending and task != FINGERPRINT_TASK:
+            self.verify_fingerprints()
         targets = list(self.sites if sites is None else sites)
         unknown = [s for s in targets if s not in self._transports]
         if unknown:
@@ -292,6 +300,29 @@ class Federation:
                 first.add_note(f"also: {other}")
             raise first
         return replies
+
+    def verify_fingerprints(self) -> None:
+        """Ask every site for its frame's fingerprint; refuse sites that differ.
+
+        Raises :class:`~fedstats.errors.FingerprintMismatchError` naming the
+        site and the differences (see :func:`check_fingerprints`), or
+        :class:`~fedstats.errors.InvalidReplyError` for a reply that is not a
+        fingerprint. The exchange is recorded in the message inventory.
+        """
+        replies = self.request(FINGERPRINT_TASK, {}, analysis="fingerprints")
+        records: dict[str, Mapping | None] = {}
+        for site, reply in replies.items():
+            text = reply["fingerprint"]
+            try:
+                records[site] = json.loads(text) if text else None
+                if records[site] is not None:
+                    SiteFingerprint.from_record(records[site])
+            except (ValueError, TypeError, KeyError) as error:
+                raise InvalidReplyError(
+                    f"site {site!r}, task {FINGERPRINT_TASK!r}: not a fingerprint ({error})"
+                ) from None
+        check_fingerprints(records)
+        self._fingerprints_pending = False
 
     def _read_reply(self, site: str, task: str, reply_bytes: bytes) -> tuple[str, dict | None]:
         try:

@@ -7,7 +7,7 @@ the schema its reply must match (see :mod:`fedstats.schema`).
 
 from __future__ import annotations
 
-from fedstats import budget_site, logistic_site, site_design
+from fedstats import budget_site, fingerprint_site, logistic_site, site_design
 from fedstats.task import Task, TaskRegistry
 
 REGISTRY = TaskRegistry(
@@ -31,6 +31,12 @@ REGISTRY = TaskRegistry(
             schema=logistic_site.summaries_schema,
             description="logistic score, information and log-likelihood at given coefficients",
             private_release=logistic_site.summaries_private_release,
+        ),
+        Task(
+            name="harmonize.fingerprint",
+            handler=fingerprint_site.fingerprint,
+            schema=fingerprint_site.fingerprint_schema,
+            description="schema of the served frame: columns, kinds, levels, units, study digest",
         ),
         Task(
             name="privacy.status",

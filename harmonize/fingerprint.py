@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 KINDS = ("boolean", "numeric", "categorical", "datetime", "text")
+FINGERPRINT_ATTR = "fingerprint"
+"""Where a harmonised frame carries its fingerprint record: ``frame.attrs[FINGERPRINT_ATTR]``."""
 
 
 @dataclass(frozen=True)

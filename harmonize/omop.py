@@ -58,29 +58,44 @@ key occurred in an earlier row; its ``person_id`` is missing, not an integer,
 not in person (orphan) or the person was rejected; a column it uses is missing
 (required), not of its type (e.g. text in a number) or a date after ``today``
 or not finite; a person's birth date is impossible or in the future; an
-observation period ends before it starts; a CSV line is malformed
+observation period ends before it starts (an end after ``today`` marks an
+open period, which ends at ``today``: noted, not rejected); a CSV line is malformed
 (``location`` ``table:line <n>``). ``location`` is ``table:<key>``, or
 ``table:row <n>`` (the n-th data row) when the key is missing, invalid or a
 repeat.
 
 Notes (CDM version and how it was found, extra columns, imputed birth days,
-concepts mapped through "Maps to", absent tables) go to the ``harmonize.omop``
-logger.
+concepts mapped through "Maps to", absent tables, the bundled vocabulary
+used, periods cut at ``today``) go to the store's ``notes`` table (source
+``omop``), shown in the report, and to the ``harmonize.omop`` logger.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date
+from importlib import resources
 from pathlib import Path
 
 import duckdb
+import pandas as pd
 
 from harmonize import cdm
 from harmonize.cdm import ident, literal
 from harmonize.errors import HarmonizationError
+from harmonize.omop_tables import (
+    DEATH,
+    EVENT_TABLES,
+    LOOKUPS,
+    OBSERVATION_PERIOD,
+    PERSON,
+    USED_TABLES,
+    Column,
+    Table,
+)
 from harmonize.records import RecordStore
 from harmonize.spec import SYSTEMS
 
@@ -96,120 +111,12 @@ VOCABULARY_SYSTEMS = {
 }
 """OMOP ``vocabulary_id`` (upper case) → FHIR system URI; other vocabularies give no code."""
 
+OPEN_END = "observation_period_end_date"
+"""The one date allowed after ``today``: an open period ends at ``today``."""
 _SQL_TYPE = {"id": "BIGINT", "int": "BIGINT", "date": "DATE", "double": "DOUBLE", "text": "VARCHAR"}
 _INTEGERS = {"TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT"}
 _INTEGERS |= {"UINTEGER", "UBIGINT", "UHUGEINT"}
 _NUMBERS = _INTEGERS | {"FLOAT", "DOUBLE", "REAL", "DECIMAL"}
-
-
-# ---------------------------------------------------------------------------- what is used
-@dataclass(frozen=True)
-class _Column:
-    """A column the reader uses; ``required`` is the built-in copy of the spec's isRequired."""
-
-    name: str
-    kind: str  # id, int, date, double, text
-    required: bool = False
-    must_have_value: bool = False
-
-
-@dataclass(frozen=True)
-class _Table:
-    """A CDM table the reader uses and the role of its columns."""
-
-    name: str
-    key: str  # the primary key; person_id for death (one row per person)
-    columns: tuple[_Column, ...]
-    domain: str | None = None  # events domain; None for person and observation_period
-    concept: str | None = None
-    source_concept: str | None = None
-    event_date: str | None = None
-    value: str | None = None
-    unit_concept: str | None = None
-    unit_source: str | None = None
-
-    def used(self) -> dict[str, bool]:
-        """Columns used, each with its built-in isRequired."""
-        return {c.name: c.required for c in self.columns}
-
-
-def _events(name: str, domain: str, prefix: str, event_date: str, measured: bool = False) -> _Table:
-    """An event table whose columns follow the CDM pattern ``<prefix>_concept_id``, ..."""
-    key = f"{name}_id"
-    columns = [
-        _Column(key, "id", True, True),
-        _Column("person_id", "id", True, True),
-        _Column(f"{prefix}_concept_id", "int", True),
-        _Column(f"{prefix}_source_concept_id", "int"),
-        _Column(event_date, "date", True, True),
-    ]
-    if measured:
-        columns += [
-            _Column("value_as_number", "double"),
-            _Column("unit_concept_id", "int"),
-            _Column("unit_source_value", "text"),
-        ]
-    extra = ("value_as_number", "unit_concept_id", "unit_source_value") if measured else ()
-    return _Table(
-        name, key, tuple(columns), domain, f"{prefix}_concept_id", f"{prefix}_source_concept_id",
-        event_date, *extra,
-    )  # fmt: skip
-
-
-PERSON = _Table(
-    "person",
-    "person_id",
-    (
-        _Column("person_id", "id", True, True),
-        _Column("gender_concept_id", "int", True),
-        _Column("year_of_birth", "int", True, True),
-        _Column("month_of_birth", "int"),
-        _Column("day_of_birth", "int"),
-        _Column("birth_datetime", "date"),
-        _Column("gender_source_value", "text"),
-    ),
-)
-OBSERVATION_PERIOD = _Table(
-    "observation_period",
-    "observation_period_id",
-    tuple(
-        _Column(name, kind, True, True)
-        for name, kind in (
-            ("observation_period_id", "id"),
-            ("person_id", "id"),
-            ("observation_period_start_date", "date"),
-            ("observation_period_end_date", "date"),
-        )
-    ),
-)
-DEATH = _Table(
-    "death",
-    "person_id",
-    (_Column("person_id", "id", True, True), _Column("death_date", "date", True, True)),
-    domain="death",
-    event_date="death_date",
-)
-EVENT_TABLES = (
-    _events("visit_occurrence", "visit", "visit", "visit_start_date"),
-    _events("condition_occurrence", "condition", "condition", "condition_start_date"),
-    _events("measurement", "measurement", "measurement", "measurement_date", measured=True),
-    _events("observation", "observation", "observation", "observation_date", measured=True),
-    _events("drug_exposure", "medication", "drug", "drug_exposure_start_date"),
-    _events("procedure_occurrence", "procedure", "procedure", "procedure_date"),
-    DEATH,
-)
-USED_TABLES = (PERSON, OBSERVATION_PERIOD, *EVENT_TABLES)
-"""Every table the reader uses, with its columns (the CDM check reads ``used()``)."""
-
-_LOOKUPS = {
-    "concept": {"concept_id": True, "vocabulary_id": True, "concept_code": True},
-    "concept_relationship": {
-        "concept_id_1": True,
-        "concept_id_2": True,
-        "relationship_id": True,
-        "invalid_reason": False,
-    },
-}
 
 
 # ---------------------------------------------------------------------------- SQL helpers
@@ -243,6 +150,25 @@ def _convert(clean: str, dtype: str, kind: str) -> str:
     return f"TRY_CAST({text} AS DATE)"
 
 
+def _system_of(alias: str) -> str:
+    """SQL: the FHIR system URI of concept ``alias``'s vocabulary, or NULL."""
+    whens = " ".join(f"WHEN {literal(v)} THEN {literal(u)}" for v, u in VOCABULARY_SYSTEMS.items())
+    return f"CASE upper({alias}.vocabulary_id) {whens} END"
+
+
+@functools.cache
+def bundled_vocabulary() -> pd.DataFrame:
+    """The concepts the demo study uses (``harmonize/data/vocabulary.csv``), for sites
+    without a CONCEPT table: ``concept_id``, ``vocabulary_id``, ``concept_code``.
+
+    Ids are those of the OHDSI standardized vocabularies (as in the Synthea27Nj
+    CONCEPT table); the file is data, extended without touching code.
+    """
+    with resources.files("harmonize").joinpath("data/vocabulary.csv").open("rb") as handle:
+        table = pd.read_csv(handle, dtype={"concept_id": "int64", "concept_code": str})
+    return table[["concept_id", "vocabulary_id", "concept_code"]]
+
+
 def _scalar(connection: duckdb.DuckDBPyConnection, sql: str) -> int:
     return int(connection.execute(sql).fetchall()[0][0])
 
@@ -268,7 +194,7 @@ class _Reader:
 
     def run(self) -> None:
         tables, where = self.source.tables, str(self.source.path)
-        for name, used in ({t.name: t.used() for t in USED_TABLES} | _LOOKUPS).items():
+        for name, used in ({t.name: t.used() for t in USED_TABLES} | LOOKUPS).items():
             if name in tables and not tables[name].empty:
                 cdm.check_columns(self.spec, name, tables[name].names(), used, where)
         for table in tables.values():
@@ -298,7 +224,7 @@ class _Reader:
             self.connection.execute(f"DROP TABLE IF EXISTS {name}")
 
     # ------------------------------------------------------------------ classification
-    def _stage(self, table: _Table) -> str | None:
+    def _stage(self, table: Table) -> str | None:
         """Classify every row of a used table in one statement; write rejections and counts."""
         source = self.source.tables[table.name]
         if source.empty:
@@ -365,12 +291,12 @@ class _Reader:
         self._check_share(table.name, read + malformed, rejected, malformed, stage)
         return stage
 
-    def _checks(self, table: _Table) -> list[tuple[str, str, str]]:
+    def _checks(self, table: Table) -> list[tuple[str, str, str]]:
         """``(SQL condition, field, reason)`` in the order they are tried; the first one wins."""
         today = self.today.isoformat()
         checks: list[tuple[str, str, str]] = []
 
-        def valid(column: _Column) -> None:
+        def valid(column: Column) -> None:
             name = column.name
             text, value = ident(name + "__text"), ident(name)
             if column.must_have_value:
@@ -382,8 +308,9 @@ class _Reader:
                 checks.append((f"{bad} OR NOT isfinite({value})", name, f"{name} is not a number"))
             elif column.kind == "date":
                 checks.append((f"{bad} OR NOT isfinite({value})", name, f"unparseable {name}"))
-                future = f"{name} in the future (after {today})"
-                checks.append((f"{value} > DATE '{today}'", name, future))
+                if name != OPEN_END:
+                    future = f"{name} in the future (after {today})"
+                    checks.append((f"{value} > DATE '{today}'", name, future))
 
         by_name = {c.name: c for c in table.columns}
         valid(by_name[table.key])
@@ -413,7 +340,7 @@ class _Reader:
             "coalesce(month_of_birth, 1), coalesce(day_of_birth, 1))))"
         )
 
-    def _derived(self, table: _Table) -> list[str]:
+    def _derived(self, table: Table) -> list[str]:
         if table is PERSON:
             sex = (
                 "CASE WHEN gender_concept_id = 8507 THEN 'male' "
@@ -502,21 +429,26 @@ class _Reader:
             )
         concept = self.source.tables.get("concept")
         if concept is None or concept.empty:
-            self.notes.append("no concept table: system, code and UCUM units from concepts unset")
-            self.connection.execute(
-                f"CREATE TEMP TABLE {concepts} "
-                "(concept_id BIGINT, vocabulary_id VARCHAR, concept_code VARCHAR)"
+            bundled = bundled_vocabulary()
+            self.connection.register("_bundled_vocabulary", bundled)
+            try:
+                self.connection.execute(
+                    f"CREATE TEMP TABLE {concepts} AS SELECT CAST(concept_id AS BIGINT) AS "
+                    "concept_id, vocabulary_id, concept_code FROM _bundled_vocabulary"
+                )
+            finally:
+                self.connection.unregister("_bundled_vocabulary")
+            self.notes.append(
+                f"no concept table: codes and UCUM units looked up in the bundled map of "
+                f"{len(bundled)} concepts (harmonize/data/vocabulary.csv); other concepts "
+                "match by concept id only"
             )
             return
         wanted = [f"SELECT target_id FROM {maps}"]
-        wanted += [
-            f"SELECT _concept FROM {s} WHERE _reason IS NULL" for t, s in staged if t.concept
-        ]
-        wanted += [
-            f"SELECT {ident(t.unit_concept)} FROM {s} WHERE _reason IS NULL"
-            for t, s in staged
-            if t.unit_concept
-        ]
+        for table, stage in staged:
+            for column in ("_concept", table.source_concept, table.unit_concept):
+                if table.concept and column:
+                    wanted.append(f"SELECT {ident(column)} FROM {stage} WHERE _reason IS NULL")
         value = self._lookup_column(concept)
         concept_id = value("concept_id", "int")
         self.connection.execute(
@@ -537,7 +469,7 @@ class _Reader:
         return value
 
     @staticmethod
-    def _definition(name: str) -> _Table:
+    def _definition(name: str) -> Table:
         return next(t for t in USED_TABLES if t.name == name)
 
     # ------------------------------------------------------------------ writing
@@ -561,14 +493,30 @@ class _Reader:
             self.notes.append(f"person: {imputed} birth dates lack a month or day; 1 was used")
         period = self.staged.get("observation_period")
         if period is not None:
+            today = f"DATE '{self.today.isoformat()}'"
             self.connection.execute(
                 "INSERT INTO periods (person_id, start_date, end_date, record_type, record_ref) "
                 "SELECT CAST(person_id AS VARCHAR), observation_period_start_date, "
-                "observation_period_end_date, 'observation_period', 'observation_period:' || _key "
-                f"FROM {period} WHERE _reason IS NULL"
+                f"least({OPEN_END}, {today}), 'observation_period', "
+                f"'observation_period:' || _key FROM {period} WHERE _reason IS NULL"
             )
+            cut = _scalar(
+                self.connection,
+                f"SELECT count(*) FROM {period} WHERE _reason IS NULL AND {OPEN_END} > {today}",
+            )
+            if cut:
+                self.notes.append(
+                    f"observation_period: {cut} periods end after {self.today} (still open, "
+                    f"e.g. 2099-12-31); follow-up ends at {self.today}"
+                )
 
-    def _insert_events(self, table: _Table) -> None:
+    def _insert_events(self, table: Table) -> None:
+        """Events rows of a table's accepted rows: the standard concept, then source codings.
+
+        A row whose source concept is a code of a known terminology (ICD-10-CM
+        diagnoses, say) other than its standard concept gives a second row
+        with that code and no concept id, so a study may name either.
+        """
         stage, name = self.staged[table.name], literal(table.name)
         maps, concepts = self.temp("maps_to"), self.temp("concepts")
         concept = system = code = value = unit = "NULL"
@@ -579,9 +527,7 @@ class _Reader:
                 f"LEFT JOIN {maps} AS m ON m.source_id = s._map_from "
                 f"LEFT JOIN {concepts} AS c ON c.concept_id = {concept}"
             )
-            pairs = VOCABULARY_SYSTEMS.items()
-            whens = " ".join(f"WHEN {literal(v)} THEN {literal(u)}" for v, u in pairs)
-            system = f"CASE upper(c.vocabulary_id) {whens} END"
+            system = _system_of("c")
             code = f"CASE WHEN {system} IS NOT NULL THEN c.concept_code END"
         if table.value:
             value = f"s.{ident(table.value)}"
@@ -591,13 +537,36 @@ class _Reader:
                 f"CASE WHEN upper(u.vocabulary_id) = 'UCUM' THEN u.concept_code "
                 f"ELSE s.{ident(table.unit_source)} END"
             )
-        self.connection.execute(
+        insert = (
             "INSERT INTO events (person_id, domain, system, code, concept_id, event_date, value, "
             "unit, record_type, record_ref) "
-            f"SELECT CAST(s.person_id AS VARCHAR), {literal(table.domain or '')}, {system}, "
-            f"{code}, {concept}, s.{ident(table.event_date or '')}, {value}, {unit}, {name}, "
-            f"{name} || ':' || s._key FROM {stage} AS s {joins} WHERE s._reason IS NULL"
+            f"SELECT CAST(s.person_id AS VARCHAR), {literal(table.domain or '')}, "
+            "{system}, {code}, {concept}, "
+            f"s.{ident(table.event_date or '')}, {value}, {unit}, {name}, "
+            f"{name} || ':' || s._key FROM {stage} AS s "
         )
+        self.connection.execute(
+            insert.format(system=system, code=code, concept=concept)
+            + f"{joins} WHERE s._reason IS NULL"
+        )
+        if table.source_concept:
+            source = f"s.{ident(table.source_concept)}"
+            joins = joins.replace(f"LEFT JOIN {maps} AS m ON m.source_id = s._map_from ", "")
+            joins = joins.replace(
+                f"LEFT JOIN {concepts} AS c ON c.concept_id = {concept}",
+                f"JOIN {concepts} AS c ON c.concept_id = {source}",
+            )
+            coded = self.connection.execute(
+                insert.format(system=_system_of("c"), code="c.concept_code", concept="NULL")
+                + f"{joins} WHERE s._reason IS NULL AND {_system_of('c')} IS NOT NULL "
+                f"AND {source} <> coalesce(s._concept, 0) AND NOT EXISTS (SELECT 1 FROM {maps} "
+                f"AS m WHERE m.source_id = {source} AND m.target_id = {source})"
+            ).fetchall()[0][0]
+            if coded:
+                self.notes.append(
+                    f"{table.name}: {coded} rows also coded by their source concept "
+                    "(e.g. ICD-10-CM), which a study may name"
+                )
         if table.concept:
             mapped, several = self.connection.execute(
                 "SELECT count(*), count(*) FILTER (n > 1) FROM (SELECT count(*) AS n "
@@ -619,7 +588,7 @@ class _Reader:
             if not table.empty:
                 n = _scalar(self.connection, f"SELECT count(*) FROM {ident(table.view)}")
                 n += self._malformed(table, reject=False)
-            if table.name in _LOOKUPS:
+            if table.name in LOOKUPS:
                 reason = VOCABULARY
             elif self.spec is not None and not self.spec.has_table(table.name):
                 reason = f"not an OMOP CDM {self.version} table"
@@ -701,6 +670,8 @@ def read_omop(
         connection.execute("BEGIN TRANSACTION")
         try:
             reader.run()
+            for note in reader.notes:
+                store.note("omop", note)
         except duckdb.Error as error:
             connection.execute("ROLLBACK")
             raise HarmonizationError(f"{path}: could not read the OMOP source ({error})") from None

@@ -29,6 +29,11 @@ Tables (DuckDB, in memory or in a file for large inputs):
 ``rejected``
     The quarantine: ``source``, ``location`` (line or entry), ``record_type``,
     ``record_id``, ``field``, ``reason``; one row per rejected record.
+``notes``
+    ``source``, ``note``: what a reader found and did that changes no count
+    but that a data engineer should know (the CDM version and how it was
+    found, imputed birth days, concepts mapped through "Maps to", periods
+    cut at the extract date, worker processes used); shown in the report.
 
 Every record read is then exactly one of: rejected, excluded at read, or
 represented by rows (``record_ref``) that the frame builder classifies as
@@ -91,6 +96,7 @@ _SCHEMA = {
         ("field", "VARCHAR"),
         ("reason", "VARCHAR"),
     ],
+    "notes": [("source", "VARCHAR"), ("note", "VARCHAR")],
 }
 
 
@@ -140,6 +146,14 @@ class RecordStore:
             "excluded_at_read",
             [{"source": source, "record_type": record_type, "reason": reason, "n": n}],
         )
+
+    def note(self, source: str, note: str) -> None:
+        """Record a note for the report (see the ``notes`` table)."""
+        self.append("notes", [{"source": source, "note": note}])
+
+    def notes(self) -> list[str]:
+        """The notes, in the order they were written."""
+        return [note for (note,) in self.connection.execute("SELECT note FROM notes").fetchall()]
 
     def reject(
         self,

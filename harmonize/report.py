@@ -4,8 +4,8 @@ Totals satisfy ``read = included + excluded + rejected``: a record is
 rejected (invalid, quarantined with its reason), excluded (valid but not
 used, with the reason) or included (used in the analysis frame). The report
 also gives the cohort's exclusions, the coding coverage, the unit
-conversions applied, missingness and value ranges per column, and the site
-fingerprint the coordinator compares across sites.
+conversions applied, the readers' notes, missingness and value ranges per
+column, and the site fingerprint the coordinator compares across sites.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ class HarmonizationReport:
     patients: int = 0
     coding_coverage: float | None = None
     unit_conversions: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
     columns: dict[str, dict[str, Any]] = field(default_factory=dict)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     failure: str | None = None
@@ -98,6 +99,9 @@ class HarmonizationReport:
                 f"{conversion['from']} -> {conversion['to']} "
                 f"({conversion['records']} records)"
             )
+        if self.notes:
+            lines.append("  notes:")
+            lines += [f"    {note}" for note in self.notes]
         if self.columns:
             lines.append("  columns:")
             for name, stats in self.columns.items():

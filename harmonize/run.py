@@ -20,13 +20,11 @@ from tempfile import TemporaryDirectory
 import pandas as pd
 
 from harmonize.errors import HarmonizationError
-from harmonize.fingerprint import fingerprint_frame
+from harmonize.fingerprint import FINGERPRINT_ATTR, fingerprint_frame
 from harmonize.frame import HARMONIZE, build_frame, coding_coverage
 from harmonize.records import RecordStore
 from harmonize.report import HarmonizationReport, column_summary, counts_by
 from harmonize.spec import StudySpec
-
-FINGERPRINT_ATTR = "fingerprint"
 
 
 class HarmonizationFailed(HarmonizationError):
@@ -144,6 +142,7 @@ def _fill_read_side(report: HarmonizationReport, store: RecordStore) -> None:
     at_read = store.table("excluded_at_read")
     report.excluded = int(at_read["n"].sum()) if not at_read.empty else 0
     report.excluded_by_reason = counts_by(at_read, "reason") if not at_read.empty else {}
+    report.notes = store.notes()
     rejected = store.table("rejected")
     report.rejected = int((rejected["source"] != HARMONIZE).sum()) if not rejected.empty else 0
 

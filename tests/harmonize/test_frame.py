@@ -198,3 +198,43 @@ def fedstats_fingerprint(frame, unit):
     from harmonize.fingerprint import fingerprint_frame
 
     return fingerprint_frame(frame, units={"sbp": unit}, spec_digest="d" * 64).as_record()
+
+
+def test_remote_sites_are_asked_for_fingerprints_before_the_first_task():
+    """Through transports only (as over a network), the check runs as a task of its own."""
+    silos = {}
+    for name, unit in [("north", "mm[Hg]"), ("south", "kPa")]:
+        frame = pd.DataFrame({"sbp": [120.0, 130.0] * 10, "y": [0, 1] * 10})
+        frame.attrs["fingerprint"] = fedstats_fingerprint(frame, unit)
+        silos[name] = fedstats.Silo(name, frame)
+    fed = fedstats.Federation(
+        {name: silo.handle for name, silo in silos.items()}, verify_fingerprints=True
+    )
+    model = fedstats.LogisticRegression("y ~ sbp")
+    with pytest.raises(fedstats.FingerprintMismatchError, match=r"'sbp': unit 'kPa'"):
+        model.fit(fed)
+    assert {r.task for r in fed.inventory.records()} == {"harmonize.fingerprint"}
+
+    # A frame edited after harmonisation no longer matches what it declares.
+    north = silos["north"]
+    south_frame = pd.DataFrame({"sbp": [120.0, 130.0] * 10, "y": [0, 1] * 10})
+    south_frame.attrs["fingerprint"] = fedstats_fingerprint(south_frame, "mm[Hg]")
+    south_frame["extra"] = 1.0
+    fed = fedstats.Federation(
+        {"north": north.handle, "south": fedstats.Silo("south", south_frame).handle},
+        verify_fingerprints=True,
+    )
+    with pytest.raises(fedstats.FingerprintMismatchError, match=r"'extra' only in"):
+        fed.verify_fingerprints()
+
+    # Equal fingerprints: the fit goes ahead, after one fingerprint exchange.
+    same = pd.DataFrame({"sbp": [121.0, 131.0] * 10, "y": [1, 0] * 10})
+    same.attrs["fingerprint"] = fedstats_fingerprint(same, "mm[Hg]")
+    fed = fedstats.Federation(
+        {"north": north.handle, "south": fedstats.Silo("south", same).handle},
+        verify_fingerprints=True,
+    )
+    model.fit(fed)
+    tasks = [r.task for r in fed.inventory.records()]
+    assert tasks[:2] == ["harmonize.fingerprint"] * 2
+    assert tasks.count("harmonize.fingerprint") == 2

@@ -12,6 +12,7 @@ import os
 import shutil
 import tempfile
 import time
+import tomllib
 from collections import Counter
 from datetime import date, timedelta
 from pathlib import Path
@@ -37,6 +38,7 @@ MIMIC = DATA / "omop" / "mimic_iv_demo_5.3"
 SPEC = DATA / "omop" / "cdm_spec"
 MIMIC_TODAY = date(2299, 12, 31)  # MIMIC shifts dates into 2110-2210
 TODAY = date(2024, 6, 30)
+DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
 STORE_TABLES = ("persons", "periods", "events", "read_counts", "excluded_at_read", "rejected")
 
 pytestmark = pytest.mark.skipif(not SYNTHEA.is_dir(), reason="shared OMOP data not available")
@@ -584,8 +586,21 @@ def test_generated_dirty_folders_account_for_every_row(tables):
     assert Counter(refs.record_ref) == expected_represented
     read_, accounted = accounting(store)
     assert read_ == accounted == sum(len(rows) for rows in tables.values()) + len(CONCEPT) + 2
-    mapped = store.frame("SELECT concept_id, code FROM events WHERE code = 'E11.9'")
-    assert mapped.empty  # the source code is not kept: "Maps to" gives the standard concept
+    # "Maps to" gives the standard concepts; the ICD-10-CM source code is kept in one more
+    # row per accepted record, without a concept id, so a study may name either.
+    mapped = [
+        f"{table}:{row[KEYS[table]]}"
+        for table in ("measurement", "condition_occurrence")
+        for row, fault in tables[table]
+        if fault == "mapped_concept"
+    ]
+    mapped = sorted(ref for ref in mapped if ref in expected_represented)
+    source_rows = store.frame(
+        "SELECT record_ref, system, concept_id FROM events WHERE code = 'E11.9' ORDER BY 1"
+    )
+    assert source_rows.record_ref.tolist() == mapped
+    assert source_rows.concept_id.isna().all()
+    assert (source_rows.system == "http://hl7.org/fhir/sid/icd-10-cm").all()
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -643,3 +658,63 @@ def test_one_million_measurements_read_in_a_few_seconds(tmp_path, capsys):
     assert one(store, "SELECT count(*) FROM events") == 1_000_000
     assert accounting(store) == (1_010_000, 1_010_000)
     assert seconds < 30
+
+
+# ------------------------------------------------------------------ source codes, open periods
+def test_icd10cm_source_codes_and_open_periods_reach_the_frame(tmp_path):
+    """A study naming only ICD-10-CM finds OMOP diagnoses by their source concept; a period
+    still open (ending 2099-12-31) ends at the extract date, noted, not rejected."""
+    from harmonize.run import harmonize
+    from harmonize.spec import parse_spec
+
+    folder = tmp_path / "cdm"
+    folder.mkdir()
+    (folder / "person.csv").write_text(
+        "person_id,gender_concept_id,year_of_birth,month_of_birth,day_of_birth\n"
+        "1,8507,1950,1,1\n2,8532,1960,1,1\n"
+    )
+    (folder / "observation_period.csv").write_text(
+        "observation_period_id,person_id,observation_period_start_date,"
+        "observation_period_end_date,period_type_concept_id\n"
+        "1,1,2000-01-01,2099-12-31,32817\n2,2,2000-01-01,2023-12-31,32817\n"
+    )
+    (folder / "visit_occurrence.csv").write_text(
+        "visit_occurrence_id,person_id,visit_concept_id,visit_start_date,visit_type_concept_id\n"
+        "1,1,9202,2015-01-01,32817\n2,2,9202,2015-01-01,32817\n"
+    )
+    (folder / "condition_occurrence.csv").write_text(
+        "condition_occurrence_id,person_id,condition_concept_id,condition_start_date,"
+        "condition_type_concept_id,condition_source_concept_id\n"
+        "1,1,201826,2010-01-01,32817,45123\n2,2,201826,2010-01-01,32817,201826\n"
+    )
+    (folder / "concept.csv").write_text(
+        "concept_id,vocabulary_id,concept_code\n201826,SNOMED,44054006\n45123,ICD10CM,E11.9\n"
+    )
+    raw = tomllib.loads(DEMO.read_text())
+    raw["concept_sets"]["diabetes"] = {"icd10cm": ["E11.9"]}
+    raw["outcome"] = {"name": "died", "kind": "time_to_event", "event": "death"}
+    spec = parse_spec(raw)
+    result = harmonize(spec, site="s", omop=folder, latest_date=date(2024, 6, 1))
+    frame = result.frame
+    assert frame.loc["1", "diabetes"] == 1  # ICD-10-CM source concept E11.9
+    assert frame.loc["2", "diabetes"] == 0  # its source concept is the SNOMED one
+    assert frame.loc["1", "died_time"] == (date(2024, 6, 1) - date(2015, 1, 1)).days
+    assert frame.loc["2", "died_time"] == (date(2023, 12, 31) - date(2015, 1, 1)).days
+    assert result.report.rejected == 0 and result.report.balanced
+    notes = "\n".join(result.report.notes)
+    assert "1 periods end after 2024-06-01" in notes
+    assert "condition_occurrence: 1 rows also coded by their source concept" in notes
+    assert "notes:" in result.report.to_text()
+
+
+def test_without_a_concept_table_the_bundled_vocabulary_gives_codes_and_units(tmp_path):
+    folder = mini_folder(tmp_path / "cdm")
+    (folder / "concept.csv").unlink()
+    store = read(folder, today=TODAY, max_rejected_share=0.5, cdm_spec=SPEC)
+    events = "SELECT record_ref, system, code, unit FROM events ORDER BY 1"
+    assert store.connection.execute(events).fetchall() == [
+        ("measurement:10", SYSTEMS["loinc"], "8480-6", "mm[Hg]"),  # unit from concept 8876
+        ("measurement:11", SYSTEMS["loinc"], "8480-6", "mmHg"),
+        ("measurement:12", None, None, None),  # 9202 is not in the bundled map
+    ]
+    assert any("bundled map" in note for note in store.notes())
