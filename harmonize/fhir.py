@@ -351,6 +351,7 @@ class _Reader:
                     self._apply(source, location, decision, tally)
                 return
             pool = self._pool(workers)
+            self.store.note("fhir", f"{source}: validated by {workers} worker processes")
             in_flight: deque[Future[list[tuple[str, Decision]]]] = deque()
             for chunk in _chunks(numbered, CHUNK_LINES):
                 in_flight.append(pool.submit(_decide_chunk, chunk, source, self.today))

@@ -70,3 +70,20 @@ def test_configuration_errors(tmp_path):
     assert json.loads((tmp_path / "out" / "report.json").read_text())["status"] == "failed"
     neither = run("--spec", str(DEMO), "--site", "x", "--out", str(tmp_path / "o2"))
     assert neither.exit_code == HarmonizeExit.CONFIGURATION
+
+
+def test_fhir_site_with_workers_memory_limit_and_latest_date(tmp_path):
+    """The MIMIC-style date option reaches the reader; worker processes are noted."""
+    from fedstats.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
+
+    fhir = write_fhir_ndjson(synthetic_ehr(60, seed=5), tmp_path / "fhir")
+    common = ["--spec", str(DEMO), "--site", "s", "--fhir", str(fhir)]
+    options = ["--workers", "2", "--memory-limit", "256MB"]
+    early = run(*common, "--out", str(tmp_path / "early"), *options, "--latest-date", "2000-01-01")
+    assert early.exit_code == HarmonizeExit.FAILED  # nearly every record is after 2000
+    assert "in the future (after 2000-01-01)" in early.output
+    result = run(*common, "--out", str(tmp_path / "out"), *options, "--latest-date", "2030-01-01")
+    assert result.exit_code == HarmonizeExit.OK, result.output
+    report = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert report["balanced"] and report["rejected"] == 0
+    assert "Patient.000.ndjson: validated by 2 worker processes" in report["notes"]
