@@ -6,6 +6,7 @@ them only through encoded messages; models such as
 pooled analysis would give.
 """
 
+from fedstats.cox import CoxPH
 from fedstats.design import DesignSpec
 from fedstats.disclosure import DisclosurePolicy
 from fedstats.errors import (
@@ -36,7 +37,7 @@ from fedstats.federation import Federation
 from fedstats.inventory import MessageInventory, MessageRecord
 from fedstats.logistic import LogisticRegression
 from fedstats.privacy import ClientDP, PrivacyAccount, RecordDP
-from fedstats.results import LogisticRegressionResults, Provenance
+from fedstats.results import CoxPHResults, LogisticRegressionResults, Provenance
 from fedstats.silo import Silo
 
 __version__ = "0.1.0"
@@ -46,6 +47,8 @@ __all__ = [
     "ClientDP",
     "CodecError",
     "ConvergenceWarning",
+    "CoxPH",
+    "CoxPHResults",
     "DesignSpec",
     "DisclosureError",
     "DisclosurePolicy",

@@ -13,6 +13,7 @@ from fedstats.design import (
     design_columns,
     normalise_level,
     parse_formula,
+    survival_outcome,
     union_levels,
 )
 from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
@@ -53,6 +54,8 @@ def agree_design(
     offset: str | None = None,
     missing: str = "raise",
     dp: DpRequest | None = None,
+    outcome_kind: str = "binary",
+    strata: Sequence[str] = (),
 ) -> Agreement:
     """Agree on the design with every site, then have each site build and validate it.
 
@@ -62,23 +65,41 @@ def agree_design(
     privacy (``dp``) sites list no levels — every categorical covariate's
     levels must be fixed by the study — and the counts are a charged, noisy
     release.
+
+    A survival design (``outcome_kind="survival"``) has the outcome
+    ``Surv(time, event)``, no intercept (the baseline hazard takes its place:
+    categorical covariates keep their reference coding, then the intercept
+    column is dropped) and optional ``strata`` columns.
     """
     if missing not in ("raise", "drop"):
         raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
     parsed = parse_formula(formula)
+    strata = tuple(strata)
+    if outcome_kind == "survival":
+        if survival_outcome(parsed.outcome) is None:
+            raise FormulaError(
+                f"a survival model's outcome is Surv(time, event), got {parsed.outcome!r}"
+            )
+        if site_intercepts or offset:
+            raise FormulaError("survival models take neither site intercepts nor an offset")
+        clash = sorted(set(strata) & (parsed.outcome_variables | parsed.covariates))
+        if clash:
+            raise FormulaError(f"strata {clash} may not also appear in the formula")
+    elif strata:
+        raise StudyConfigurationError("only survival models have strata")
     variables = set(parsed.outcome_variables | parsed.covariates)
     wrapped = set(parsed.wrapped)
     fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in (levels or {}).items()}
     unknown_fixed = sorted(set(fixed) - parsed.covariates)
     if unknown_fixed:
         raise FormulaError(f"levels were given for {unknown_fixed}, which the formula does not use")
-    asked = sorted(variables | ({offset} if offset else set()))
+    asked = sorted(variables | ({offset} if offset else set()) | set(strata))
     replies = federation.request(
         "describe",
         {
             "variables": asked,
             "levels_for": sorted(wrapped - set(fixed)),
-            "levels_known": sorted(fixed),
+            "levels_known": sorted(set(fixed) | set(strata)),  # strata levels stay at sites
             "list_levels": dp is None,
         },
         analysis=analysis,
@@ -110,6 +131,14 @@ def agree_design(
         raise FormulaError(f"{overlap} appear on both sides of the formula")
     layout = design_columns(parsed.formula, sorted(parsed.covariates), agreed)
     columns = list(layout.columns)
+    if outcome_kind == "survival":
+        if "Intercept" not in columns:
+            raise FormulaError(
+                "a Cox model's baseline hazard replaces the intercept; keep the formula's "
+                "intercept (do not write '- 1' or '0 +') so categorical covariates keep a "
+                "reference level"
+            )
+        columns.remove("Intercept")
     if not columns:
         raise FormulaError(f"the formula {formula!r} has no design columns")
     if site_intercepts:
@@ -131,6 +160,8 @@ def agree_design(
         sites=federation.sites,
         offset=offset,
         missing=missing,
+        outcome_kind=outcome_kind,
+        strata=strata,
     )
     prepare_args: dict = {"design": spec.to_wire()}
     if dp is not None:

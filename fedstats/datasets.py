@@ -5,6 +5,8 @@
   the FLamby Fed-Heart-Disease benchmark (du Terrail et al., NeurIPS 2022):
   drop ``slope``, ``ca`` and ``thal``, then rows with missing values; outcome
   ``disease = num > 0``. Every dropped row is counted per site.
+* :func:`tcga_brca`: TCGA-BRCA survival data in six regions (FLamby
+  Fed-TCGA-BRCA), with FLamby's train/test split.
 * :func:`synthetic_logistic`: a reproducible multi-site logistic dataset with
   site-specific covariate shifts, for parity tests and benchmarks.
 
@@ -139,6 +141,55 @@ def heart_disease(data_dir: str | Path | None = None) -> SiteFrames:
         "missing value in a kept column (slope, ca, thal dropped first)",
         HEART_CITATION,
     )
+
+
+TCGA_CITATION = (
+    "TCGA-BRCA clinical data (GDC open access; Liu et al., Cell 2018), six regions of "
+    "tissue-source sites as in FLamby Fed-TCGA-BRCA (du Terrail et al., NeurIPS 2022)"
+)
+
+
+def tcga_brca(data_dir: str | Path | None = None) -> SiteFrames:
+    """TCGA-BRCA survival frames, one per region of tissue-source sites (``region_0`` ..).
+
+    Columns: the 39 one-hot clinical features and ``age_at_index`` with names
+    made formula-friendly (lower case, other characters as ``_``), ``time``
+    (days, from ``T``), ``event`` (from ``E``), and ``split`` (``train`` or
+    ``test``, FLamby's split). The region is the index in the split file's
+    ``fold2`` (``train_3`` is region 3); patients missing from the split file
+    are excluded and counted.
+    """
+    folder = (Path(data_dir) if data_dir is not None else default_data_dir()) / "tcga_brca"
+    for name in ("brca.csv", "train_test_split.csv"):
+        if not (folder / name).is_file():
+            raise DataFileError(f"{folder / name}: file not found; check FEDSTATS_DATA")
+    data = pd.read_csv(folder / "brca.csv")
+    split = pd.read_csv(folder / "train_test_split.csv")
+    parts = split["fold2"].str.extract(r"^(train|test)_([0-5])$")
+    if parts.isna().any().any():
+        line = int(parts.isna().any(axis=1).to_numpy().argmax()) + 2
+        raise DataFileError(f"{folder / 'train_test_split.csv'}, line {line}: fold2 not train_k")
+    split = split.assign(split=parts[0], region=parts[1].astype(int))[["pid", "split", "region"]]
+    merged = data.merge(split, on="pid", how="inner", validate="one_to_one")
+    names = {c: _identifier(c) for c in data.columns if c not in ("pid", "T", "E")}
+    merged = merged.rename(columns={**names, "T": "time", "E": "event"})
+    merged["event"] = merged["event"].astype(np.int64)
+    frames, read, excluded = {}, {}, {}
+    for region, frame in merged.groupby("region", sort=True):
+        site = f"region_{region}"
+        frames[site] = frame.drop(columns=["pid", "region"]).reset_index(drop=True)
+        read[site] = len(frame)
+        excluded[site] = 0
+    missing = len(data) - len(merged)
+    if missing:
+        excluded["(no region)"] = missing
+        read["(no region)"] = missing
+    return SiteFrames(frames, read, excluded, "not in FLamby's train/test split", TCGA_CITATION)
+
+
+def _identifier(name: str) -> str:
+    text = "".join(ch if ch.isalnum() else "_" for ch in name.lower())
+    return "_".join(part for part in text.split("_") if part)
 
 
 def _read_uci(path: Path) -> pd.DataFrame:

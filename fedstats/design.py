@@ -17,6 +17,7 @@ import ast
 import hashlib
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -44,8 +45,19 @@ WIRE_FIELDS = (
     "sites",
     "offset",
     "missing",
+    "outcome_kind",
+    "strata",
 )
 """The fields of a design on the wire (:meth:`DesignSpec.to_wire`), in order."""
+
+OUTCOME_KINDS = ("binary", "survival")
+_SURV = re.compile(r"^\s*Surv\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
+
+
+def survival_outcome(outcome: str) -> tuple[str, str] | None:
+    """``(time, event)`` of a ``Surv(time, event)`` outcome, else ``None``."""
+    match = _SURV.match(outcome)
+    return (match.group(1), match.group(2)) if match else None
 
 
 @dataclass(frozen=True)
@@ -64,6 +76,10 @@ class DesignSpec:
     offset: name of a numeric offset column, or ``None``.
     missing: ``"raise"`` (refuse rows with missing values) or ``"drop"``
         (complete cases; the dropped count is reported per site).
+    outcome_kind: ``"binary"`` (0/1 outcome) or ``"survival"``
+        (``Surv(time, event)``: follow-up time and 0/1 event indicator).
+    strata: columns whose combined values stratify a survival model within
+        each site (a site is always its own stratum or strata).
     """
 
     formula: str
@@ -75,6 +91,8 @@ class DesignSpec:
     sites: tuple[str, ...]
     offset: str | None = None
     missing: str = "raise"
+    outcome_kind: str = "binary"
+    strata: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -87,6 +105,8 @@ class DesignSpec:
             "sites": list(self.sites),
             "offset": self.offset,
             "missing": self.missing,
+            "outcome_kind": self.outcome_kind,
+            "strata": list(self.strata),
         }
 
     @classmethod
@@ -98,7 +118,7 @@ class DesignSpec:
             raise ValueError(f"the design must hold exactly {sorted(WIRE_FIELDS)}")
         if not all(isinstance(wire[k], str) for k in ("formula", "outcome")):
             raise ValueError("formula and outcome must be strings")
-        for key in ("variables", "columns", "sites"):
+        for key in ("variables", "columns", "sites", "strata"):
             if not (isinstance(wire[key], list) and all(isinstance(v, str) for v in wire[key])):
                 raise ValueError(f"{key} must be a list of strings")
         levels = wire["levels"]
@@ -113,6 +133,13 @@ class DesignSpec:
             raise ValueError("offset must be a column name or null")
         if wire["missing"] not in ("raise", "drop"):
             raise ValueError("missing must be 'raise' or 'drop'")
+        if wire["outcome_kind"] not in OUTCOME_KINDS:
+            raise ValueError(f"outcome_kind must be one of {OUTCOME_KINDS}")
+        survival = survival_outcome(wire["outcome"])
+        if (wire["outcome_kind"] == "survival") != (survival is not None):
+            raise ValueError("a survival design's outcome is Surv(time, event), and only its")
+        if wire["strata"] and wire["outcome_kind"] != "survival":
+            raise ValueError("only survival designs have strata")
         if not wire["columns"]:
             raise ValueError("the design has no columns")
         return cls(
@@ -125,6 +152,8 @@ class DesignSpec:
             sites=tuple(wire["sites"]),
             offset=wire["offset"],
             missing=wire["missing"],
+            outcome_kind=wire["outcome_kind"],
+            strata=tuple(wire["strata"]),
         )
 
     @property
@@ -162,6 +191,9 @@ def parse_formula(formula: str) -> ParsedFormula:
     if len(lhs_terms) != 1:
         raise FormulaError(f"the formula's left-hand side must be one outcome, got {parsed.lhs}")
     outcome_vars = {v for f in lhs_terms[0].factors for v in _factor_variables(f)}
+    survival = survival_outcome(str(lhs_terms[0]))
+    if survival is not None:  # Surv() is read by name, not evaluated
+        outcome_vars = set(survival)
     covariates: set[str] = set()
     wrapped: set[str] = set()
     for term in parsed.rhs:

@@ -24,7 +24,6 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
-import scipy.linalg
 
 from fedstats.agree import Agreement, agree_design
 from fedstats.design import Level
@@ -36,6 +35,7 @@ from fedstats.errors import (
     StudyConfigurationError,
 )
 from fedstats.federation import Federation
+from fedstats.newton import inverse_information, newton_step
 from fedstats.privacy import ClientDP, RecordDP
 from fedstats.private_release import DpRequest
 from fedstats.results import LogisticRegressionResults, Provenance
@@ -192,7 +192,7 @@ class LogisticRegression:
                     "so the maximum likelihood estimate does not exist; remove or combine the "
                     "separating covariates or use a penalised model"
                 )
-            step = _newton_step(hessian, gradient, names, first=rounds == 1)
+            step = newton_step(hessian, gradient, names, first=rounds == 1)
             if step is None:
                 notes.append("the information matrix became singular; the fit stopped early")
                 break
@@ -220,7 +220,7 @@ class LogisticRegression:
             message = f"Newton's method did not converge in {self.maxiter} rounds"
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
             notes.append(message)
-        cov = _inverse(hessian)
+        cov = inverse_information(hessian)
         provenance = Provenance.from_inventory(
             federation.inventory,
             study=federation.study,
@@ -248,50 +248,6 @@ class LogisticRegression:
             notes=notes,
             n_events=counts.n_events,
         )
-
-
-def _newton_step(
-    hessian: np.ndarray, gradient: np.ndarray, names: list[str], first: bool
-) -> np.ndarray | None:
-    """Solve ``H step = g`` by Cholesky.
-
-    In the first round the information is checked for rank deficiency on the
-    correlation scale (``D^-1/2 H D^-1/2``, ``D = diag(H)``): a smallest
-    eigenvalue below ``1e-10`` means collinear or constant design columns,
-    reported by name. Later, a singular information signals separation and
-    returns ``None``.
-    """
-    if first:
-        _check_rank(hessian, names)
-    try:
-        factor = scipy.linalg.cho_factor(hessian, check_finite=True)
-        return scipy.linalg.cho_solve(factor, gradient)
-    except (np.linalg.LinAlgError, ValueError):
-        return None
-
-
-def _check_rank(hessian: np.ndarray, names: list[str]) -> None:
-    diagonal = np.diag(hessian)
-    constant = [names[j] for j in np.flatnonzero(diagonal <= 0)]
-    if constant:
-        raise FormulaError(f"design columns {constant} are zero at every site; drop them")
-    scale = 1 / np.sqrt(diagonal)
-    values, vectors = np.linalg.eigh(hessian * np.outer(scale, scale))
-    if values[0] < 1e-10:
-        null = vectors[:, 0]
-        involved = [names[j] for j in np.flatnonzero(np.abs(null) > 0.1)]
-        raise FormulaError(
-            f"the design is rank-deficient across the federation: columns {involved} are "
-            "collinear (or constant alongside the intercept); drop or combine them"
-        )
-
-
-def _inverse(hessian: np.ndarray) -> np.ndarray:
-    try:
-        factor = scipy.linalg.cho_factor(hessian)
-        return scipy.linalg.cho_solve(factor, np.eye(len(hessian)))
-    except (np.linalg.LinAlgError, ValueError):
-        return np.full_like(hessian, np.nan)
 
 
 def _quote(name: str) -> str:

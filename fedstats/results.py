@@ -237,3 +237,53 @@ class LogisticRegressionResults(LikelihoodResults):
         table = self.to_frame()
         table.insert(1, "odds ratio", np.exp(self.params))
         return table
+
+
+class CoxPHResults(LikelihoodResults):
+    """Results of :class:`fedstats.CoxPH`: log hazard ratios with Wald inference.
+
+    ``llf`` is the log partial likelihood (summed over strata, unpenalised).
+    """
+
+    model_name = "Federated Cox proportional hazards regression"
+
+    def __init__(
+        self, *, n_events: dict[str, float], ties: str, strata: tuple[str, ...], **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.n_events_by_site = pd.Series(n_events, name="n_events")
+        self.ties = ties
+        self.strata = strata
+
+    def hazard_ratios(self, alpha: float = 0.05) -> pd.DataFrame:
+        """``exp(coef)`` with its Wald interval: columns ``hazard_ratio``, ``lower``, ``upper``."""
+        ci = np.exp(self.conf_int(alpha))
+        return pd.DataFrame(
+            {"hazard_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
+        )
+
+    @property
+    def aic(self) -> float:
+        """Partial AIC, ``2 p - 2 llf`` (as lifelines' ``AIC_partial_``)."""
+        return 2 * self.n_params - 2 * self.llf
+
+    @property
+    def bic(self) -> float:
+        """``log(events) p - 2 llf``: the partial likelihood's information grows with events."""
+        events = max(float(self.n_events_by_site.sum()), 1.0)
+        return np.log(events) * self.n_params - 2 * self.llf
+
+    def _info(self) -> list[tuple[str, str]]:
+        info = super()._info()
+        events = self.n_events_by_site.sum()
+        info.insert(2, ("Events", _count(int(events) if not self.privacy else float(events))))
+        info.insert(3, ("Ties", self.ties))
+        info.insert(4, ("Strata", " x ".join(self.strata)))
+        info = [(k, v) for k, v in info if k != "Log-likelihood"]
+        info.insert(5, ("Log partial lik.", f"{self.llf:.4f}"))
+        return info
+
+    def _table(self) -> pd.DataFrame:
+        table = self.to_frame()
+        table.insert(1, "exp(coef)", np.exp(self.params))
+        return table

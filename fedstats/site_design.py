@@ -15,7 +15,14 @@ import numpy as np
 import pandas as pd
 from formulaic import Formula, model_matrix
 
-from fedstats.design import SITE_COLUMN, DesignSpec, ParsedFormula, normalise_level, parse_formula
+from fedstats.design import (
+    SITE_COLUMN,
+    DesignSpec,
+    ParsedFormula,
+    normalise_level,
+    parse_formula,
+    survival_outcome,
+)
 from fedstats.disclosure import check_levels, check_saturation
 from fedstats.errors import (
     DisclosureError,
@@ -41,8 +48,13 @@ class SiteDesign:
 
     X: np.ndarray
     y: np.ndarray
+    """The 0/1 outcome; for a survival design, the event indicator."""
     offset: np.ndarray | None
     n_dropped: int
+    time: np.ndarray | None = None
+    """Follow-up times of a survival design."""
+    stratum: np.ndarray | None = None
+    """Stratum codes (0, 1, ...) of a survival design's rows within this site."""
 
     @property
     def n_obs(self) -> int:
@@ -160,7 +172,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
     """
     site, frame = ctx.name, ctx.frame
     parsed = _checked_formula(spec)
-    needed = list(spec.variables) + ([spec.offset] if spec.offset else [])
+    needed = list(spec.variables) + ([spec.offset] if spec.offset else []) + list(spec.strata)
     for var in needed:
         if var not in frame.columns:
             raise MissingColumnError(site=site, column=var)
@@ -179,7 +191,13 @@ def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
     for var, levels in spec.levels.items():
         data[var] = _as_agreed_categorical(site, var, data[var], levels)
 
-    y = _binary_outcome(site, spec.outcome, parsed.formula, data)
+    survival = spec.outcome_kind == "survival"
+    time = stratum = None
+    if survival:
+        time, y = _survival_outcome(site, spec, data)
+        stratum = _strata_codes(data, spec.strata)
+    else:
+        y = _binary_outcome(site, spec.outcome, parsed.formula, data)
     try:
         rhs = model_matrix(parsed.formula.rhs, data, ensure_full_rank=True, na_action="raise")
     except Exception as exc:  # noqa: BLE001 - formulaic raises many types
@@ -189,7 +207,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
             reason=f"cannot be evaluated here ({type(exc).__name__})",
         ) from None
     expected = [c for c in spec.columns if not (spec.site_intercepts and _is_site_column(spec, c))]
-    got = [c for c in rhs.columns if not (spec.site_intercepts and c == "Intercept")]
+    got = [c for c in rhs.columns if not ((spec.site_intercepts or survival) and c == "Intercept")]
     if got != expected:
         raise InconsistentColumnError(
             site=site,
@@ -215,7 +233,47 @@ def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
             )
     varying = int((X != 0).any(axis=0).sum())
     check_saturation(ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y))
-    return SiteDesign(X=np.ascontiguousarray(X), y=y, offset=offset, n_dropped=n_dropped)
+    return SiteDesign(
+        X=np.ascontiguousarray(X),
+        y=y,
+        offset=offset,
+        n_dropped=n_dropped,
+        time=time,
+        stratum=stratum,
+    )
+
+
+def _survival_outcome(
+    site: str, spec: DesignSpec, data: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray]:
+    """Follow-up times (finite, not negative) and 0/1 event indicators of ``Surv(time, event)``."""
+    names = survival_outcome(spec.outcome)
+    if names is None:
+        raise MalformedRequestError(site=None, task=None, reason="not a survival outcome")
+    time_name, event_name = names
+    raw_time = data[time_name]
+    time = pd.to_numeric(raw_time, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(time) | (time < 0)
+    if bad.any():
+        raise InconsistentColumnError(
+            site=site,
+            column=time_name,
+            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
+        )
+    raw = data[event_name]
+    values = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
+    event = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    other = int((~np.isin(event, (0.0, 1.0))).sum())
+    if other:
+        raise NonBinaryOutcomeError(site=site, column=event_name, count=other)
+    return time, event
+
+
+def _strata_codes(data: pd.DataFrame, strata: tuple[str, ...]) -> np.ndarray:
+    """One code per combination of the strata columns' values (all rows 0 without strata)."""
+    if not strata:
+        return np.zeros(len(data), dtype=np.int64)
+    return data.groupby(list(strata), sort=True, observed=True).ngroup().to_numpy(np.int64)
 
 
 def _binary_outcome(site: str, outcome: str, parsed: Formula, data: pd.DataFrame) -> np.ndarray:
@@ -256,6 +314,10 @@ def _checked_formula(spec: DesignSpec) -> ParsedFormula:
             reason="the design's variables or outcome do not match its formula",
         )
     unknown = sorted(set(spec.levels) - parsed.covariates)
+    if set(spec.strata) & variables:
+        raise MalformedRequestError(
+            site=None, task=None, reason="the design's strata also appear in its formula"
+        )
     if unknown or (spec.offset is not None and spec.offset in variables):
         raise MalformedRequestError(
             site=None, task=None, reason="the design's levels or offset do not match its formula"

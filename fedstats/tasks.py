@@ -7,7 +7,7 @@ the schema its reply must match (see :mod:`fedstats.schema`).
 
 from __future__ import annotations
 
-from fedstats import budget_site, fingerprint_site, logistic_site, site_design
+from fedstats import budget_site, cox_site, fingerprint_site, logistic_site, site_design
 from fedstats.task import Task, TaskRegistry
 
 REGISTRY = TaskRegistry(
@@ -31,6 +31,12 @@ REGISTRY = TaskRegistry(
             schema=logistic_site.summaries_schema,
             description="logistic score, information and log-likelihood at given coefficients",
             private_release=logistic_site.summaries_private_release,
+        ),
+        Task(
+            name="cox.summaries",
+            handler=cox_site.summaries,
+            schema=cox_site.summaries_schema,
+            description="Cox log partial likelihood, score and information of the site's strata",
         ),
         Task(
             name="harmonize.fingerprint",

@@ -1,0 +1,246 @@
+"""Federated stratified Cox regression equals pooled fits: lifelines, statsmodels PHReg and R.
+
+References are fitted to full convergence: lifelines with
+``fit_options={"precision": 1e-10}``; statsmodels' PHReg polished by Newton
+steps on its own score and Hessian until the step is below 1e-13, its
+standard errors from its Hessian at that point; R's ``survival::coxph``
+results as statsmodels ships them (printed to 7 significant digits).
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines import CoxPHFitter
+from lifelines.datasets import load_rossi
+from statsmodels.duration.hazard_regression import PHReg
+
+import fedstats
+from fedstats import datasets
+
+ROSSI = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
+TOL = 1e-6
+OPEN = fedstats.DisclosurePolicy(min_count=1)
+
+
+def split(frame: pd.DataFrame, site: np.ndarray) -> dict[str, pd.DataFrame]:
+    return {
+        f"s{k}": part.reset_index(drop=True)
+        for k, part in frame.assign(_site=site).groupby("_site")
+        for part in [part.drop(columns="_site")]
+    }
+
+
+def phreg_reference(time, X, status, strata, ties):
+    """PHReg's estimate polished to convergence; bse from its Hessian there."""
+    model = PHReg(time, X, status=status, strata=strata, ties=ties)
+    beta = np.asarray(model.fit().params, dtype=float)
+    for _ in range(50):
+        step = np.linalg.solve(model.hessian(beta), model.score(beta))
+        beta = beta - step
+        if np.max(np.abs(step)) < 1e-13:
+            break
+    bse = np.sqrt(np.diag(np.linalg.inv(-model.hessian(beta))))
+    return beta, bse, model.loglike(beta)
+
+
+def assert_close(result, params, bse, llf=None):
+    assert np.max(np.abs(result.params.to_numpy() - params)) < TOL
+    assert np.max(np.abs(result.bse.to_numpy() - bse)) < TOL
+    if llf is not None:
+        assert abs(result.llf - llf) < 1e-8
+
+
+@pytest.fixture(scope="module")
+def rossi():
+    frame = load_rossi()
+    site = np.arange(len(frame)) % 4
+    return frame, site
+
+
+def test_rossi_stratified_by_site_matches_lifelines_and_phreg(rossi):
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site))
+    formula = "Surv(week, arrest) ~ " + " + ".join(ROSSI)
+    efron = fedstats.CoxPH(formula, strata="site", ties="efron").fit(fed)
+    assert efron.converged and list(efron.params.index) == ROSSI
+    reference = CoxPHFitter().fit(
+        frame.assign(site=site), "week", "arrest", strata=["site"],
+        fit_options={"precision": 1e-10},
+    )  # fmt: skip
+    assert_close(efron, reference.params_[ROSSI], reference.standard_errors_[ROSSI])
+    assert abs(efron.llf - reference.log_likelihood_) < 1e-8
+    X, week, arrest = frame[ROSSI].to_numpy(float), frame["week"], frame["arrest"]
+    for ties in ("breslow", "efron"):
+        fit = fedstats.CoxPH(formula, ties=ties).fit(fed)
+        assert_close(fit, *phreg_reference(week, X, arrest, site, ties))
+    hr = efron.hazard_ratios()
+    assert np.allclose(hr["hazard_ratio"], np.exp(efron.params))
+    assert (hr["lower"] < hr["hazard_ratio"]).all() and (hr["hazard_ratio"] < hr["upper"]).all()
+    assert np.allclose(efron.pvalues, reference.summary["p"][ROSSI], atol=1e-6)
+    text = efron.summary()
+    assert "exp(coef)" in text and "Events:               114" in text
+
+
+def test_covariate_strata_are_stratified_within_sites(rossi):
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site))
+    covariates = [c for c in ROSSI if c != "race"]
+    fit = fedstats.CoxPH(
+        "Surv(week, arrest) ~ " + " + ".join(covariates), strata=["site", "race"]
+    ).fit(fed)
+    reference = CoxPHFitter().fit(
+        frame.assign(site=site), "week", "arrest", strata=["site", "race"],
+        fit_options={"precision": 1e-10},
+    )  # fmt: skip
+    assert_close(
+        fit, reference.params_[covariates], reference.standard_errors_[covariates],
+        reference.log_likelihood_,
+    )  # fmt: skip
+    combined = site * 2 + frame["race"].to_numpy()
+    X = frame[covariates].to_numpy(float)
+    breslow = fedstats.CoxPH(
+        "Surv(week, arrest) ~ " + " + ".join(covariates), strata=["race"], ties="breslow"
+    ).fit(fed)
+    assert_close(breslow, *phreg_reference(frame["week"], X, frame["arrest"], combined, "breslow"))
+
+
+R_FILES = ["survival_data_20_1", "survival_data_50_1", "survival_data_50_2",
+           "survival_data_100_5", "survival_data_1000_10"]  # fmt: skip
+
+
+@pytest.mark.parametrize("name", R_FILES)
+@pytest.mark.parametrize("ties", ["breslow", "efron"])
+def test_r_survival_coxph_stratified_results(name, ties):
+    """R's coxph with strata of n/5 consecutive rows: five sites, one stratum each."""
+    tests = Path(importlib.import_module("statsmodels.duration.tests").__file__).parent
+    results = importlib.import_module("statsmodels.duration.tests.results.survival_r_results")
+    raw = pd.read_csv(tests / "results" / f"{name}.csv", sep=" ", header=None).to_numpy()
+    n, p = (int(part) for part in name.split("_")[2:])
+    columns = [f"x{j}" for j in range(p)]
+    frame = pd.DataFrame(raw[:, 3:], columns=columns).assign(time=raw[:, 0], status=raw[:, 1])
+    site = np.kron(np.arange(5), np.ones(n // 5)).astype(int)
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+    fit = fedstats.CoxPH("Surv(time, status) ~ " + " + ".join(columns), ties=ties).fit(fed)
+    coef = getattr(results, f"coef_{n}_{p}_st_{ties[:3]}")
+    se = getattr(results, f"se_{n}_{p}_st_{ties[:3]}")
+    assert_close(fit, coef, se)
+    reference = phreg_reference(raw[:, 0], raw[:, 3:], raw[:, 1], site, ties)
+    assert np.max(np.abs(fit.params.to_numpy() - reference[0])) < 1e-9
+
+
+def test_tcga_brca_six_regions_as_sites():
+    brca = datasets.tcga_brca()
+    covariates = ["age_at_index", "race_white", "prior_malignancy_yes", "ajcc_pathologic_t_t2",
+                  "ajcc_pathologic_t_t3", "ajcc_pathologic_n_n1"]  # fmt: skip
+    fed = fedstats.Federation.in_process(brca.frames)
+    fit = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(fed)
+    pooled = pd.concat(
+        [frame.assign(region=site) for site, frame in brca.frames.items()], ignore_index=True
+    )
+    reference = CoxPHFitter().fit(
+        pooled[[*covariates, "time", "event", "region"]], "time", "event", strata=["region"],
+        fit_options={"precision": 1e-10},
+    )  # fmt: skip
+    assert_close(
+        fit, reference.params_[covariates], reference.standard_errors_[covariates],
+        reference.log_likelihood_,
+    )  # fmt: skip
+    assert fit.n_obs == 1088 and int(fit.n_events_by_site.sum()) == int(pooled["event"].sum())
+
+
+@pytest.mark.parametrize("ties", ["breslow", "efron"])
+def test_synthetic_heavy_ties_and_categorical_covariate(ties):
+    rng = np.random.default_rng(7)
+    n = 3000
+    frame = pd.DataFrame(
+        {
+            "age": rng.normal(60, 10, n),
+            "stage": rng.choice(["I", "II", "III"], n),
+            "female": rng.integers(0, 2, n),
+        }
+    )
+    risk = 0.03 * (frame["age"] - 60) + frame["stage"].map({"I": 0, "II": 0.5, "III": 1.1})
+    event_time = rng.exponential(1 / (0.1 * np.exp(risk)))
+    censor = rng.exponential(12, n)
+    frame["months"] = np.ceil(np.minimum(event_time, censor))  # whole months: many ties
+    frame["dead"] = (event_time <= censor).astype(int)
+    site = rng.integers(0, 3, n)
+    fed = fedstats.Federation.in_process(split(frame, site))
+    fit = fedstats.CoxPH("Surv(months, dead) ~ age + C(stage) + female", ties=ties).fit(fed)
+    names = ["age", "C(stage)[T.II]", "C(stage)[T.III]", "female"]
+    assert list(fit.params.index) == names
+    X = np.column_stack(
+        [frame["age"], frame["stage"] == "II", frame["stage"] == "III", frame["female"]]
+    ).astype(float)
+    assert_close(fit, *phreg_reference(frame["months"], X, frame["dead"], site, ties))
+
+
+def test_ridge_penalty_matches_statsmodels_penalised_likelihood(rossi):
+    """``penalizer=lam`` maximises ``l(beta) - n lam / 2 ||beta||^2`` (statsmodels' ridge)."""
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site))
+    lam, n = 0.01, len(frame)
+    fit = fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI), penalizer=lam).fit(fed)
+    model = PHReg(frame["week"], frame[ROSSI].to_numpy(float), status=frame["arrest"],
+                  strata=site, ties="efron")  # fmt: skip
+    beta = np.zeros(len(ROSSI))
+    for _ in range(50):
+        hessian = model.hessian(beta) - n * lam * np.eye(len(beta))
+        step = np.linalg.solve(hessian, model.score(beta) - n * lam * beta)
+        beta = beta - step
+        if np.max(np.abs(step)) < 1e-13:
+            break
+    hessian = model.hessian(beta) - n * lam * np.eye(len(beta))
+    assert_close(fit, beta, np.sqrt(np.diag(np.linalg.inv(-hessian))), model.loglike(beta))
+    coordinate_descent = model.fit_regularized(alpha=lam, L1_wt=0.0).params
+    assert np.max(np.abs(fit.params.to_numpy() - coordinate_descent)) < 2e-3  # its tolerance
+    unpenalised = fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI)).fit(fed)
+    assert np.linalg.norm(fit.params) < np.linalg.norm(unpenalised.params)  # ridge shrinks
+
+
+def test_replies_hold_only_sums_of_fixed_size(rossi):
+    """Whatever the number of patients, a site sends p + p^2 + 1 numbers: no times leave."""
+    frame, site = rossi
+    frames = split(frame, site)
+    replies = []
+    silos = {name: fedstats.Silo(name, f) for name, f in frames.items()}
+
+    def recording(silo):
+        def transport(request: bytes) -> bytes:
+            reply = silo.handle(request)
+            replies.append(fedstats.codec.decode(reply))
+            return reply
+
+        return transport
+
+    fed = fedstats.Federation({name: recording(s) for name, s in silos.items()})
+    fedstats.CoxPH("Surv(week, arrest) ~ fin + age + prio").fit(fed)
+    summaries = [r["result"] for r in replies if set(r.get("result", {})) >= {"loglik"}]
+    assert summaries
+    for result in summaries:
+        assert set(result) == {"gradient", "hessian", "loglik"}
+        assert result["gradient"].shape == (3,) and result["hessian"].shape == (3, 3)
+
+
+def test_bad_survival_input_is_refused_with_typed_errors(rossi):
+    frame, site = rossi
+    with pytest.raises(fedstats.StudyConfigurationError, match="pooled-baseline"):
+        fedstats.CoxPH("Surv(week, arrest) ~ fin", strata=None)
+    fed = fedstats.Federation.in_process(split(frame, site))
+    with pytest.raises(fedstats.FormulaError, match="Surv"):
+        fedstats.CoxPH("arrest ~ fin").fit(fed)
+    with pytest.raises(fedstats.FormulaError, match="intercept"):
+        fedstats.CoxPH("Surv(week, arrest) ~ fin - 1").fit(fed)
+    bad = split(frame, site)
+    bad["s2"].loc[3, "week"] = -1
+    with pytest.raises(fedstats.InconsistentColumnError, match=r"site 's2'.*'week'"):
+        fedstats.CoxPH("Surv(week, arrest) ~ fin").fit(fedstats.Federation.in_process(bad))
+    bad = split(frame, site)
+    bad["s1"].loc[0, "arrest"] = 2
+    with pytest.raises(fedstats.NonBinaryOutcomeError, match=r"site 's1'.*'arrest'"):
+        fedstats.CoxPH("Surv(week, arrest) ~ fin").fit(fedstats.Federation.in_process(bad))
