@@ -35,6 +35,7 @@ from fedstats.errors import (
 )
 from fedstats.federation import Federation
 from fedstats.inventory import MessageInventory, MessageRecord
+from fedstats.kaplan_meier import KaplanMeier, KaplanMeierResults, LogRankResult, logrank_test
 from fedstats.logistic import LogisticRegression
 from fedstats.privacy import ClientDP, PrivacyAccount, RecordDP
 from fedstats.results import CoxPHResults, LogisticRegressionResults, Provenance
@@ -59,6 +60,9 @@ __all__ = [
     "FormulaError",
     "InconsistentColumnError",
     "InvalidReplyError",
+    "KaplanMeier",
+    "KaplanMeierResults",
+    "LogRankResult",
     "LogisticRegression",
     "LogisticRegressionResults",
     "MessageInventory",
@@ -80,4 +84,5 @@ __all__ = [
     "StudyConfigurationError",
     "UnknownLevelError",
     "__version__",
+    "logrank_test",
 ]

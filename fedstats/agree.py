@@ -104,7 +104,7 @@ def agree_design(
         },
         analysis=analysis,
     )
-    kinds = _agreed_kinds(replies, asked)
+    kinds = agreed_kinds(replies, asked)
     if dp is not None:
         undeclared = sorted(
             v
@@ -184,7 +184,7 @@ def agree_design(
     return Agreement(spec=spec, layout=layout, counts=site_counts)
 
 
-def _agreed_kinds(replies: Mapping[str, Mapping], variables: Sequence[str]) -> dict[str, str]:
+def agreed_kinds(replies: Mapping[str, Mapping], variables: Sequence[str]) -> dict[str, str]:
     kinds: dict[str, str] = {}
     for var in variables:
         seen = {site: reply[f"{var}.kind"] for site, reply in replies.items()}

@@ -116,7 +116,7 @@ def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
                 n_levels=len(present),
                 n_patients=len(frame),
             )
-            levels = sorted({_plain(v) for v in present}, key=lambda v: (isinstance(v, str), v))
+            levels = sorted({plain(v) for v in present}, key=lambda v: (isinstance(v, str), v))
         payload[f"{var}.levels"] = levels
     return TaskReply(payload, contributors=len(frame))
 
@@ -189,7 +189,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
         data = data[keep]
     data = data.copy()
     for var, levels in spec.levels.items():
-        data[var] = _as_agreed_categorical(site, var, data[var], levels)
+        data[var] = as_agreed_categorical(site, var, data[var], levels)
 
     survival = spec.outcome_kind == "survival"
     time = stratum = None
@@ -325,14 +325,14 @@ def _checked_formula(spec: DesignSpec) -> ParsedFormula:
     return parsed
 
 
-def _as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple) -> pd.Categorical:
+def as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple) -> pd.Categorical:
     allowed = {normalise_level(v) for v in levels}
-    values = column.map(lambda v: normalise_level(_plain(v)))
+    values = column.map(lambda v: normalise_level(plain(v)))
     unknown = values[~values.isin(allowed)]
     if len(unknown):
         counts = unknown.value_counts()
         raise UnknownLevelError(
-            site=site, column=var, level=_plain(counts.index[0]), count=int(counts.iloc[0])
+            site=site, column=var, level=plain(counts.index[0]), count=int(counts.iloc[0])
         )
     return pd.Categorical(values, categories=list(levels))
 
@@ -341,7 +341,7 @@ def _is_site_column(spec: DesignSpec, column: str) -> bool:
     return column in {SITE_COLUMN.format(s) for s in spec.sites}
 
 
-def _plain(value: Any) -> Any:
+def plain(value: Any) -> Any:
     """numpy scalars to Python numbers; everything else unchanged."""
     if isinstance(value, np.generic):
         return value.item()

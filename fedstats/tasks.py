@@ -7,7 +7,14 @@ the schema its reply must match (see :mod:`fedstats.schema`).
 
 from __future__ import annotations
 
-from fedstats import budget_site, cox_site, fingerprint_site, logistic_site, site_design
+from fedstats import (
+    budget_site,
+    cox_site,
+    fingerprint_site,
+    logistic_site,
+    site_design,
+    survival_site,
+)
 from fedstats.task import Task, TaskRegistry
 
 REGISTRY = TaskRegistry(
@@ -37,6 +44,12 @@ REGISTRY = TaskRegistry(
             handler=cox_site.summaries,
             schema=cox_site.summaries_schema,
             description="Cox log partial likelihood, score and information of the site's strata",
+        ),
+        Task(
+            name=survival_site.TASK,
+            handler=survival_site.counts,
+            schema=survival_site.counts_schema,
+            description="at-risk and event counts per group on a time grid (k-protected)",
         ),
         Task(
             name="harmonize.fingerprint",

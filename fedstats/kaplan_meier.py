@@ -1,0 +1,294 @@
+"""Federated Kaplan–Meier curves and the log-rank test, from counts on a shared time grid.
+
+Sites release, per group and grid point, the number at risk ``n_gk`` and of
+events ``d_gk`` (:mod:`fedstats.survival_site`, with its disclosure rules);
+the coordinator sums them over sites. On the grid's time scale (each time
+coarsened up to the next grid point) the sums are the pooled counts, so:
+
+* Kaplan–Meier (Kaplan & Meier, JASA 1958): ``S(g_k) = prod_{j<=k} (1 - d_j / n_j)``;
+* Greenwood's variance, ``Var log S(g_k) = sum_{j<=k} d_j / (n_j (n_j - d_j))``,
+  and the exponential-Greenwood ("log-log") interval
+  ``exp(-exp(log(-log S) -/+ z sqrt(V) / log S))`` (Kalbfleisch & Prentice,
+  2002, section 1.3; lifelines' default);
+* the log-rank test (Mantel, 1966; Peto & Peto, 1972) of ``G`` groups:
+  ``O_g = sum_k d_gk``, ``E_g = sum_k n_gk d_k / n_k``,
+  ``V_gh = sum_k d_k (n_k - d_k) / (n_k - 1) (n_gk / n_k) (delta_gh - n_hk / n_k)``,
+  statistic ``(O - E)' V^- (O - E)`` on ``G - 1`` degrees of freedom.
+
+With a grid holding every distinct follow-up time (allowed only when the
+disclosure threshold is 1) the results are those of the pooled data. Each
+site ends each group's counts at its own horizon (see
+:mod:`fedstats.survival_site`); the patients so censored are reported per
+site (``counts.truncated``), and a grid too fine for the sites' events shows
+as curves ending early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from fedstats.agree import agreed_kinds
+from fedstats.design import Level, normalise_level, union_levels
+from fedstats.errors import StudyConfigurationError
+from fedstats.federation import Federation
+from fedstats.survival_site import MAX_GRID, TASK
+
+
+@dataclass(frozen=True)
+class GridCounts:
+    """Pooled counts on the agreed grid: ``at_risk`` and ``events`` are groups x grid points."""
+
+    grid: np.ndarray
+    groups: tuple[Level, ...]
+    at_risk: np.ndarray
+    events: np.ndarray
+    truncated: dict[str, int]
+    n_obs: dict[str, int]
+
+
+def time_grid(
+    grid: Sequence[float] | np.ndarray | None, width: float | None, horizon: float | None
+) -> np.ndarray:
+    """The grid: given points, or ``width, 2 width, ...`` up to ``horizon``."""
+    if grid is not None:
+        if width is not None or horizon is not None:
+            raise StudyConfigurationError("give either grid= or width= with horizon=, not both")
+        points = np.asarray(grid, dtype=np.float64)
+    else:
+        if width is None or horizon is None or not (0 < width <= horizon):
+            raise StudyConfigurationError(
+                "a federated survival curve needs a time grid: grid=[...] or width= and "
+                "horizon= (e.g. width=30, horizon=3650 for monthly steps over ten years)"
+            )
+        points = width * np.arange(1, int(np.ceil(horizon / width)) + 1, dtype=np.float64)
+    if not (
+        points.ndim == 1
+        and 1 <= len(points) <= MAX_GRID
+        and np.isfinite(points).all()
+        and (np.diff(points) > 0).all()
+        and points[0] >= 0
+    ):
+        raise StudyConfigurationError(
+            f"the grid must be 1 to {MAX_GRID} increasing, finite times >= 0"
+        )
+    return points
+
+
+def grid_counts(
+    federation: Federation,
+    *,
+    time: str,
+    event: str,
+    group: str | None,
+    levels: Sequence[Level] | None,
+    grid: np.ndarray,
+    analysis: str,
+) -> GridCounts:
+    """Agree group levels, then collect and sum every site's counts on the grid."""
+    groups: tuple[Level, ...] = ()
+    if group is not None:
+        groups = _group_levels(federation, group, levels, analysis)
+    args = {"time": time, "event": event, "group": group, "levels": list(groups), "grid": grid}
+    replies = federation.request(TASK, args, analysis=analysis)
+    return GridCounts(
+        grid=grid,
+        groups=groups if group is not None else ("all",),
+        at_risk=sum(r["at_risk"] for r in replies.values()),
+        events=sum(r["events"] for r in replies.values()),
+        truncated={s: int(r["truncated"]) for s, r in replies.items()},
+        n_obs={s: int(r["n_obs"]) for s, r in replies.items()},
+    )
+
+
+def _group_levels(
+    federation: Federation, group: str, levels: Sequence[Level] | None, analysis: str
+) -> tuple[Level, ...]:
+    if levels is not None:
+        fixed = tuple(normalise_level(v) for v in levels)
+        if not fixed:
+            raise StudyConfigurationError(f"no levels given for {group!r}")
+        return fixed
+    replies = federation.request(
+        "describe",
+        {"variables": [group], "levels_for": [group], "levels_known": [], "list_levels": True},
+        analysis=analysis,
+    )
+    agreed_kinds(replies, [group])
+    return union_levels({s: r[f"{group}.levels"] for s, r in replies.items()}, group)
+
+
+class KaplanMeier:
+    """Federated Kaplan–Meier estimator with Greenwood intervals, overall or by group.
+
+    Parameters
+    ----------
+    time, event:
+        Follow-up time (>= 0) and event indicator (0/1) columns.
+    group:
+        Optional grouping column; its levels are agreed across sites (or
+        given in ``levels``).
+    grid, width, horizon:
+        The shared time grid: explicit points, or steps of ``width`` up to
+        ``horizon`` (both in the unit of ``time``).
+    """
+
+    def __init__(
+        self,
+        time: str,
+        event: str,
+        *,
+        group: str | None = None,
+        levels: Sequence[Level] | None = None,
+        grid: Sequence[float] | np.ndarray | None = None,
+        width: float | None = None,
+        horizon: float | None = None,
+        alpha: float = 0.05,
+    ) -> None:
+        if not 0 < alpha < 1:
+            raise StudyConfigurationError(f"alpha must be in (0, 1), got {alpha}")
+        self.time, self.event, self.group = time, event, group
+        self.levels = list(levels) if levels is not None else None
+        self.grid = time_grid(grid, width, horizon)
+        self.alpha = alpha
+
+    def fit(self, federation: Federation) -> KaplanMeierResults:
+        counts = grid_counts(
+            federation,
+            time=self.time,
+            event=self.event,
+            group=self.group,
+            levels=self.levels,
+            grid=self.grid,
+            analysis=federation.new_analysis("kaplan_meier"),
+        )
+        return KaplanMeierResults(counts, self.alpha)
+
+
+class KaplanMeierResults:
+    """Survival curves on the grid, by group, with exponential-Greenwood intervals."""
+
+    def __init__(self, counts: GridCounts, alpha: float) -> None:
+        self.counts = counts
+        self.alpha = alpha
+        index = pd.Index(counts.grid, name="time")
+        columns = list(counts.groups)
+        survival, variance = _kaplan_meier(counts.at_risk, counts.events)
+        self.survival_function_ = pd.DataFrame(survival.T, index=index, columns=columns)
+        self.greenwood_ = pd.DataFrame(variance.T, index=index, columns=columns)
+        z = stats.norm.ppf(1 - alpha / 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_s = np.log(survival)
+            spread = z * np.sqrt(variance) / log_s
+            lower = np.exp(-np.exp(np.log(-log_s) - spread))
+            upper = np.exp(-np.exp(np.log(-log_s) + spread))
+        lower = np.where(survival == 1.0, 1.0, lower)
+        upper = np.where(survival == 1.0, 1.0, upper)
+        lower = np.where(np.isnan(survival), np.nan, lower)
+        upper = np.where(np.isnan(survival), np.nan, upper)
+        self.confidence_interval_ = {
+            "lower": pd.DataFrame(lower.T, index=index, columns=columns),
+            "upper": pd.DataFrame(upper.T, index=index, columns=columns),
+        }
+
+    @property
+    def event_table(self) -> pd.DataFrame:
+        """Pooled ``at_risk`` and ``events`` per grid point (columns by group)."""
+        frames = {}
+        for i, group in enumerate(self.counts.groups):
+            frames[(group, "at_risk")] = self.counts.at_risk[i]
+            frames[(group, "events")] = self.counts.events[i]
+        return pd.DataFrame(frames, index=pd.Index(self.counts.grid, name="time"))
+
+    @property
+    def median_survival_time_(self) -> pd.Series:
+        """First grid time with ``S <= 0.5`` per group (``inf`` if never reached)."""
+        out = {}
+        for group in self.survival_function_.columns:
+            curve = self.survival_function_[group]
+            below = curve.index[curve <= 0.5]
+            out[group] = float(below[0]) if len(below) else np.inf
+        return pd.Series(out, name="median")
+
+    @property
+    def grid(self) -> np.ndarray:
+        return self.counts.grid
+
+    def __repr__(self) -> str:
+        groups = ", ".join(map(str, self.counts.groups))
+        return f"<KaplanMeierResults: {len(self.grid)} grid points, groups {groups}>"
+
+
+def _kaplan_meier(at_risk: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Survival and Greenwood's ``Var log S`` per group and grid point (NaN once nobody is left)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(at_risk > 0, 1.0 - events / at_risk, 1.0)
+        increment = np.where(
+            (at_risk > 0) & (at_risk > events), events / (at_risk * (at_risk - events)), 0.0
+        )
+    survival = np.cumprod(factor, axis=1)
+    variance = np.cumsum(increment, axis=1)
+    gone = np.cumsum(at_risk[:, ::-1] > 0, axis=1)[:, ::-1] == 0  # no one at risk from here on
+    survival[gone] = np.nan
+    variance[gone] = np.nan
+    return survival, variance
+
+
+@dataclass(frozen=True)
+class LogRankResult:
+    """The log-rank test of equal survival across groups."""
+
+    statistic: float
+    dof: int
+    p_value: float
+    observed: pd.Series
+    expected: pd.Series
+    grid: np.ndarray
+
+
+def logrank_test(
+    federation: Federation,
+    time: str,
+    event: str,
+    group: str,
+    *,
+    levels: Sequence[Level] | None = None,
+    grid: Sequence[float] | np.ndarray | None = None,
+    width: float | None = None,
+    horizon: float | None = None,
+) -> LogRankResult:
+    """The log-rank test of ``group``'s levels on the shared grid (see the module docstring)."""
+    counts = grid_counts(
+        federation,
+        time=time,
+        event=event,
+        group=group,
+        levels=levels,
+        grid=time_grid(grid, width, horizon),
+        analysis=federation.new_analysis("logrank"),
+    )
+    n, d = counts.at_risk, counts.events
+    total_n, total_d = n.sum(axis=0), d.sum(axis=0)
+    used = total_n > 0
+    n, d, total_n, total_d = n[:, used], d[:, used], total_n[used], total_d[used]
+    share = n / total_n
+    observed = d.sum(axis=1)
+    expected = (share * total_d).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.where(total_n > 1, total_d * (total_n - total_d) / (total_n - 1), 0.0)
+    covariance = np.diag((share * weight).sum(axis=1)) - (share * weight) @ share.T
+    difference = (observed - expected)[:-1]
+    statistic = float(difference @ np.linalg.pinv(covariance[:-1, :-1]) @ difference)
+    dof = len(counts.groups) - 1
+    return LogRankResult(
+        statistic=statistic,
+        dof=dof,
+        p_value=float(stats.chi2.sf(statistic, dof)),
+        observed=pd.Series(observed, index=list(counts.groups), name="observed"),
+        expected=pd.Series(expected, index=list(counts.groups), name="expected"),
+        grid=counts.grid,
+    )

@@ -1,0 +1,170 @@
+"""Site side of grid survival counts: patients at risk and events per interval of a time grid.
+
+A site never releases its event times. The coordinator sends a grid
+``g_1 < ... < g_K``; the site coarsens each follow-up time up to the next grid
+point (``t -> min{g_k : g_k >= t}``; times after ``g_K`` are censored at
+``g_K``) and returns, for every group (level of a grouping column, or one
+group), the number at risk ``n_k = #{t* >= g_k}`` and the number of events
+``d_k = #{t* = g_k, event}`` at each grid point.
+
+Disclosure control, with ``k`` the site's ``min_count``: each group's curve
+at this site ends at its *horizon*, the last grid point up to which every
+interval holds either no event or at least ``k`` events and at least ``k``
+patients remain at risk. Patients followed beyond the horizon are censored
+there, and the counts after it are released as 0; the reply says how many
+patients were so censored. So every released non-zero count, at risk or
+events, stands for at least ``k`` patients: no released message holds an
+event time shared by fewer than ``k`` patients of the site (the output
+checking rule of trusted research environments for survival tables, e.g.
+the SDC Handbook, Griffiths et al., 2019: a minimum number of events behind
+each step of a curve). Censoring everyone still at risk at a horizon fixed by
+the past of the counting process leaves the Kaplan–Meier estimate up to it
+unbiased (a stopping time; Andersen, Borgan, Gill & Keiding, 1993, IV.3); a
+grid too fine for the site's events ends its curves early, which the
+analyst sees in the truncation counts and cures with a coarser grid.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedstats.errors import (
+    InconsistentColumnError,
+    MalformedRequestError,
+    MissingColumnError,
+    MissingValuesError,
+    NonBinaryOutcomeError,
+)
+from fedstats.schema import Array, Number
+from fedstats.site_design import as_agreed_categorical
+from fedstats.task import SiteContext, TaskReply
+
+MAX_GRID = 5_000
+MAX_GROUPS = 50
+TASK = "survival.counts"
+
+
+def counts_schema(args: dict[str, Any]) -> dict:
+    grid, _, _, _, levels = _arguments(args)
+    shape = (max(len(levels), 1), len(grid))
+    return {
+        "at_risk": Array(shape),
+        "events": Array(shape),
+        "truncated": Number(),
+        "n_obs": Number(),
+    }
+
+
+def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """At-risk and event counts per group and grid point, under the rules above."""
+    grid, time_name, event_name, group_name, levels = _arguments(args)
+    frame = ctx.frame
+    needed = [time_name, event_name] + ([group_name] if group_name else [])
+    for column in needed:
+        if column not in frame.columns:
+            raise MissingColumnError(site=ctx.name, column=column)
+    data = frame[needed]
+    missing = data.isna().sum()
+    if missing.any():
+        column = str(missing[missing > 0].index[0])
+        raise MissingValuesError(site=ctx.name, column=column, count=int(missing[column]))
+    time = pd.to_numeric(data[time_name], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    bad = ~np.isfinite(time) | (time < 0)
+    if bad.any():
+        raise InconsistentColumnError(
+            site=ctx.name,
+            column=time_name,
+            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
+        )
+    raw = data[event_name]
+    event = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
+    event = event.to_numpy(np.float64, na_value=np.nan)
+    other = int((~np.isin(event, (0.0, 1.0))).sum())
+    if other:
+        raise NonBinaryOutcomeError(site=ctx.name, column=event_name, count=other)
+    if group_name:
+        agreed = as_agreed_categorical(ctx.name, group_name, data[group_name], tuple(levels))
+        group = np.asarray(agreed.codes, dtype=np.int64)
+    else:
+        group = np.zeros(len(time), dtype=np.int64)
+    at_risk, events, truncated = grid_counts(
+        time, event.astype(bool), group, max(len(levels), 1), grid, ctx.policy.min_count
+    )
+    return TaskReply(
+        {"at_risk": at_risk, "events": events, "truncated": truncated, "n_obs": len(time)},
+        contributors=len(time),
+    )
+
+
+def grid_counts(
+    time: np.ndarray,
+    event: np.ndarray,
+    group: np.ndarray,
+    n_groups: int,
+    grid: np.ndarray,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """``(at_risk, events, truncated)`` per group and grid point, each group cut at its horizon.
+
+    ``truncated`` counts the patients still followed after their group's
+    horizon (all of a group's patients when no grid point qualifies).
+    """
+    coarse = np.searchsorted(grid, time, side="left")  # index of min{g_k >= t}
+    beyond = coarse >= len(grid)
+    coarse = np.minimum(coarse, len(grid) - 1)
+    event = event & ~beyond
+    at_risk = np.zeros((n_groups, len(grid)))
+    events = np.zeros((n_groups, len(grid)))
+    truncated = 0
+    for g in range(n_groups):
+        mine = group == g
+        starts = np.bincount(coarse[mine], minlength=len(grid))
+        risk = np.cumsum(starts[::-1])[::-1].astype(np.float64)
+        died = np.bincount(coarse[mine & event], minlength=len(grid)).astype(np.float64)
+        unsafe = ((died > 0) & (died < k)) | (risk < k)
+        horizon = int(np.argmax(unsafe)) - 1 if unsafe.any() else len(grid) - 1
+        truncated += int((mine & (coarse > horizon)).sum())
+        if horizon >= 0:
+            at_risk[g, : horizon + 1] = risk[: horizon + 1]
+            events[g, : horizon + 1] = died[: horizon + 1]
+    return at_risk, events, truncated
+
+
+def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, list]:
+    grid = args.get("grid")
+    if not (
+        isinstance(grid, np.ndarray)
+        and grid.ndim == 1
+        and 1 <= len(grid) <= MAX_GRID
+        and np.isfinite(grid).all()
+        and (np.diff(grid) > 0).all()
+        and grid[0] >= 0
+    ):
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason=f"'grid' must be 1 to {MAX_GRID} increasing, finite times >= 0",
+        )
+    names = [args.get("time"), args.get("event")]
+    group = args.get("group")
+    if not all(isinstance(n, str) and n for n in names) or not (
+        group is None or (isinstance(group, str) and group)
+    ):
+        raise MalformedRequestError(
+            site=None, task=None, reason="'time' and 'event' name columns; 'group' too, or null"
+        )
+    levels = args.get("levels")
+    if group is None:
+        levels = []
+    elif not (
+        isinstance(levels, list)
+        and 1 <= len(levels) <= MAX_GROUPS
+        and all(isinstance(v, int | float | str) for v in levels)
+    ):
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"'levels' must list 1 to {MAX_GROUPS} group levels"
+        )
+    return grid.astype(np.float64), names[0], names[1], group, levels

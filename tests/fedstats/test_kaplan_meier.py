@@ -1,0 +1,187 @@
+"""Federated Kaplan–Meier and log-rank equal lifelines; released counts respect the threshold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from lifelines import KaplanMeierFitter
+from lifelines.datasets import load_rossi
+from lifelines.statistics import multivariate_logrank_test
+
+import fedstats
+from fedstats import codec, datasets
+from fedstats.survival_site import TASK
+
+OPEN = fedstats.DisclosurePolicy(min_count=1)
+
+
+def split(frame: pd.DataFrame, site: np.ndarray) -> dict[str, pd.DataFrame]:
+    return {
+        f"s{k}": part.drop(columns="_site").reset_index(drop=True)
+        for k, part in frame.assign(_site=site).groupby("_site")
+    }
+
+
+@pytest.fixture(scope="module")
+def rossi():
+    frame = load_rossi()
+    frame["prio_band"] = np.select([frame.prio == 0, frame.prio <= 2], ["none", "few"], "many")
+    return frame, np.arange(len(frame)) % 4
+
+
+def lifelines_curve(time, event, grid):
+    fitter = KaplanMeierFitter().fit(time, event)
+    bounds = fitter.confidence_interval_.reindex(grid, method="ffill")
+    return fitter.survival_function_at_times(grid).to_numpy(), bounds.to_numpy()
+
+
+def test_native_grid_curves_and_intervals_equal_lifelines(rossi):
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+    grid = np.sort(frame["week"].unique()).astype(float)
+    overall = fedstats.KaplanMeier("week", "arrest", grid=grid).fit(fed)
+    survival, bounds = lifelines_curve(frame.week, frame.arrest, grid)
+    assert np.max(np.abs(overall.survival_function_["all"].to_numpy() - survival)) < 1e-8
+    assert np.max(np.abs(overall.confidence_interval_["lower"]["all"] - bounds[:, 0])) < 1e-8
+    assert np.max(np.abs(overall.confidence_interval_["upper"]["all"] - bounds[:, 1])) < 1e-8
+    by_fin = fedstats.KaplanMeier("week", "arrest", group="fin", grid=grid).fit(fed)
+    for level in (0, 1):
+        rows = frame.fin == level
+        survival, bounds = lifelines_curve(frame.week[rows], frame.arrest[rows], grid)
+        assert np.max(np.abs(by_fin.survival_function_[level].to_numpy() - survival)) < 1e-8
+        assert np.max(np.abs(by_fin.confidence_interval_["lower"][level] - bounds[:, 0])) < 1e-8
+    table = by_fin.event_table
+    assert table[(1, "events")].sum() == frame.arrest[frame.fin == 1].sum()
+    assert table[(0, "at_risk")].iloc[0] == (frame.fin == 0).sum()
+
+
+def test_coarse_grid_equals_lifelines_on_coarsened_times(rossi):
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+    result = fedstats.KaplanMeier("week", "arrest", width=4, horizon=52).fit(fed)
+    grid = result.grid
+    assert list(grid) == [4.0 * i for i in range(1, 14)]
+    coarse = grid[np.searchsorted(grid, frame.week, side="left")]
+    survival, _ = lifelines_curve(coarse, frame.arrest, grid)
+    assert np.max(np.abs(result.survival_function_["all"].to_numpy() - survival)) < 1e-8
+    assert result.median_survival_time_["all"] == np.inf  # 74 % never arrested in a year
+
+
+@pytest.mark.parametrize("group", ["fin", "prio_band"])
+def test_logrank_equals_lifelines(rossi, group):
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+    grid = np.sort(frame["week"].unique()).astype(float)
+    result = fedstats.logrank_test(fed, "week", "arrest", group, grid=grid)
+    reference = multivariate_logrank_test(frame.week, frame[group], frame.arrest)
+    assert abs(result.statistic - reference.test_statistic) < 1e-8
+    assert abs(result.p_value - reference.p_value) < 1e-8
+    assert result.dof == frame[group].nunique() - 1
+    assert result.observed.sum() == frame.arrest.sum()
+
+
+def recording_federation(frames, policy=None):
+    replies: list[tuple[str, dict]] = []
+
+    def transport(name, silo):
+        def send(request: bytes) -> bytes:
+            reply = silo.handle(request)
+            task = codec.decode(request)["task"]
+            replies.append((task, codec.decode(reply)))
+            return reply
+
+        return send
+
+    silos = {name: fedstats.Silo(name, frame, policy=policy) for name, frame in frames.items()}
+    return fedstats.Federation({n: transport(n, s) for n, s in silos.items()}), replies
+
+
+def synthetic_sites(seed: int = 11) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    frames = {}
+    for site, n in (("a", 900), ("b", 600), ("c", 400)):
+        event_time = rng.exponential(900, n)
+        censor = rng.uniform(200, 1500, n)
+        frames[site] = pd.DataFrame(
+            {"days": np.ceil(np.minimum(event_time, censor)), "died": event_time <= censor}
+        )
+    return frames
+
+
+@pytest.mark.parametrize("width", [7, 91])
+def test_default_threshold_no_released_count_below_k(width):
+    """Default policy: every released non-zero count stands for at least k patients.
+
+    A weekly grid ends each site's curve at its first week with 1 to 9 deaths
+    (here the first week: nothing is released); a quarterly one runs for
+    years, and equals lifelines on the data censored at each site's horizon.
+    """
+    frames = synthetic_sites()
+    k = fedstats.DisclosurePolicy().min_count
+    fed, replies = recording_federation(frames)
+    result = fedstats.KaplanMeier("days", "died", width=width, horizon=1500).fit(fed)
+    released = [reply["result"] for task, reply in replies if task == TASK]
+    assert len(released) == len(frames)
+    for counts in released:
+        for name in ("at_risk", "events"):
+            values = counts[name][counts[name] > 0]
+            assert (values >= k).all(), (name, values.min())
+    # The same curve from lifelines on each site's data censored at its horizon.
+    grid, pieces = result.grid, []
+    for (_, frame), counts in zip(frames.items(), released, strict=True):
+        last = np.flatnonzero(counts["at_risk"][0] > 0)
+        horizon = grid[last[-1]] if len(last) else -1.0
+        coarse = grid[np.minimum(np.searchsorted(grid, frame.days, side="left"), len(grid) - 1)]
+        event = frame.died & (frame.days <= grid[-1]) & (coarse <= horizon)
+        pieces.append(pd.DataFrame({"t": np.minimum(coarse, max(horizon, 0.0)), "e": event}))
+        assert counts["truncated"] == int((coarse > horizon).sum())
+    reached = result.event_table[("all", "at_risk")].to_numpy() > 0
+    if width == 7:  # about 7 deaths in a site's first week: no site can release a step
+        assert not reached.any()
+        assert sum(result.counts.truncated.values()) == sum(len(f) for f in frames.values())
+        return
+    assert reached.sum() >= 10  # about 1000 of the 1500 days
+    pooled = pd.concat(pieces, ignore_index=True)
+    survival, _ = lifelines_curve(pooled.t, pooled.e, grid)
+    got = result.survival_function_["all"].to_numpy()
+    assert np.max(np.abs(got[reached] - survival[reached])) < 1e-8
+
+
+def test_a_site_with_too_few_events_releases_no_curve():
+    region = datasets.tcga_brca().frames["region_5"]  # 51 patients, 7 deaths
+    fed = fedstats.Federation.in_process({"region_5": region})
+    result = fedstats.KaplanMeier("time", "event", width=365, horizon=3650).fit(fed)
+    table = result.event_table
+    assert not table[("all", "events")].any()  # its 7 deaths never make an interval of 10
+    assert table[("all", "at_risk")].tolist() == [51] + [0] * 9  # none in the first year
+    assert result.counts.truncated == {"region_5": int((region.time > 365).sum())}
+    curve = result.survival_function_["all"]
+    assert curve.iloc[0] == 1.0 and curve.iloc[1:].isna().all()
+
+
+def test_tail_is_censored_where_fewer_than_k_remain():
+    frame = pd.DataFrame({"t": np.arange(1, 31, dtype=float), "e": [0] * 30})
+    frame.loc[:9, "e"] = 1  # ten events at times 1..10, all in the first interval
+    fed = fedstats.Federation.in_process({"a": frame})
+    result = fedstats.KaplanMeier("t", "e", grid=[10.0, 20.0, 25.0, 30.0]).fit(fed)
+    table = result.event_table
+    assert table[("all", "at_risk")].tolist() == [30, 20, 10, 0]  # 5 left at 30 < k: cut
+    assert table[("all", "events")].tolist() == [10, 0, 0, 0]
+    assert result.counts.truncated == {"a": 5}
+    assert np.isnan(result.survival_function_["all"].iloc[-1])
+
+
+def test_bad_inputs_are_typed_errors(rossi):
+    frame, site = rossi
+    with pytest.raises(fedstats.StudyConfigurationError, match="time grid"):
+        fedstats.KaplanMeier("week", "arrest")
+    with pytest.raises(fedstats.StudyConfigurationError, match="increasing"):
+        fedstats.KaplanMeier("week", "arrest", grid=[3.0, 2.0])
+    bad = split(frame, site)
+    bad["s3"].loc[5, "arrest"] = 3
+    fed = fedstats.Federation.in_process(bad, disclosure=OPEN)
+    with pytest.raises(fedstats.NonBinaryOutcomeError, match=r"site 's3'.*'arrest'"):
+        fedstats.KaplanMeier("week", "arrest", width=1, horizon=52).fit(fed)
+    with pytest.raises(fedstats.MissingColumnError, match="'weeks'"):
+        fedstats.KaplanMeier("weeks", "arrest", width=1, horizon=52).fit(fed)
