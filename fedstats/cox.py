@@ -10,6 +10,16 @@ or Efron) and the coordinator takes the Newton step on the sums. The iterates
 are those of the pooled stratified fit; the estimate equals it (as in Lu et
 al., "WebDISCO", JAMIA 2015, whose sites return the same aggregates).
 
+Pooled baseline (``strata=None``): one baseline hazard across sites. The
+partial likelihood then needs risk sets spanning sites, so sites return
+risk-set and tied-event sums on a shared time grid
+(:mod:`fedstats.cox_site`, times coarsened up to the next grid point, each
+site's follow-up ending at its safe horizon) and the coordinator evaluates
+the Breslow or Efron partial likelihood from their totals
+(:func:`fedstats.cox_math.grid_partial_likelihood`); on a grid holding every
+distinct time it is the pooled fit. Breslow's baseline cumulative hazard
+comes with it.
+
 Strata rule: ``strata="site"`` makes each site one stratum; ``strata=[...]``
 names columns whose combined values stratify *within* each site, so the
 strata are (site, values) pairs — two sites never share a stratum, since a
@@ -33,12 +43,15 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 
 import numpy as np
+import pandas as pd
 
 from fedstats.agree import Agreement, agree_design
-from fedstats.cox_math import TIES
+from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
+from fedstats.cox_site import GRID_TASK
 from fedstats.design import Level
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.federation import Federation
+from fedstats.kaplan_meier import time_grid
 from fedstats.newton import check_rank, inverse_information, newton_step
 from fedstats.results import CoxPHResults, Provenance
 
@@ -58,7 +71,11 @@ class CoxPH:
     strata:
         ``"site"`` (default): one baseline hazard per site. A list of
         columns: one per combination of their values within each site
-        (``"site"`` may be listed too; it always applies).
+        (``"site"`` may be listed too; it always applies). ``None``: one
+        baseline across sites, on the time grid below.
+    grid, width, horizon:
+        The pooled model's time grid: points, or steps of ``width`` up to
+        ``horizon`` (as for :class:`fedstats.KaplanMeier`).
     ties:
         ``"efron"`` (default, as lifelines and R) or ``"breslow"``.
     penalizer:
@@ -83,18 +100,26 @@ class CoxPH:
         missing: str = "raise",
         maxiter: int = 50,
         tol: float = 1e-10,
+        grid: Sequence[float] | np.ndarray | None = None,
+        width: float | None = None,
+        horizon: float | None = None,
     ) -> None:
         if not isinstance(formula, str):
             raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
         if ties not in TIES:
             raise StudyConfigurationError(f"ties must be one of {TIES}, got {ties!r}")
+        self.grid: np.ndarray | None = None
         if strata is None:
-            raise StudyConfigurationError(
-                "the pooled-baseline Cox model (strata=None), which needs risk-set sums on a "
-                "shared time grid, is not available in this version; use strata='site' (one "
-                "baseline hazard per site) or strata=[columns] within sites"
-            )
-        names = [strata] if isinstance(strata, str) else list(strata)
+            try:
+                self.grid = time_grid(grid, width, horizon)
+            except StudyConfigurationError as error:
+                raise StudyConfigurationError(
+                    "the pooled-baseline Cox model (strata=None) works on a shared time grid: "
+                    f"{error}"
+                ) from None
+        elif grid is not None or width is not None or horizon is not None:
+            raise StudyConfigurationError("a time grid is for the pooled model only (strata=None)")
+        names = [] if strata is None else [strata] if isinstance(strata, str) else list(strata)
         if not all(isinstance(n, str) and n for n in names):
             raise StudyConfigurationError("strata must be 'site' or a list of column names")
         if not (isinstance(penalizer, int | float) and np.isfinite(penalizer) and penalizer >= 0):
@@ -104,6 +129,7 @@ class CoxPH:
         if not 0 < tol < 1:
             raise StudyConfigurationError(f"tol must be in (0, 1), got {tol!r}")
         self.formula = formula
+        self.pooled = strata is None
         self.strata = tuple(n for n in names if n != SITE)
         self.ties = ties
         self.penalizer = float(penalizer)
@@ -113,7 +139,7 @@ class CoxPH:
         self.tol = tol
 
     def __repr__(self) -> str:
-        strata = ["site", *self.strata]
+        strata = None if self.pooled else ["site", *self.strata]
         return f"CoxPH({self.formula!r}, strata={strata}, ties={self.ties!r})"
 
     def agree(self, federation: Federation, analysis: str) -> Agreement:
@@ -142,16 +168,24 @@ class CoxPH:
         p = len(names)
         ridge = self.penalizer * sum(counts.n_obs.values())
 
+        last_sums: list[GridSums] = []
+
         def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
             """Penalised objective, its score and information, and the log partial likelihood."""
-            replies = federation.request(
-                "cox.summaries",
-                {"design": spec.to_wire(), "beta": beta, "ties": self.ties},
-                analysis=analysis,
-            )
-            loglik = float(sum(r["loglik"] for r in replies.values()))
-            score = sum(r["gradient"] for r in replies.values())
-            information = sum(r["hessian"] for r in replies.values())
+            if self.pooled:
+                sums = self._grid_sums(federation, spec.to_wire(), beta, analysis)
+                last_sums[:] = [sums]
+                result = grid_partial_likelihood(sums, beta, self.ties)
+                loglik, score, information = result.loglik, result.score, result.information
+            else:
+                replies = federation.request(
+                    "cox.summaries",
+                    {"design": spec.to_wire(), "beta": beta, "ties": self.ties},
+                    analysis=analysis,
+                )
+                loglik = float(sum(r["loglik"] for r in replies.values()))
+                score = sum(r["gradient"] for r in replies.values())
+                information = sum(r["hessian"] for r in replies.values())
             penalised = loglik - ridge / 2 * float(beta @ beta)
             return penalised, score - ridge * beta, information + ridge * np.eye(p), loglik
 
@@ -159,6 +193,12 @@ class CoxPH:
         objective, score, information, loglik = evaluate(beta)
         if sum(counts.n_events.values()) == 0:
             raise StudyConfigurationError("no site has an event: the Cox model cannot be fitted")
+        if self.pooled and not last_sums[0].d.any():
+            raise StudyConfigurationError(
+                "no site could release an event on this time grid: each site's follow-up ends "
+                "before its first interval with fewer than k events or leavers (patients "
+                f"censored early: {self._truncated}); use a coarser grid"
+            )
         check_rank(information, names)
         converged = False
         notes: list[str] = []
@@ -196,8 +236,31 @@ class CoxPH:
                 "complete cases only; rows dropped per site: "
                 + ", ".join(f"{s}={n}" for s, n in counts.n_dropped.items())
             )
-        strata = ", ".join(["site", *self.strata])
-        notes.append(f"stratified by {strata} (strata never span sites); ties: {self.ties}")
+        baseline = None
+        if self.pooled:
+            sums = last_sums[0]
+            truncated = self._truncated
+            notes.append(
+                f"one baseline hazard across sites, on a grid of {len(self.grid)} points "
+                f"(times coarsened up to the next point); ties: {self.ties}"
+            )
+            if any(truncated.values()):
+                notes.append(
+                    "follow-up censored at each site's safe horizon (fewer than k patients "
+                    "would stand behind later sums); patients censored there: "
+                    + ", ".join(f"{s}={n}" for s, n in truncated.items())
+                )
+            with np.errstate(divide="ignore", invalid="ignore"):
+                hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
+            cumulative = np.cumsum(hazard)
+            cumulative[sums.S0 <= 0] = np.nan
+            baseline = pd.DataFrame(
+                {"cumulative_hazard": cumulative, "survival": np.exp(-cumulative)},
+                index=pd.Index(self.grid, name="time"),
+            )
+        else:
+            strata = ", ".join(["site", *self.strata])
+            notes.append(f"stratified by {strata} (strata never span sites); ties: {self.ties}")
         provenance = Provenance.from_inventory(
             federation.inventory,
             study=federation.study,
@@ -220,5 +283,16 @@ class CoxPH:
             notes=notes,
             n_events=counts.n_events,
             ties=self.ties,
-            strata=("site", *self.strata),
+            strata=() if self.pooled else ("site", *self.strata),
+            baseline=baseline,
         )
+
+    def _grid_sums(
+        self, federation: Federation, design: dict, beta: np.ndarray, analysis: str
+    ) -> GridSums:
+        replies = federation.request(
+            GRID_TASK, {"design": design, "beta": beta, "grid": self.grid}, analysis=analysis
+        )
+        self._truncated = {s: int(r["truncated"]) for s, r in replies.items()}
+        fields = GridSums.__dataclass_fields__
+        return GridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})

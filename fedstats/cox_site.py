@@ -16,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.cox_math import TIES, SortedSurvival, partial_likelihood, sort_survival
+from fedstats.cox_math import TIES, SortedSurvival, grid_sums, partial_likelihood, sort_survival
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array, Number
 from fedstats.site_design import site_design, spec_from_args
+from fedstats.survival_site import MAX_GRID, safe_horizon
 from fedstats.task import SiteContext, TaskReply
 
 _CACHE_SIZE = 4
@@ -42,15 +43,9 @@ def summaries_schema(args: dict[str, Any]) -> dict:
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """Log partial likelihood, score (``gradient``) and information (``hessian``) at ``beta``."""
     spec = spec_from_args(args)
-    beta = args.get("beta")
-    if not (isinstance(beta, np.ndarray) and beta.shape == (spec.n_params,)):
-        raise MalformedRequestError(
-            site=ctx.name, task=None, reason=f"'beta' must be an array of {spec.n_params} numbers"
-        )
-    if not np.isfinite(beta).all():
-        raise MalformedRequestError(site=ctx.name, task=None, reason="'beta' has non-finite values")
+    beta = _beta(ctx, args, spec.n_params)
     data = _sorted(ctx, args)
-    result = partial_likelihood(data, beta.astype(np.float64), args["ties"])
+    result = partial_likelihood(data, beta, args["ties"])
     return TaskReply(
         {"gradient": result.score, "hessian": result.information, "loglik": result.loglik},
         contributors=len(data.time),
@@ -72,3 +67,110 @@ def _sorted(ctx: SiteContext, args: dict[str, Any]) -> SortedSurvival:
     while len(cache) > _CACHE_SIZE:
         cache.popitem(last=False)
     return data
+
+
+# ------------------------------------------------------------------ pooled baseline (time grid)
+GRID_TASK = "cox.grid_summaries"
+_GRID_FIELDS = ("d", "S0", "S1", "S2", "E0", "E1", "E2", "x_events")
+
+
+def grid_summaries_schema(args: dict[str, Any]) -> dict:
+    spec = spec_from_args(args)
+    if spec.outcome_kind != "survival" or spec.strata:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason="the pooled-baseline Cox model takes a survival design without strata",
+        )
+    if args.get("dp") is not None:
+        raise MalformedRequestError(
+            site=None, task=None, reason="differentially private Cox fits are not offered yet"
+        )
+    grid = _grid(args)
+    p, K = spec.n_params, len(grid)
+    return {
+        "d": Array((K,)),
+        "S0": Array((K,)),
+        "S1": Array((K, p)),
+        "S2": Array((K, p, p)),
+        "E0": Array((K,)),
+        "E1": Array((K, p)),
+        "E2": Array((K, p, p)),
+        "x_events": Array((p,)),
+        "truncated": Number(),
+    }
+
+
+def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """Risk-set and tied-event sums on the grid at ``beta`` (:func:`fedstats.cox_math.grid_sums`).
+
+    Times are coarsened up to the next grid point and the site's follow-up
+    ends at its safe horizon (:func:`fedstats.survival_site.safe_horizon`):
+    every released sum covers 0 or at least ``k`` patients, and so does
+    every difference of two consecutive risk-set sums.
+    """
+    spec = spec_from_args(args)
+    beta = _beta(ctx, args, spec.n_params)
+    grid = _grid(args)
+    design = site_design(ctx, spec)
+    if design.time is None:
+        raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
+    coarse, event, truncated = _coarsened(ctx, design.time, design.y.astype(bool), grid)
+    try:
+        sums = grid_sums(design.X[coarse >= 0], coarse[coarse >= 0], event[coarse >= 0], beta,
+                         len(grid))  # fmt: skip
+    except ValueError as error:
+        raise MalformedRequestError(site=ctx.name, task=None, reason=str(error)) from None
+    payload: dict[str, Any] = {name: getattr(sums, name) for name in _GRID_FIELDS}
+    payload["truncated"] = truncated
+    return TaskReply(payload, contributors=len(design.time))
+
+
+def _coarsened(
+    ctx: SiteContext, time: np.ndarray, event: np.ndarray, grid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Grid index of each row (-1: dropped), its event flag, and the patients censored early.
+
+    Rows after the safe horizon are censored there; with no safe grid point
+    at all, every row is dropped.
+    """
+    coarse = np.searchsorted(grid, time, side="left")
+    beyond = coarse >= len(grid)
+    coarse = np.minimum(coarse, len(grid) - 1)
+    event = event & ~beyond
+    risk = np.cumsum(np.bincount(coarse, minlength=len(grid))[::-1])[::-1].astype(np.float64)
+    died = np.bincount(coarse[event], minlength=len(grid)).astype(np.float64)
+    horizon = safe_horizon(risk, died, ctx.policy.min_count)
+    late = coarse > horizon
+    truncated = int(late.sum())
+    if horizon < 0:
+        return np.full(len(time), -1), np.zeros(len(time), dtype=bool), truncated
+    coarse = np.where(late, horizon, coarse)
+    return coarse, event & ~late, truncated
+
+
+def _beta(ctx: SiteContext, args: dict[str, Any], p: int) -> np.ndarray:
+    beta = args.get("beta")
+    if not (isinstance(beta, np.ndarray) and beta.shape == (p,)):
+        raise MalformedRequestError(
+            site=ctx.name, task=None, reason=f"'beta' must be an array of {p} numbers"
+        )
+    if not np.isfinite(beta).all():
+        raise MalformedRequestError(site=ctx.name, task=None, reason="'beta' has non-finite values")
+    return beta.astype(np.float64)
+
+
+def _grid(args: dict[str, Any]) -> np.ndarray:
+    grid = args.get("grid")
+    if not (
+        isinstance(grid, np.ndarray)
+        and grid.ndim == 1
+        and 1 <= len(grid) <= MAX_GRID
+        and np.isfinite(grid).all()
+        and (np.diff(grid) > 0).all()
+        and grid[0] >= 0
+    ):
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"'grid' must be 1 to {MAX_GRID} increasing times >= 0"
+        )
+    return grid.astype(np.float64)

@@ -248,12 +248,37 @@ class CoxPHResults(LikelihoodResults):
     model_name = "Federated Cox proportional hazards regression"
 
     def __init__(
-        self, *, n_events: dict[str, float], ties: str, strata: tuple[str, ...], **kwargs: Any
+        self,
+        *,
+        n_events: dict[str, float],
+        ties: str,
+        strata: tuple[str, ...],
+        baseline: pd.DataFrame | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.n_events_by_site = pd.Series(n_events, name="n_events")
         self.ties = ties
         self.strata = strata
+        self._baseline = baseline
+
+    @property
+    def baseline_cumulative_hazard_(self) -> pd.DataFrame:
+        """Breslow's estimate ``H0(g_k) = sum_{j<=k} d_j / S0_j(beta)`` on the grid (pooled
+        model only: a stratified model's baselines stay at the sites)."""
+        if self._baseline is None:
+            raise AttributeError(
+                "baseline hazards of a stratified model stay at the sites; fit with "
+                "strata=None on a time grid for a shared baseline"
+            )
+        return self._baseline[["cumulative_hazard"]]
+
+    @property
+    def baseline_survival_(self) -> pd.DataFrame:
+        """``exp(-H0)`` on the grid (pooled model only)."""
+        return np.exp(-self.baseline_cumulative_hazard_).rename(
+            columns={"cumulative_hazard": "survival"}
+        )
 
     def hazard_ratios(self, alpha: float = 0.05) -> pd.DataFrame:
         """``exp(coef)`` with its Wald interval: columns ``hazard_ratio``, ``lower``, ``upper``."""
@@ -278,7 +303,7 @@ class CoxPHResults(LikelihoodResults):
         events = self.n_events_by_site.sum()
         info.insert(2, ("Events", _count(int(events) if not self.privacy else float(events))))
         info.insert(3, ("Ties", self.ties))
-        info.insert(4, ("Strata", " x ".join(self.strata)))
+        info.insert(4, ("Strata", " x ".join(self.strata) or "none"))
         info = [(k, v) for k, v in info if k != "Log-likelihood"]
         info.insert(5, ("Log partial lik.", f"{self.llf:.4f}"))
         return info

@@ -9,8 +9,10 @@ group), the number at risk ``n_k = #{t* >= g_k}`` and the number of events
 
 Disclosure control, with ``k`` the site's ``min_count``: each group's curve
 at this site ends at its *horizon*, the last grid point up to which every
-interval holds either no event or at least ``k`` events and at least ``k``
-patients remain at risk. Patients followed beyond the horizon are censored
+interval holds either no event or at least ``k`` events, either nobody or at
+least ``k`` patients leave the risk set before the next point (so that no
+difference of two released risk sets stands for fewer than ``k`` patients),
+and at least ``k`` patients remain at risk. Patients followed beyond the horizon are censored
 there, and the counts after it are released as 0; the reply says how many
 patients were so censored. So every released non-zero count, at risk or
 events, stands for at least ``k`` patients: no released message holds an
@@ -124,13 +126,26 @@ def grid_counts(
         starts = np.bincount(coarse[mine], minlength=len(grid))
         risk = np.cumsum(starts[::-1])[::-1].astype(np.float64)
         died = np.bincount(coarse[mine & event], minlength=len(grid)).astype(np.float64)
-        unsafe = ((died > 0) & (died < k)) | (risk < k)
-        horizon = int(np.argmax(unsafe)) - 1 if unsafe.any() else len(grid) - 1
+        horizon = safe_horizon(risk, died, k)
         truncated += int((mine & (coarse > horizon)).sum())
         if horizon >= 0:
             at_risk[g, : horizon + 1] = risk[: horizon + 1]
             events[g, : horizon + 1] = died[: horizon + 1]
     return at_risk, events, truncated
+
+
+def safe_horizon(risk: np.ndarray, died: np.ndarray, k: int) -> int:
+    """The last grid index up to which every released count stands for 0 or >= k patients.
+
+    Checked at each grid point ``j``: the number at risk, the number of
+    events, and the number leaving the risk set before the next point
+    (``risk_j - risk_{j+1}``: events and censored), whose covariate sums a
+    differencing of risk-set sums would otherwise expose. -1 if none.
+    """
+    leaving = risk - np.append(risk[1:], 0.0)
+    small = lambda counts: (counts > 0) & (counts < k)  # noqa: E731
+    unsafe = small(died) | (risk < k) | small(leaving)
+    return int(np.argmax(unsafe)) - 1 if unsafe.any() else len(risk) - 1
 
 
 def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, list]:

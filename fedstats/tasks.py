@@ -46,6 +46,12 @@ REGISTRY = TaskRegistry(
             description="Cox log partial likelihood, score and information of the site's strata",
         ),
         Task(
+            name=cox_site.GRID_TASK,
+            handler=cox_site.grid_summaries,
+            schema=cox_site.grid_summaries_schema,
+            description="Cox risk-set and tied-event sums on a time grid (k-protected)",
+        ),
+        Task(
             name=survival_site.TASK,
             handler=survival_site.counts,
             schema=survival_site.counts_schema,

@@ -244,3 +244,87 @@ def test_bad_survival_input_is_refused_with_typed_errors(rossi):
     bad["s1"].loc[0, "arrest"] = 2
     with pytest.raises(fedstats.NonBinaryOutcomeError, match=r"site 's1'.*'arrest'"):
         fedstats.CoxPH("Surv(week, arrest) ~ fin").fit(fedstats.Federation.in_process(bad))
+
+
+# ------------------------------------------------------------------ pooled baseline on a grid
+def test_pooled_model_on_the_native_grid_equals_unstratified_fits(rossi):
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+    grid = np.unique(frame["week"]).astype(float)
+    formula = "Surv(week, arrest) ~ " + " + ".join(ROSSI)
+    efron = fedstats.CoxPH(formula, strata=None, grid=grid).fit(fed)
+    reference = CoxPHFitter().fit(frame, "week", "arrest", fit_options={"precision": 1e-10})
+    assert_close(
+        efron, reference.params_[ROSSI], reference.standard_errors_[ROSSI],
+        reference.log_likelihood_,
+    )  # fmt: skip
+    X = frame[ROSSI].to_numpy(float)
+    for ties in ("breslow", "efron"):
+        fit = fedstats.CoxPH(formula, strata=None, grid=grid, ties=ties).fit(fed)
+        assert_close(fit, *phreg_reference(frame["week"], X, frame["arrest"], None, ties))
+    # lifelines' Breslow baseline is at the covariate means: H_ll = exp(mean(x)'beta) H0.
+    lifelines_h = reference.baseline_cumulative_hazard_.iloc[:, 0]
+    shift = np.exp(-frame[ROSSI].mean().to_numpy() @ reference.params_[ROSSI].to_numpy())
+    ours = efron.baseline_cumulative_hazard_["cumulative_hazard"].reindex(lifelines_h.index)
+    # within 1e-6 relative: the two fits' coefficients differ by ~5e-9, which H0 carries
+    assert np.allclose(ours.to_numpy(), lifelines_h.to_numpy() * shift, rtol=1e-6, atol=0)
+    assert np.allclose(
+        efron.baseline_survival_["survival"],
+        np.exp(-efron.baseline_cumulative_hazard_["cumulative_hazard"]),
+    )
+    stratified = fedstats.CoxPH(formula).fit(fed)
+    with pytest.raises(AttributeError, match="stay at the sites"):
+        _ = stratified.baseline_cumulative_hazard_
+
+
+def test_pooled_model_on_a_coarse_grid_releases_only_k_protected_sums():
+    """Default threshold: the fit equals PHReg on the data as released (times coarsened to the
+    grid, each site censored at its safe horizon); every released count is 0 or >= k."""
+    rng = np.random.default_rng(3)
+    frames, pieces = {}, []
+    for name, n in (("a", 700), ("b", 500), ("c", 300)):
+        age = rng.normal(0, 1, n)
+        event_time = rng.exponential(400 * np.exp(-0.5 * age))
+        censor = rng.uniform(100, 1200, n)
+        frames[name] = pd.DataFrame(
+            {"days": np.ceil(np.minimum(event_time, censor)), "dead": event_time <= censor,
+             "age": age}
+        )  # fmt: skip
+    k = fedstats.DisclosurePolicy().min_count
+    released = []
+
+    def recording(silo):
+        def transport(request: bytes) -> bytes:
+            reply = silo.handle(request)
+            if fedstats.codec.decode(request)["task"] == "cox.grid_summaries":
+                released.append((silo.name, fedstats.codec.decode(reply)["result"]))
+            return reply
+
+        return transport
+
+    fed = fedstats.Federation(
+        {name: recording(fedstats.Silo(name, f)) for name, f in frames.items()}
+    )
+    fit = fedstats.CoxPH("Surv(days, dead) ~ age", strata=None, width=60, horizon=1200).fit(fed)
+    grid = np.arange(60.0, 1201.0, 60.0)
+    for _, reply in released:
+        assert ((reply["d"] == 0) | (reply["d"] >= k)).all()
+    last = {name: reply for name, reply in released}
+    for name, frame in frames.items():
+        d = last[name]["d"]
+        reached = np.flatnonzero(last[name]["S0"] > 0)
+        horizon = grid[reached[-1]]
+        coarse = grid[np.minimum(np.searchsorted(grid, frame.days, side="left"), len(grid) - 1)]
+        event = frame.dead & (frame.days <= grid[-1]) & (coarse <= horizon)
+        pieces.append(
+            pd.DataFrame({"t": np.minimum(coarse, horizon), "e": event, "age": frame.age})
+        )
+        assert int(d.sum()) == int(event.sum())
+    data = pd.concat(pieces, ignore_index=True)
+    reference = phreg_reference(data.t, data[["age"]].to_numpy(), data.e.astype(float), None,
+                                "efron")  # fmt: skip
+    assert_close(fit, *reference)
+    assert any("censored at each site's safe horizon" in note for note in fit.notes)
+    too_fine = fedstats.CoxPH("Surv(days, dead) ~ age", strata=None, width=1, horizon=1200)
+    with pytest.raises(fedstats.StudyConfigurationError, match="coarser grid"):
+        too_fine.fit(fedstats.Federation.in_process(frames))
