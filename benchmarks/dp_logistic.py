@@ -23,22 +23,28 @@ on first use, because it does not run on the project's scikit-learn.
 
 from __future__ import annotations
 
-import argparse
-import json
-import subprocess
 import sys
-import tempfile
-import venv
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
-from sklearn.metrics import roc_auc_score
-from sklearn.model_selection import train_test_split
+# benchmarks/harmonize.py would shadow the harmonize package: keep this folder off the path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import accounting
-import fedstats
-from fedstats import datasets
+import argparse  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import venv  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from sklearn.metrics import roc_auc_score  # noqa: E402
+from sklearn.model_selection import train_test_split  # noqa: E402
+
+import accounting  # noqa: E402
+import fedstats  # noqa: E402
+from fedstats import datasets  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ORACLE_ENV = HERE.parent / ".venv-oracles"

@@ -15,16 +15,21 @@ Target: ``charges_per_second`` >= 1,000 with the default durability.
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
-import tempfile
-import time
+import sys
 from pathlib import Path
 
-import dp_accounting
+# benchmarks/harmonize.py would shadow the harmonize package: keep this folder off the path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import accounting
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+
+import dp_accounting  # noqa: E402
+
+import accounting  # noqa: E402
 
 TARGET = 1000
 EVENT = dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(1.1))

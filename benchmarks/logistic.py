@@ -13,16 +13,22 @@ statsmodels' IRLS iterations + 1.
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
-import warnings
+import sys
+from pathlib import Path
 
-import numpy as np
-import statsmodels.api as sm
+# benchmarks/harmonize.py would shadow the harmonize package: keep this folder off the path.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 
-import fedstats
-from fedstats import datasets
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+
+import numpy as np  # noqa: E402
+import statsmodels.api as sm  # noqa: E402
+
+import fedstats  # noqa: E402
+from fedstats import datasets  # noqa: E402
 
 
 def main() -> None:

@@ -285,6 +285,7 @@ class CoxPH:
             ties=self.ties,
             strata=() if self.pooled else ("site", *self.strata),
             baseline=baseline,
+            design=spec.to_wire(),
         )
 
     def _grid_sums(

@@ -16,10 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.cox_math import TIES, SortedSurvival, grid_sums, partial_likelihood, sort_survival
+from fedstats.cox_math import (
+    TIES,
+    SortedSurvival,
+    concordance_counts,
+    grid_sums,
+    partial_likelihood,
+    sort_survival,
+)
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array, Number
-from fedstats.site_design import site_design, spec_from_args
+from fedstats.site_design import build_design, site_design, spec_from_args
 from fedstats.survival_site import MAX_GRID, safe_horizon
 from fedstats.task import SiteContext, TaskReply
 
@@ -174,3 +181,33 @@ def _grid(args: dict[str, Any]) -> np.ndarray:
             site=None, task=None, reason=f"'grid' must be 1 to {MAX_GRID} increasing times >= 0"
         )
     return grid.astype(np.float64)
+
+
+# ------------------------------------------------------------------ concordance
+CONCORDANCE_TASK = "cox.concordance"
+
+
+def concordance_schema(args: dict[str, Any]) -> dict:
+    spec = spec_from_args(args)
+    if spec.outcome_kind != "survival":
+        raise MalformedRequestError(site=None, task=None, reason="the design is not a survival one")
+    return {"concordant": Number(), "tied": Number(), "comparable": Number()}
+
+
+def concordance(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """Harrell's C pair counts among this site's patients at ``beta`` (pairs within the site).
+
+    Three counts whatever the design's size, so the saturation rule of
+    ``prepare`` (parameters per patient) does not apply: held-out sets may be
+    small.
+    """
+    spec = spec_from_args(args)
+    beta = _beta(ctx, args, spec.n_params)
+    design = build_design(ctx, spec, saturation=False)
+    if design.time is None:
+        raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
+    concordant, tied, comparable = concordance_counts(design.time, design.y, design.X @ beta)
+    return TaskReply(
+        {"concordant": concordant, "tied": tied, "comparable": comparable},
+        contributors=len(design.time),
+    )

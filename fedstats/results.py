@@ -254,6 +254,7 @@ class CoxPHResults(LikelihoodResults):
         ties: str,
         strata: tuple[str, ...],
         baseline: pd.DataFrame | None = None,
+        design: dict | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -261,6 +262,31 @@ class CoxPHResults(LikelihoodResults):
         self.ties = ties
         self.strata = strata
         self._baseline = baseline
+        self._design = design
+
+    def concordance_index(self, federation: Any) -> float:
+        """Harrell's C of the fitted risk scores at the sites of ``federation``.
+
+        Each site counts concordant, tied-score and comparable pairs among its
+        own patients (:func:`fedstats.cox_math.concordance_counts`); the index
+        is ``(concordant + tied / 2) / comparable`` over all sites' pairs.
+        Pairs of patients at different sites are not compared: that would
+        need their times and scores in one place. Pass a federation of
+        held-out frames (same columns) to validate out of sample.
+        """
+        if self._design is None:
+            raise ValueError("this result carries no design to evaluate")
+        replies = federation.request(
+            "cox.concordance",
+            {"design": self._design, "beta": self.params.to_numpy()},
+            analysis=federation.new_analysis("concordance"),
+        )
+        concordant = sum(r["concordant"] for r in replies.values())
+        tied = sum(r["tied"] for r in replies.values())
+        comparable = sum(r["comparable"] for r in replies.values())
+        if comparable == 0:
+            raise ValueError("no comparable pair at any site (no events?)")
+        return float((concordant + tied / 2) / comparable)
 
     @property
     def baseline_cumulative_hazard_(self) -> pd.DataFrame:

@@ -52,6 +52,12 @@ REGISTRY = TaskRegistry(
             description="Cox risk-set and tied-event sums on a time grid (k-protected)",
         ),
         Task(
+            name=cox_site.CONCORDANCE_TASK,
+            handler=cox_site.concordance,
+            schema=cox_site.concordance_schema,
+            description="Harrell's C pair counts among the site's patients at given coefficients",
+        ),
+        Task(
             name=survival_site.TASK,
             handler=survival_site.counts,
             schema=survival_site.counts_schema,
