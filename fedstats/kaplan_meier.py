@@ -32,10 +32,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+import accounting
 from fedstats.agree import agreed_kinds
 from fedstats.design import Level, normalise_level, union_levels
 from fedstats.errors import StudyConfigurationError
 from fedstats.federation import Federation
+from fedstats.privacy import RecordDP
+from fedstats.private_release import DpRequest
 from fedstats.survival_site import MAX_GRID, TASK
 
 
@@ -49,6 +52,10 @@ class GridCounts:
     events: np.ndarray
     truncated: dict[str, int]
     n_obs: dict[str, int]
+    noise_multiplier: float | None = None
+    """Under record-level privacy: the Gaussian noise multiplier of every site's release."""
+    epsilon_spent: dict[str, float] | None = None
+    """Under record-level privacy: each site's cumulative RDP epsilon for the study after it."""
 
 
 def time_grid(
@@ -88,12 +95,20 @@ def grid_counts(
     levels: Sequence[Level] | None,
     grid: np.ndarray,
     analysis: str,
+    privacy: RecordDP | None = None,
 ) -> GridCounts:
     """Agree group levels, then collect and sum every site's counts on the grid."""
     groups: tuple[Level, ...] = ()
     if group is not None:
+        if privacy is not None and levels is None:
+            raise StudyConfigurationError(
+                f"under differential privacy the levels of {group!r} must be given (levels=[...], "
+                "from the study specification): sites do not release levels"
+            )
         groups = _group_levels(federation, group, levels, analysis)
     args = {"time": time, "event": event, "group": group, "levels": list(groups), "grid": grid}
+    if privacy is not None:
+        return _private_counts(federation, args, privacy, analysis)
     replies = federation.request(TASK, args, analysis=analysis)
     return GridCounts(
         grid=grid,
@@ -102,6 +117,43 @@ def grid_counts(
         events=sum(r["events"] for r in replies.values()),
         truncated={s: int(r["truncated"]) for s, r in replies.items()},
         n_obs={s: int(r["n_obs"]) for s, r in replies.items()},
+    )
+
+
+def _private_counts(
+    federation: Federation, args: dict, privacy: RecordDP, analysis: str
+) -> GridCounts:
+    """Noisy deaths and censorings from every site, summed, then made consistent.
+
+    One Gaussian release per site with noise multiplier ``sigma`` (given, or
+    calibrated so that the release alone costs ``(epsilon, delta)``), charged
+    to the site's ledger before it reads a row. Post-processing, free of
+    privacy cost: the sums over sites are clipped at 0, the numbers at risk
+    are the reverse cumulative sums of deaths plus censorings, and deaths
+    never exceed them.
+    """
+    sigma = privacy.noise_multiplier
+    if sigma is None:
+        sigma = accounting.calibrate_gaussian(privacy.epsilon, privacy.delta)
+    dp = DpRequest(
+        noise_multipliers={"events": float(sigma)},
+        study=federation.study,
+        analysis=analysis,
+        note="survival counts on a time grid",
+    )
+    replies = federation.request(TASK, {**args, "dp": dp.to_args()}, analysis=analysis)
+    events = np.maximum(sum(r["events"] for r in replies.values()), 0.0)
+    censored = np.maximum(sum(r["censored"] for r in replies.values()), 0.0)
+    at_risk = np.cumsum((events + censored)[:, ::-1], axis=1)[:, ::-1]
+    return GridCounts(
+        grid=args["grid"],
+        groups=tuple(args["levels"]) if args["group"] is not None else ("all",),
+        at_risk=at_risk,
+        events=np.minimum(events, at_risk),
+        truncated={},
+        n_obs={},
+        noise_multiplier=float(sigma),
+        epsilon_spent={s: float(r["dp_epsilon_spent"]) for s, r in replies.items()},
     )
 
 
@@ -135,6 +187,12 @@ class KaplanMeier:
     grid, width, horizon:
         The shared time grid: explicit points, or steps of ``width`` up to
         ``horizon`` (both in the unit of ``time``).
+    privacy:
+        :class:`fedstats.RecordDP`: each site releases Gaussian-noised deaths
+        and censorings per interval instead (one release, ``epsilon`` and
+        ``delta`` or ``noise_multiplier``; its ``rounds``, ``bounds`` and
+        ``row_norm`` do not apply), charged to its ledger. Greenwood's
+        intervals then ignore the noise.
     """
 
     def __init__(
@@ -148,13 +206,17 @@ class KaplanMeier:
         width: float | None = None,
         horizon: float | None = None,
         alpha: float = 0.05,
+        privacy: RecordDP | None = None,
     ) -> None:
+        if privacy is not None and not isinstance(privacy, RecordDP):
+            raise StudyConfigurationError("privacy must be a fedstats.RecordDP")
         if not 0 < alpha < 1:
             raise StudyConfigurationError(f"alpha must be in (0, 1), got {alpha}")
         self.time, self.event, self.group = time, event, group
         self.levels = list(levels) if levels is not None else None
         self.grid = time_grid(grid, width, horizon)
         self.alpha = alpha
+        self.privacy = privacy
 
     def fit(self, federation: Federation) -> KaplanMeierResults:
         counts = grid_counts(
@@ -165,6 +227,7 @@ class KaplanMeier:
             levels=self.levels,
             grid=self.grid,
             analysis=federation.new_analysis("kaplan_meier"),
+            privacy=self.privacy,
         )
         return KaplanMeierResults(counts, self.alpha)
 
@@ -260,6 +323,7 @@ def logrank_test(
     grid: Sequence[float] | np.ndarray | None = None,
     width: float | None = None,
     horizon: float | None = None,
+    privacy: RecordDP | None = None,
 ) -> LogRankResult:
     """The log-rank test of ``group``'s levels on the shared grid (see the module docstring)."""
     counts = grid_counts(
@@ -270,6 +334,7 @@ def logrank_test(
         levels=levels,
         grid=time_grid(grid, width, horizon),
         analysis=federation.new_analysis("logrank"),
+        privacy=privacy,
     )
     n, d = counts.at_risk, counts.events
     total_n, total_d = n.sum(axis=0), d.sum(axis=0)

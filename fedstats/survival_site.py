@@ -43,7 +43,7 @@ from fedstats.errors import (
 )
 from fedstats.schema import Array, Number
 from fedstats.site_design import as_agreed_categorical
-from fedstats.task import SiteContext, TaskReply
+from fedstats.task import NoisyGroup, SiteContext, TaskReply
 
 MAX_GRID = 5_000
 MAX_GROUPS = 50
@@ -53,6 +53,8 @@ TASK = "survival.counts"
 def counts_schema(args: dict[str, Any]) -> dict:
     grid, _, _, _, levels = _arguments(args)
     shape = (max(len(levels), 1), len(grid))
+    if args.get("dp") is not None:
+        return {"events": Array(shape), "censored": Array(shape)}
     return {
         "at_risk": Array(shape),
         "events": Array(shape),
@@ -93,8 +95,12 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         group = np.asarray(agreed.codes, dtype=np.int64)
     else:
         group = np.zeros(len(time), dtype=np.int64)
+    n_groups = max(len(levels), 1)
+    if ctx.private(args):
+        events, censored = leaving_counts(time, event.astype(bool), group, n_groups, grid)
+        return TaskReply({"events": events, "censored": censored}, contributors=len(time))
     at_risk, events, truncated = grid_counts(
-        time, event.astype(bool), group, max(len(levels), 1), grid, ctx.policy.min_count
+        time, event.astype(bool), group, n_groups, grid, ctx.policy.min_count
     )
     return TaskReply(
         {"at_risk": at_risk, "events": events, "truncated": truncated, "n_obs": len(time)},
@@ -133,6 +139,37 @@ def grid_counts(
             at_risk[g, : horizon + 1] = risk[: horizon + 1]
             events[g, : horizon + 1] = died[: horizon + 1]
     return at_risk, events, truncated
+
+
+def counts_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
+    """Under privacy a site releases, per group and grid interval, its deaths and censorings.
+
+    Every patient leaves the risk set once, as a death or a censoring in one
+    interval: adding or removing a patient changes one cell of the two
+    tables by 1, an L2 sensitivity of 1 for both together, with no clipping
+    and no threshold (the Gaussian noise protects small cells). The numbers
+    at risk are their reverse cumulative sums, post-processing at the
+    coordinator.
+    """
+    _arguments(args)
+    return [NoisyGroup(("events", "censored"), l2_sensitivity=1.0)]
+
+
+def leaving_counts(
+    time: np.ndarray, event: np.ndarray, group: np.ndarray, n_groups: int, grid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Deaths and censorings per group and grid interval (times after the grid: censored last)."""
+    coarse = np.searchsorted(grid, time, side="left")
+    beyond = coarse >= len(grid)
+    coarse = np.minimum(coarse, len(grid) - 1)
+    died = event & ~beyond
+    events = np.zeros((n_groups, len(grid)))
+    censored = np.zeros((n_groups, len(grid)))
+    for g in range(n_groups):
+        mine = group == g
+        events[g] = np.bincount(coarse[mine & died], minlength=len(grid))
+        censored[g] = np.bincount(coarse[mine & ~died], minlength=len(grid))
+    return events, censored
 
 
 def safe_horizon(risk: np.ndarray, died: np.ndarray, k: int, *, leavers: bool = False) -> int:

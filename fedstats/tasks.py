@@ -62,6 +62,7 @@ REGISTRY = TaskRegistry(
             handler=survival_site.counts,
             schema=survival_site.counts_schema,
             description="at-risk and event counts per group on a time grid (k-protected)",
+            private_release=survival_site.counts_private_release,
         ),
         Task(
             name="harmonize.fingerprint",

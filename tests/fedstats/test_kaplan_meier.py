@@ -81,7 +81,7 @@ def test_logrank_equals_lifelines(rossi, group):
     assert result.observed.sum() == frame.arrest.sum()
 
 
-def recording_federation(frames, policy=None):
+def recording_federation(frames, policy=None, ledgers=None):
     replies: list[tuple[str, dict]] = []
 
     def transport(name, silo):
@@ -93,7 +93,10 @@ def recording_federation(frames, policy=None):
 
         return send
 
-    silos = {name: fedstats.Silo(name, frame, policy=policy) for name, frame in frames.items()}
+    silos = {
+        name: fedstats.Silo(name, frame, policy=policy, ledger=(ledgers or {}).get(name))
+        for name, frame in frames.items()
+    }
     return fedstats.Federation({n: transport(n, s) for n, s in silos.items()}), replies
 
 
@@ -185,3 +188,82 @@ def test_bad_inputs_are_typed_errors(rossi):
         fedstats.KaplanMeier("week", "arrest", width=1, horizon=52).fit(fed)
     with pytest.raises(fedstats.MissingColumnError, match="'weeks'"):
         fedstats.KaplanMeier("weeks", "arrest", width=1, horizon=52).fit(fed)
+
+
+# ------------------------------------------------------------------ record-level privacy
+def dp_sites(n_per_site: int = 4000, seed: int = 5) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    frames = {}
+    for site in ("a", "b", "c"):
+        arm = rng.integers(0, 2, n_per_site)
+        event_time = rng.exponential(np.where(arm == 1, 700, 500))
+        censor = rng.uniform(100, 1500, n_per_site)
+        frames[site] = pd.DataFrame(
+            {"days": np.minimum(event_time, censor), "died": event_time <= censor, "arm": arm}
+        )
+    return frames
+
+
+def ledgers_for(tmp_path, sites, epsilon):
+    import accounting
+
+    ledgers = {}
+    for site in sites:
+        ledger = accounting.Ledger(tmp_path / f"{site}.ledger")
+        ledger.set_budget(
+            accounting.Scope(unit="patient", owner=site, study="study"), epsilon=epsilon, delta=1e-6
+        )
+        ledgers[site] = ledger
+    return ledgers
+
+
+def test_private_curves_are_charged_before_release_and_stay_close(tmp_path):
+    import dp_accounting
+
+    import accounting
+
+    frames = dp_sites()
+    ledgers = ledgers_for(tmp_path, frames, epsilon=1.6)  # two releases cost 1.45, three 1.81
+    fed = fedstats.Federation.in_process(frames, ledgers=ledgers, noise_seed=1)
+    privacy = fedstats.RecordDP(epsilon=1.0, delta=1e-6)
+    private = fedstats.KaplanMeier(
+        "days", "died", group="arm", levels=[0, 1], width=30, horizon=1500, privacy=privacy
+    ).fit(fed)
+    sigma = private.counts.noise_multiplier
+    assert sigma == pytest.approx(accounting.calibrate_gaussian(1.0, 1e-6))
+    accountant = dp_accounting.rdp.RdpAccountant()
+    accountant.compose(dp_accounting.GaussianDpEvent(sigma))
+    expected = accountant.get_epsilon(1e-6)
+    for site, ledger in ledgers.items():
+        scope = accounting.Scope(unit="patient", owner=site, study="study")
+        assert ledger.spent(scope).epsilon == pytest.approx(expected, rel=1e-9)
+        assert private.counts.epsilon_spent[site] == pytest.approx(expected, rel=1e-9)
+    exact = fedstats.KaplanMeier(
+        "days", "died", group="arm", levels=[0, 1], width=30, horizon=1500
+    ).fit(fedstats.Federation.in_process(frames))
+    reached = exact.survival_function_.notna() & private.survival_function_.notna()
+    difference = (private.survival_function_ - exact.survival_function_)[reached].abs()
+    assert np.nanmax(difference.to_numpy()) < 0.03
+    test = fedstats.logrank_test(
+        fed, "days", "died", "arm", levels=[0, 1], width=30, horizon=1500, privacy=privacy
+    )
+    assert test.p_value < 1e-6  # the arms differ (hazard ratio 5/7)
+    with pytest.raises(fedstats.BudgetExceededError):  # a third release would pass 1.6
+        fedstats.KaplanMeier("days", "died", width=30, horizon=1500, privacy=privacy).fit(fed)
+    with pytest.raises(fedstats.StudyConfigurationError, match="levels"):
+        fedstats.KaplanMeier("days", "died", group="arm", width=30, horizon=1500,
+                             privacy=privacy).fit(fed)  # fmt: skip
+
+
+def test_private_reply_holds_only_noisy_deaths_and_censorings(tmp_path):
+    frames = dp_sites(n_per_site=500)
+    ledgers = ledgers_for(tmp_path, frames, epsilon=5.0)
+    fed, replies = recording_federation(frames, ledgers=ledgers)
+    privacy = fedstats.RecordDP(noise_multiplier=3.0)
+    fedstats.KaplanMeier("days", "died", width=100, horizon=1500, privacy=privacy).fit(fed)
+    results = [reply["result"] for task, reply in replies if task == TASK]
+    assert len(results) == 3
+    for result in results:
+        assert set(result) == {"events", "censored", "dp_epsilon_spent", "dp_budget_epsilon",
+                               "dp_fixed_seed"}  # fmt: skip
+        assert not np.allclose(result["events"], np.round(result["events"]))  # noised
