@@ -151,6 +151,12 @@ def test_tcga_brca_six_regions_as_sites():
         reference.log_likelihood_,
     )  # fmt: skip
     assert fit.n_obs == 1088 and int(fit.n_events_by_site.sum()) == int(pooled["event"].sum())
+    region = pooled["region"].str.removeprefix("region_").astype(int).to_numpy()
+    X = pooled[covariates].to_numpy(float)
+    for ties in ("breslow", "efron"):
+        federated = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates), ties=ties)
+        reference = phreg_reference(pooled["time"], X, pooled["event"], region, ties)
+        assert_close(federated.fit(fed), *reference)
 
 
 @pytest.mark.parametrize("ties", ["breslow", "efron"])
