@@ -47,7 +47,7 @@ import pandas as pd
 
 from fedstats.agree import Agreement, agree_design
 from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
-from fedstats.cox_site import GRID_TASK
+from fedstats.cox_site import GRID_TASK, ROBUST_TASK
 from fedstats.design import Level
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.federation import Federation
@@ -80,6 +80,11 @@ class CoxPH:
         ``"efron"`` (default, as lifelines and R) or ``"breslow"``.
     penalizer:
         Ridge penalty ``lam >= 0`` (see the module docstring).
+    robust, cluster:
+        Robust (sandwich) standard errors ``I^-1 (sum_c U_c U_c') I^-1`` from
+        Breslow-type score residuals ``U`` summed over clusters (Lin & Wei,
+        JASA 1989): each patient (``robust=True``) or each value of the
+        ``cluster`` column, within sites. Stratified models only.
     levels, missing, maxiter, tol:
         As for :class:`fedstats.LogisticRegression`.
 
@@ -103,6 +108,8 @@ class CoxPH:
         grid: Sequence[float] | np.ndarray | None = None,
         width: float | None = None,
         horizon: float | None = None,
+        robust: bool = False,
+        cluster: str | None = None,
     ) -> None:
         if not isinstance(formula, str):
             raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
@@ -128,6 +135,15 @@ class CoxPH:
             raise StudyConfigurationError(f"maxiter must be a positive integer, got {maxiter!r}")
         if not 0 < tol < 1:
             raise StudyConfigurationError(f"tol must be in (0, 1), got {tol!r}")
+        if (robust or cluster is not None) and strata is None:
+            raise StudyConfigurationError(
+                "robust standard errors are offered for stratified models (strata='site' or "
+                "columns), not yet for the pooled-baseline model"
+            )
+        if cluster is not None and not (isinstance(cluster, str) and cluster):
+            raise StudyConfigurationError("cluster must name a column")
+        self.robust = bool(robust) or cluster is not None
+        self.cluster = cluster
         self.formula = formula
         self.pooled = strata is None
         self.strata = tuple(n for n in names if n != SITE)
@@ -236,6 +252,20 @@ class CoxPH:
                 "complete cases only; rows dropped per site: "
                 + ", ".join(f"{s}={n}" for s, n in counts.n_dropped.items())
             )
+        cov = inverse_information(information)
+        if self.robust:
+            replies = federation.request(
+                ROBUST_TASK,
+                {"design": spec.to_wire(), "beta": beta, "cluster": self.cluster},
+                analysis=analysis,
+            )
+            meat = sum(r["meat"] for r in replies.values())
+            cov = cov @ meat @ cov
+            who = f"clusters of {self.cluster!r}" if self.cluster else "patients"
+            notes.append(
+                f"robust (sandwich) covariance, Lin & Wei (1989), over {who}; clusters never "
+                "span sites"
+            )
         baseline = None
         if self.pooled:
             sums = last_sums[0]
@@ -275,7 +305,7 @@ class CoxPH:
         return CoxPHResults(
             names=names,
             params=beta,
-            cov=inverse_information(information),
+            cov=cov,
             llf=loglik,
             converged=converged,
             iterations=rounds,

@@ -60,6 +60,7 @@ class SortedSurvival:
     risk_start: np.ndarray  # per event time: first sorted row of its risk set (its time)
     tie_events: np.ndarray  # per event time: d_j
     event_group: np.ndarray  # per event row: the index of its event time
+    order: np.ndarray  # sorted row r is the design's row order[r]
 
 
 def sort_survival(
@@ -85,6 +86,7 @@ def sort_survival(
         risk_start=group_start[event_groups],
         tie_events=events_per_group[event_groups].astype(np.int64),
         event_group=renumber[group_of_row[event]],
+        order=order,
     )
 
 
@@ -307,3 +309,36 @@ def concordance_counts(
             added += 1
         start = stop
     return concordant, tied, comparable
+
+
+# ----------------------------------------------------------------------------- robust variance
+def score_residuals(data: SortedSurvival, beta: np.ndarray) -> np.ndarray:
+    """Breslow-type score residuals (Lin & Wei, JASA 1989), one row per sorted patient.
+
+    ``r_i = sum_j (dN_i(t_j) - Y_i(t_j) w_i dL_j) (x_i - xbar_j)`` over the event
+    times ``t_j`` of i's stratum, with ``dL_j = d_j / S0_j`` and
+    ``xbar_j = S1_j / S0_j``: the patient's own term when it fails, less its
+    share of every risk set it belongs to. Computed with cumulative sums over
+    event times, as statsmodels' ``PHReg.score_residuals`` defines them (for
+    either ties method). The residuals of a stratum sum to its score.
+    """
+    X, stratum = data.X, data.stratum
+    n, p = X.shape
+    if len(data.tie_events) == 0:
+        return np.zeros((n, p))
+    eta = X @ beta
+    w = np.exp(eta - _stratum_max(eta, stratum))
+    S0 = _reverse_cumsum_by_stratum(w, stratum)[data.risk_start]
+    S1 = _reverse_cumsum_by_stratum(w[:, None] * X, stratum)[data.risk_start]
+    hazard = data.tie_events / S0
+    mean = S1 / S0[:, None]
+    at_time = np.zeros(n)
+    np.add.at(at_time, data.risk_start, hazard)
+    weighted = np.zeros((n, p))
+    np.add.at(weighted, data.risk_start, hazard[:, None] * mean)
+    cumulative = _cumsum_by_stratum(at_time, stratum)  # sum of dL_j over t_j <= T_i
+    cumulative_mean = _cumsum_by_stratum(weighted, stratum)  # sum of dL_j xbar_j
+    residuals = -w[:, None] * (X * cumulative[:, None] - cumulative_mean)
+    events = np.flatnonzero(data.event)
+    residuals[events] += X[events] - mean[data.event_group]
+    return residuals

@@ -15,6 +15,7 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from fedstats.cox_math import (
     TIES,
@@ -22,9 +23,10 @@ from fedstats.cox_math import (
     concordance_counts,
     grid_sums,
     partial_likelihood,
+    score_residuals,
     sort_survival,
 )
-from fedstats.errors import MalformedRequestError
+from fedstats.errors import MalformedRequestError, MissingColumnError, MissingValuesError
 from fedstats.schema import Array, Number
 from fedstats.site_design import build_design, site_design, spec_from_args
 from fedstats.survival_site import MAX_GRID, safe_horizon
@@ -211,3 +213,48 @@ def concordance(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         {"concordant": concordant, "tied": tied, "comparable": comparable},
         contributors=len(design.time),
     )
+
+
+# ------------------------------------------------------------------ robust variance
+ROBUST_TASK = "cox.robust"
+
+
+def robust_schema(args: dict[str, Any]) -> dict:
+    spec = spec_from_args(args)
+    if spec.outcome_kind != "survival":
+        raise MalformedRequestError(site=None, task=None, reason="the design is not a survival one")
+    cluster = args.get("cluster")
+    if cluster is not None and not (isinstance(cluster, str) and cluster):
+        raise MalformedRequestError(
+            site=None, task=None, reason="'cluster' names a column or is null"
+        )
+    return {"meat": Array((spec.n_params, spec.n_params))}
+
+
+def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """``sum_c U_c U_c'`` over this site's clusters ``c`` of summed score residuals at ``beta``.
+
+    Clusters are the values of the ``cluster`` column (patients, when null)
+    within this site: a cluster never spans sites. The coordinator's robust
+    covariance is ``I^-1 (sum over sites) I^-1`` (Lin & Wei, JASA 1989).
+    """
+    spec = spec_from_args(args)
+    beta = _beta(ctx, args, spec.n_params)
+    data = _sorted(ctx, args)
+    residuals = score_residuals(data, beta)
+    cluster = args.get("cluster")
+    if cluster is None:
+        summed = residuals
+    else:
+        if cluster not in ctx.frame.columns:
+            raise MissingColumnError(site=ctx.name, column=cluster)
+        design = site_design(ctx, spec)
+        labels = ctx.frame[cluster].to_numpy()[design.rows][data.order]
+        if pd.isna(labels).any():
+            raise MissingValuesError(
+                site=ctx.name, column=cluster, count=int(pd.isna(labels).sum())
+            )
+        codes = pd.factorize(labels)[0]
+        summed = np.zeros((codes.max() + 1, spec.n_params))
+        np.add.at(summed, codes, residuals)
+    return TaskReply({"meat": summed.T @ summed}, contributors=len(data.time))

@@ -55,6 +55,8 @@ class SiteDesign:
     """Follow-up times of a survival design."""
     stratum: np.ndarray | None = None
     """Stratum codes (0, 1, ...) of a survival design's rows within this site."""
+    rows: np.ndarray | None = None
+    """Positions of the frame's rows the design holds, in order (complete cases)."""
 
     @property
     def n_obs(self) -> int:
@@ -187,6 +189,9 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         keep = ~incomplete.any(axis=1)
         n_dropped = int((~keep).sum())
         data = data[keep]
+        positions = np.flatnonzero(keep.to_numpy())
+    else:
+        positions = np.arange(len(data))
     data = data.copy()
     for var, levels in spec.levels.items():
         data[var] = as_agreed_categorical(site, var, data[var], levels)
@@ -243,6 +248,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         n_dropped=n_dropped,
         time=time,
         stratum=stratum,
+        rows=positions,
     )
 
 

@@ -58,6 +58,12 @@ REGISTRY = TaskRegistry(
             description="Harrell's C pair counts among the site's patients at given coefficients",
         ),
         Task(
+            name=cox_site.ROBUST_TASK,
+            handler=cox_site.robust,
+            schema=cox_site.robust_schema,
+            description="Cox score residuals' cross-products summed over the site's clusters",
+        ),
+        Task(
             name=survival_site.TASK,
             handler=survival_site.counts,
             schema=survival_site.counts_schema,

@@ -387,3 +387,27 @@ def test_tcga_brca_held_out_concordance():
     print(f"TCGA-BRCA test C-index: {held_out:.3f} (pairs within regions), "
           f"{pooled_pairs:.3f} (all test pairs); FLamby: 0.676 pooled, 0.815 FedAdam")  # fmt: skip
     assert 0.65 < held_out < 0.85 and 0.65 < pooled_pairs < 0.85
+
+
+# ------------------------------------------------------------------ robust variance
+@pytest.mark.parametrize("ties", ["breslow", "efron"])
+def test_robust_covariance_matches_statsmodels_sandwich(rossi, ties):
+    """``I^-1 (sum_c U_c U_c') I^-1`` as statsmodels' ``PHReg.robust_covariance`` defines it."""
+    frame, site = rossi
+    frame = frame.assign(family=np.arange(len(frame)) // 3)  # clusters of three, within sites
+    site = np.repeat(np.arange(len(frame) // 3) % 4, 3)
+    fed = fedstats.Federation.in_process(split(frame, site))
+    formula = "Surv(week, arrest) ~ " + " + ".join(ROSSI)
+    X, week, arrest = frame[ROSSI].to_numpy(float), frame["week"], frame["arrest"]
+    for cluster in (None, "family"):
+        fit = fedstats.CoxPH(formula, ties=ties, robust=True, cluster=cluster).fit(fed)
+        groups = np.arange(len(frame)) if cluster is None else frame[cluster].to_numpy()
+        model = PHReg(week, X, status=arrest, strata=site, ties=ties)
+        model.groups = groups
+        reference = np.sqrt(np.diag(model.robust_covariance(fit.params.to_numpy())))
+        assert np.max(np.abs(fit.bse.to_numpy() - reference)) < 1e-8
+        plain = fedstats.CoxPH(formula, ties=ties).fit(fed)
+        assert np.max(np.abs(fit.params - plain.params)) == 0.0
+        assert any("sandwich" in note for note in fit.notes)
+    with pytest.raises(fedstats.StudyConfigurationError, match="stratified models"):
+        fedstats.CoxPH(formula, strata=None, width=4, horizon=52, robust=True)
