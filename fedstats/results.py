@@ -226,6 +226,88 @@ class LogisticRegressionResults(LikelihoodResults):
             {"odds_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
         )
 
+    def recalibrate(
+        self, target_prevalence: float | None = None, *, site: str | None = None
+    ) -> LogisticRegressionResults:
+        """The model for deployment where the outcome prevalence is ``target_prevalence``.
+
+        Or ``site=name``: that site's own prevalence. Returns results whose
+        params hold one ``Intercept`` and the shared slopes; see
+        :mod:`fedstats.recalibration` for when the correction is valid and
+        how it is derived. A fit with one intercept per site gets the
+        label-shift estimate of the target intercept (its variance from the
+        site intercepts' covariance); a single-intercept fit gets the shift
+        ``delta``, with a :class:`~fedstats.recalibration.PrevalenceShiftWarning`.
+        """
+        import warnings
+
+        from fedstats.recalibration import (
+            PrevalenceShiftWarning,
+            checked_prevalence,
+            prevalence_shift,
+            site_intercepts_to_target,
+            site_prevalences,
+        )
+
+        if (target_prevalence is None) == (site is None):
+            raise ValueError("give target_prevalence=... or site=..., not both")
+        prevalences, weights = site_prevalences(
+            self.n_events_by_site.to_dict(), self.provenance.n_obs
+        )
+        if site is not None:
+            if site not in prevalences:
+                raise ValueError(f"unknown site {site!r}; the fit's sites are {list(prevalences)}")
+            target = prevalences[site]
+        else:
+            target = checked_prevalence(target_prevalence, "target_prevalence")
+        names = list(self.params.index)
+        site_columns = [f"site[{s}]" for s in prevalences]
+        cov = self.cov_params().to_numpy()
+        if all(c in names for c in site_columns):
+            slopes = [n for n in names if n not in site_columns]
+            index = [names.index(c) for c in site_columns]
+            rest = [names.index(n) for n in slopes]
+            intercepts = {
+                s: float(self.params[c]) for s, c in zip(prevalences, site_columns, strict=True)
+            }
+            value, gradient = site_intercepts_to_target(intercepts, prevalences, weights, target)
+            params = np.r_[value, self.params.to_numpy()[rest]]
+            new_cov = np.empty((len(params), len(params)))
+            new_cov[0, 0] = gradient @ cov[np.ix_(index, index)] @ gradient
+            new_cov[0, 1:] = new_cov[1:, 0] = gradient @ cov[np.ix_(index, rest)]
+            new_cov[1:, 1:] = cov[np.ix_(rest, rest)]
+            how = (
+                "label shift: intercept sum_s (n_s/N)(b_s - logit pi_s) + logit pi_T "
+                f"with pi_T = {target:.4g}"
+            )
+            names = ["Intercept", *slopes]
+        elif "Intercept" in names:
+            delta = prevalence_shift(prevalences, weights, target)
+            message = (
+                "a single-intercept fit's intercept is not the average of site intercepts, so "
+                f"the prevalence shift delta = {delta:+.4g} is only approximate; fit with "
+                "site_intercepts=True for the label-shift correction"
+            )
+            warnings.warn(message, PrevalenceShiftWarning, stacklevel=2)
+            params = self.params.to_numpy().copy()
+            params[names.index("Intercept")] += delta
+            new_cov = cov
+            how = f"approximate prevalence shift delta = {delta:+.6g} to pi_T = {target:.4g}"
+        else:
+            raise ValueError("the model has no intercept to recalibrate")
+        return LogisticRegressionResults(
+            names=names,
+            params=params,
+            cov=new_cov,
+            llf=float("nan"),
+            converged=self.converged,
+            iterations=self.iterations,
+            provenance=self.provenance,
+            notes=[*self.notes, f"recalibrated for deployment: {how}"],
+            privacy=self.privacy,
+            n_events=self.n_events_by_site.to_dict(),
+        )
+
     def _info(self) -> list[tuple[str, str]]:
         info = super()._info()
         events = self.n_events_by_site.sum()
