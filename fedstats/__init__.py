@@ -34,6 +34,7 @@ from fedstats.errors import (
     UnknownLevelError,
 )
 from fedstats.federation import Federation
+from fedstats.heterogeneity import HeterogeneityResults, heterogeneity
 from fedstats.inventory import MessageInventory, MessageRecord
 from fedstats.kaplan_meier import KaplanMeier, KaplanMeierResults, LogRankResult, logrank_test
 from fedstats.logistic import LogisticRegression
@@ -58,6 +59,7 @@ __all__ = [
     "FedstatsWarning",
     "FingerprintMismatchError",
     "FormulaError",
+    "HeterogeneityResults",
     "InconsistentColumnError",
     "InvalidReplyError",
     "KaplanMeier",
@@ -84,5 +86,6 @@ __all__ = [
     "StudyConfigurationError",
     "UnknownLevelError",
     "__version__",
+    "heterogeneity",
     "logrank_test",
 ]

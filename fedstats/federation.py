@@ -224,6 +224,30 @@ class Federation:
     def sites(self) -> tuple[str, ...]:
         return tuple(self._transports)
 
+    def subset(self, sites: Sequence[str]) -> Federation:
+        """These sites only, as a federation sharing this one's inventory, registry and ledger.
+
+        For site-by-site analyses (e.g. heterogeneity): every message still
+        goes through the same transports, checks and inventory.
+        """
+        unknown = [s for s in sites if s not in self._transports]
+        if unknown or not sites:
+            raise StudyConfigurationError(
+                f"a subset needs sites of this federation {self.sites}, got {list(sites)}"
+            )
+        part = Federation(
+            {s: self._transports[s] for s in sites},
+            study=self.study,
+            registry=self._registry,
+            ledger=self.ledger,
+            noise_seed=self.noise_seed,
+        )
+        part.inventory = self.inventory
+        part._seq, part._analysis_ids = self._seq, self._analysis_ids
+        part.silos = {s: self.silos[s] for s in sites if s in self.silos}
+        part._fingerprints_pending = self._fingerprints_pending
+        return part
+
     def __repr__(self) -> str:
         return f"Federation(study={self.study!r}, sites={list(self.sites)})"
 

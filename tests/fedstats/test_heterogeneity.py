@@ -1,0 +1,87 @@
+"""Site heterogeneity: site estimates, Cochran's Q and I² against statsmodels; outcome distances."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import numpy as np
+import pandas as pd
+import pytest
+import statsmodels.api as sm
+from statsmodels.stats.meta_analysis import combine_effects
+
+import fedstats
+from fedstats import datasets
+
+FORMULA = "y ~ x1 + x2 + C(arm)"
+
+
+@pytest.fixture(scope="module")
+def sites():
+    """Five sites; the effect of x1 differs between sites, that of x2 does not."""
+    rng = np.random.default_rng(8)
+    frames = {}
+    for i, slope in enumerate([0.2, 0.5, 0.9, 0.4, 1.2]):
+        n = 1500 + 400 * i
+        x1, x2 = rng.normal(size=n), rng.normal(size=n)
+        arm = rng.choice(["a", "b", "c"], n)
+        eta = -0.5 + slope * x1 - 0.7 * x2 + np.where(arm == "c", 0.6, 0.0)
+        frames[f"site{i}"] = pd.DataFrame(
+            {"x1": x1, "x2": x2, "arm": arm, "y": (rng.random(n) < 1 / (1 + np.exp(-eta))) * 1}
+        )
+    return frames
+
+
+def test_site_estimates_q_and_i2_equal_statsmodels(sites):
+    fed = fedstats.Federation.in_process(sites)
+    result = fedstats.heterogeneity(fedstats.LogisticRegression(FORMULA), fed)
+    assert not result.excluded
+    for site, frame in sites.items():
+        reference = sm.GLM.from_formula(FORMULA, frame, family=sm.families.Binomial()).fit(
+            tol=1e-12
+        )
+        names = result.estimates.columns
+        assert np.allclose(result.estimates.loc[site], reference.params[names], atol=1e-7)
+        assert np.allclose(result.std_errors.loc[site], reference.bse[names], atol=1e-7)
+    summary = result.summary_frame
+    for name in result.estimates.columns:
+        meta = combine_effects(
+            result.estimates[name].to_numpy(), result.std_errors[name].to_numpy() ** 2,
+            method_re="dl",
+        )  # fmt: skip
+        row = summary.loc[name]
+        assert row["q"] == pytest.approx(meta.q, rel=1e-12)
+        assert row["i2"] == pytest.approx(max(0.0, meta.i2), abs=1e-12)
+        assert row["tau2"] == pytest.approx(max(0.0, meta.tau2), abs=1e-12)
+        assert row["estimate_fe"] == pytest.approx(meta.mean_effect_fe, rel=1e-12)
+        assert row["se_fe"] == pytest.approx(meta.sd_eff_w_fe, rel=1e-12)
+    assert summary.loc["x1", "i2"] > 0.5 and summary.loc["x1", "p_value"] < 0.01
+    assert summary.loc["x2", "p_value"] > 0.01  # a shared slope
+    figure = result.plot("x1")
+    assert figure.axes and "I²" in figure.axes[0].get_title()
+
+
+def test_prevalence_and_distances_between_outcome_distributions(sites):
+    fed = fedstats.Federation.in_process(sites)
+    result = fedstats.heterogeneity(fedstats.LogisticRegression(FORMULA), fed)
+    prevalence = pd.Series({s: f["y"].mean() for s, f in sites.items()})
+    assert np.allclose(result.prevalence, prevalence, atol=1e-15)
+    expected = np.abs(prevalence.to_numpy()[:, None] - prevalence.to_numpy()[None, :])
+    assert np.allclose(result.total_variation, expected)
+    assert np.allclose(result.wasserstein, expected)
+
+
+def test_sites_without_estimates_are_listed_with_the_reason():
+    """Heart disease: Switzerland's cholesterol is all 0; VA separates on chest pain."""
+    heart = datasets.heart_disease()
+    fed = fedstats.Federation.in_process(heart.frames)
+    result = fedstats.heterogeneity(fedstats.LogisticRegression(datasets.HEART_FORMULA), fed)
+    assert set(result.excluded) == {"switzerland", "va"}
+    assert "chol" in result.excluded["switzerland"]
+    assert "separation" in result.excluded["va"]
+    meta = combine_effects(
+        result.estimates["age"].to_numpy(), result.std_errors["age"].to_numpy() ** 2
+    )
+    assert result.summary_frame.loc["age", "q"] == pytest.approx(meta.q, rel=1e-12)
