@@ -10,6 +10,7 @@ from __future__ import annotations
 from fedstats import (
     budget_site,
     cox_site,
+    fairness_site,
     fingerprint_site,
     logistic_site,
     site_design,
@@ -69,6 +70,12 @@ REGISTRY = TaskRegistry(
             schema=survival_site.counts_schema,
             description="at-risk and event counts per group on a time grid (k-protected)",
             private_release=survival_site.counts_private_release,
+        ),
+        Task(
+            name=fairness_site.TASK,
+            handler=fairness_site.summaries,
+            schema=fairness_site.summaries_schema,
+            description="per-group soft true-positive sums, their gradients, and AUC pair counts",
         ),
         Task(
             name="harmonize.fingerprint",
