@@ -34,7 +34,12 @@ from fedstats.errors import (
     UnknownLevelError,
 )
 from fedstats.federation import Federation
-from fedstats.heterogeneity import HeterogeneityResults, heterogeneity
+from fedstats.heterogeneity import (
+    HeterogeneityResults,
+    SurvivalHeterogeneity,
+    heterogeneity,
+    survival_heterogeneity,
+)
 from fedstats.inventory import MessageInventory, MessageRecord
 from fedstats.kaplan_meier import KaplanMeier, KaplanMeierResults, LogRankResult, logrank_test
 from fedstats.logistic import LogisticRegression
@@ -84,8 +89,10 @@ __all__ = [
     "SiteDataError",
     "SiteError",
     "StudyConfigurationError",
+    "SurvivalHeterogeneity",
     "UnknownLevelError",
     "__version__",
     "heterogeneity",
     "logrank_test",
+    "survival_heterogeneity",
 ]

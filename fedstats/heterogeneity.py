@@ -19,13 +19,16 @@ truncation at 0; Higgins & Thompson's definitions truncate.)
 
 Outcome distributions: each site's prevalence ``pi_s`` from its counts, and
 the total-variation and Wasserstein-1 distances between sites' outcome
-distributions; for a binary outcome both equal ``|pi_s - pi_t|``.
+distributions; for a binary outcome both equal ``|pi_s - pi_t|``. For a
+time-to-event outcome, :func:`survival_heterogeneity` compares the sites'
+Kaplan–Meier curves on a shared grid.
 A site whose own fit is impossible (too few patients for the design,
 separation, a constant column) is listed with the reason and left out.
 """
 
 from __future__ import annotations
 
+import itertools
 import warnings
 from dataclasses import dataclass, field
 
@@ -152,3 +155,76 @@ def heterogeneity(model, federation: Federation) -> HeterogeneityResults:
         prevalence=prevalence,
         excluded=excluded,
     )
+
+
+@dataclass
+class SurvivalHeterogeneity:
+    """Each site's Kaplan–Meier curve on the shared grid and the distances between them.
+
+    For sites ``s`` and ``t`` the distances use the grid points where both
+    curves are defined (each site ends its curve at its safe horizon):
+    Wasserstein-1 ``sum_k |S_s(g_k) - S_t(g_k)| (g_{k+1} - g_k)`` (the area
+    between the step curves up to their last common point) and total
+    variation ``1/2 sum_k |m_s,k - m_t,k|`` of the probability masses
+    ``m_k = S(g_{k-1}) - S(g_k)`` per interval plus the mass left after the
+    last common point.
+    """
+
+    curves: pd.DataFrame  # grid x sites
+
+    @property
+    def total_variation(self) -> pd.DataFrame:
+        return self._pairwise(_total_variation)
+
+    @property
+    def wasserstein(self) -> pd.DataFrame:
+        return self._pairwise(_wasserstein)
+
+    def _pairwise(self, distance) -> pd.DataFrame:
+        sites = list(self.curves.columns)
+        grid = self.curves.index.to_numpy(dtype=float)
+        out = pd.DataFrame(0.0, index=sites, columns=sites)
+        for a, b in itertools.combinations(sites, 2):
+            both = self.curves[a].notna() & self.curves[b].notna()
+            value = distance(grid[both], self.curves[a][both].to_numpy(),
+                             self.curves[b][both].to_numpy())  # fmt: skip
+            out.loc[a, b] = out.loc[b, a] = value
+        return out
+
+
+def _masses(curve: np.ndarray) -> np.ndarray:
+    return np.r_[1.0 - curve[0], -np.diff(curve), curve[-1]]
+
+
+def _total_variation(grid: np.ndarray, s: np.ndarray, t: np.ndarray) -> float:
+    if len(grid) == 0:
+        return float("nan")
+    return float(0.5 * np.abs(_masses(s) - _masses(t)).sum())
+
+
+def _wasserstein(grid: np.ndarray, s: np.ndarray, t: np.ndarray) -> float:
+    if len(grid) == 0:
+        return float("nan")
+    # S = 1 on [0, g_1); the curves' values hold on [g_k, g_{k+1})
+    return float(np.sum(np.abs(s[:-1] - t[:-1]) * np.diff(grid)))
+
+
+def survival_heterogeneity(
+    federation: Federation,
+    time: str,
+    event: str,
+    *,
+    grid=None,
+    width: float | None = None,
+    horizon: float | None = None,
+) -> SurvivalHeterogeneity:
+    """Each site's Kaplan–Meier curve on the shared grid (k-protected counts), and distances."""
+    from fedstats.kaplan_meier import KaplanMeier
+
+    curves = {}
+    for site in federation.sites:
+        fit = KaplanMeier(time, event, grid=grid, width=width, horizon=horizon).fit(
+            federation.subset([site])
+        )
+        curves[site] = fit.survival_function_["all"]
+    return SurvivalHeterogeneity(pd.DataFrame(curves))

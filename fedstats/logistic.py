@@ -237,7 +237,7 @@ class LogisticRegression:
                 "complete cases only; rows dropped per site: "
                 + ", ".join(f"{s}={n}" for s, n in counts.n_dropped.items())
             )
-        return LogisticRegressionResults(
+        result = LogisticRegressionResults(
             names=names,
             params=beta,
             cov=cov,
@@ -248,6 +248,8 @@ class LogisticRegression:
             notes=notes,
             n_events=counts.n_events,
         )
+        result.model = self
+        return result
 
 
 def _quote(name: str) -> str:

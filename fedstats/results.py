@@ -226,6 +226,20 @@ class LogisticRegressionResults(LikelihoodResults):
             {"odds_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
         )
 
+    model: Any = None
+    """The :class:`fedstats.LogisticRegression` that was fitted (None for derived results)."""
+
+    def heterogeneity(self, federation: Any) -> Any:
+        """Site-by-site fits of this model, with Q and I² (:mod:`fedstats.heterogeneity`)."""
+        from fedstats.heterogeneity import heterogeneity
+
+        if self.model is None or self.privacy is not None:
+            raise ValueError(
+                "site-by-site estimates need the fitted model of a non-private fit; call "
+                "fedstats.heterogeneity(model, federation)"
+            )
+        return heterogeneity(self.model, federation)
+
     def recalibrate(
         self, target_prevalence: float | None = None, *, site: str | None = None
     ) -> LogisticRegressionResults:

@@ -85,3 +85,36 @@ def test_sites_without_estimates_are_listed_with_the_reason():
         result.estimates["age"].to_numpy(), result.std_errors["age"].to_numpy() ** 2
     )
     assert result.summary_frame.loc["age", "q"] == pytest.approx(meta.q, rel=1e-12)
+
+
+def test_survival_distances_between_site_curves():
+    """Each site's curve is lifelines' Kaplan-Meier; W1 is the area between step curves."""
+    from lifelines import KaplanMeierFitter
+    from lifelines.datasets import load_rossi
+
+    rossi = load_rossi()
+    site = np.arange(len(rossi)) % 3
+    frames = {f"s{k}": rossi[site == k].reset_index(drop=True) for k in range(3)}
+    fed = fedstats.Federation.in_process(frames, disclosure=fedstats.DisclosurePolicy(min_count=1))
+    grid = np.arange(1.0, 53.0)
+    result = fedstats.survival_heterogeneity(fed, "week", "arrest", grid=grid)
+    curves = {}
+    for name, frame in frames.items():
+        fitter = KaplanMeierFitter().fit(frame["week"], frame["arrest"])
+        curves[name] = fitter.survival_function_at_times(grid).to_numpy()
+        assert np.allclose(result.curves[name].to_numpy(), curves[name], atol=1e-12)
+    fine = np.linspace(0, 52, 520_001)[:-1]  # the area between the curves on [0, 52)
+    step = {n: np.r_[1.0, c][np.searchsorted(grid, fine, side="right")] for n, c in curves.items()}
+    area = np.abs(step["s0"] - step["s1"]).mean() * 52
+    assert result.wasserstein.loc["s0", "s1"] == pytest.approx(area, rel=1e-4)
+    masses = {n: np.r_[1 - c[0], -np.diff(c), c[-1]] for n, c in curves.items()}
+    tv = 0.5 * np.abs(masses["s0"] - masses["s2"]).sum()
+    assert result.total_variation.loc["s2", "s0"] == pytest.approx(tv, abs=1e-12)
+    assert (np.diag(result.wasserstein) == 0).all()
+
+
+def test_available_on_results(sites):
+    fed = fedstats.Federation.in_process(sites)
+    result = fedstats.LogisticRegression(FORMULA).fit(fed)
+    direct = fedstats.heterogeneity(fedstats.LogisticRegression(FORMULA), fed)
+    assert result.heterogeneity(fed).summary_frame.equals(direct.summary_frame)
