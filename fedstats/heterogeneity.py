@@ -14,8 +14,9 @@ estimates ``b_s``, variances ``v_s`` and weights ``w_s = 1 / v_s``:
 * ``I^2 = max(0, (Q - (k - 1)) / Q)``, the share of variation beyond chance;
 * DerSimonian–Laird ``tau^2 = max(0, (Q - (k - 1)) / (sum w - sum w^2 / sum w))``.
 
-(statsmodels' ``combine_effects`` reports ``I^2`` and ``tau^2`` without the
-truncation at 0; Higgins & Thompson's definitions truncate.)
+``i2`` and ``tau2`` truncate at 0 as Higgins & Thompson define them;
+``i2_untruncated`` and ``tau2_untruncated`` are the raw values that
+statsmodels' ``combine_effects`` reports.
 
 Outcome distributions: each site's prevalence ``pi_s`` from its counts, and
 the total-variation and Wasserstein-1 distances between sites' outcome
@@ -51,7 +52,8 @@ class HeterogeneityResults:
 
     @property
     def summary_frame(self) -> pd.DataFrame:
-        """Per coefficient: fixed-effect estimate and se, Q, df, p-value, I², tau² (DL)."""
+        """Per coefficient: fixed-effect estimate and se, Q, df, p-value, I², tau² (DL)
+        (and their untruncated values)."""
         rows = {}
         for name in self.estimates.columns:
             b = self.estimates[name].dropna()
@@ -96,22 +98,26 @@ def meta_analysis(effects: np.ndarray, variances: np.ndarray) -> dict[str, float
     """Fixed-effect summary, Cochran's Q, I² and DerSimonian–Laird tau² (module docstring)."""
     k = len(effects)
     if k == 0:
-        return dict.fromkeys(("estimate_fe", "se_fe", "q", "df", "p_value", "i2", "tau2"), np.nan)
+        names = ("estimate_fe", "se_fe", "q", "df", "p_value", "i2", "tau2", "i2_untruncated",
+                 "tau2_untruncated")  # fmt: skip
+        return dict.fromkeys(names, np.nan)
     w = 1.0 / variances
     estimate = float(np.sum(w * effects) / np.sum(w))
     q = float(np.sum(w * (effects - estimate) ** 2))
     df = k - 1
-    i2 = max(0.0, (q - df) / q) if q > 0 else 0.0
+    i2_raw = (q - df) / q if q > 0 else 0.0
     scale = np.sum(w) - np.sum(w**2) / np.sum(w)
-    tau2 = max(0.0, (q - df) / scale) if scale > 0 else 0.0
+    tau2_raw = (q - df) / scale if scale > 0 else 0.0
     return {
         "estimate_fe": estimate,
         "se_fe": float(np.sum(w) ** -0.5),
         "q": q,
         "df": float(df),
         "p_value": float(stats.chi2.sf(q, df)) if df > 0 else np.nan,
-        "i2": i2,
-        "tau2": tau2,
+        "i2": max(0.0, i2_raw),
+        "tau2": max(0.0, tau2_raw),
+        "i2_untruncated": i2_raw,
+        "tau2_untruncated": float(tau2_raw),
     }
 
 

@@ -53,8 +53,10 @@ def test_site_estimates_q_and_i2_equal_statsmodels(sites):
         )  # fmt: skip
         row = summary.loc[name]
         assert row["q"] == pytest.approx(meta.q, rel=1e-12)
-        assert row["i2"] == pytest.approx(max(0.0, meta.i2), abs=1e-12)
-        assert row["tau2"] == pytest.approx(max(0.0, meta.tau2), abs=1e-12)
+        assert row["i2_untruncated"] == pytest.approx(meta.i2, rel=1e-12, abs=1e-12)
+        assert row["tau2_untruncated"] == pytest.approx(meta.tau2, rel=1e-12, abs=1e-15)
+        assert row["i2"] == max(0.0, row["i2_untruncated"])
+        assert row["tau2"] == max(0.0, row["tau2_untruncated"])
         assert row["estimate_fe"] == pytest.approx(meta.mean_effect_fe, rel=1e-12)
         assert row["se_fe"] == pytest.approx(meta.sd_eff_w_fe, rel=1e-12)
     assert summary.loc["x1", "i2"] > 0.5 and summary.loc["x1", "p_value"] < 0.01

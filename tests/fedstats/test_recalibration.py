@@ -105,3 +105,33 @@ def test_bad_requests_are_refused(shifted):
         per_site.recalibrate(site="elsewhere")
     with pytest.raises(fedstats.StudyConfigurationError, match=r"\(0, 1\)"):
         per_site.recalibrate(1.2)
+
+
+def test_a_private_fit_recalibrates_from_its_noisy_counts_at_no_further_cost(tmp_path):
+    import accounting
+
+    rng = np.random.default_rng(9)
+    frames = {f"s{i}": label_shift_sample(rng, 4000, p) for i, p in enumerate(PREVALENCES[:3])}
+    ledgers = {}
+    for site in frames:
+        ledgers[site] = accounting.Ledger(tmp_path / f"{site}.ledger")
+        ledgers[site].set_budget(
+            accounting.Scope(unit="patient", owner=site, study="study"), epsilon=10, delta=1e-6
+        )
+    fed = fedstats.Federation.in_process(frames, ledgers=ledgers, noise_seed=3)
+    private = fedstats.LogisticRegression("y ~ x1 + x2 + x3", site_intercepts=True).fit(
+        fed,
+        privacy=fedstats.RecordDP(epsilon=5.0, bounds={c: (-5, 5) for c in COLUMNS}),
+    )
+    spent = {s: ledgers[s].spent(accounting.Scope("patient", s, "study")).epsilon for s in frames}
+    corrected = private.recalibrate(target_prevalence=0.25)
+    counts = private.n_events_by_site / pd.Series(private.provenance.n_obs)
+    assert not np.allclose(counts, [f["y"].mean() for f in frames.values()], atol=1e-12)  # noisy
+    weights = pd.Series(private.provenance.n_obs) / sum(private.provenance.n_obs.values())
+    expected = sum(
+        weights[s] * (private.params[f"site[{s}]"] - logit(counts[s])) for s in frames
+    ) + logit(0.25)
+    assert corrected.params["Intercept"] == pytest.approx(expected, abs=1e-12)
+    for site in frames:  # post-processing: nothing more is charged
+        scope = accounting.Scope("patient", site, "study")
+        assert ledgers[site].spent(scope).epsilon == spent[site]
