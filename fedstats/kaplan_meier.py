@@ -39,6 +39,7 @@ from fedstats.errors import StudyConfigurationError
 from fedstats.federation import Federation
 from fedstats.privacy import RecordDP
 from fedstats.private_release import DpRequest
+from fedstats.summary import render_html, render_text
 from fedstats.survival_site import MAX_GRID, TASK
 
 
@@ -280,6 +281,66 @@ class KaplanMeierResults:
     @property
     def grid(self) -> np.ndarray:
         return self.counts.grid
+
+    def _info(self) -> list[tuple[str, str]]:
+        counts = self.counts
+        info = [
+            ("Groups", ", ".join(map(str, counts.groups))),
+            ("Grid points", str(len(counts.grid))),
+            ("Sites", str(len(counts.n_obs or counts.epsilon_spent or {}))),
+        ]
+        if counts.noise_multiplier is not None:
+            info.append(("Noise multiplier", f"{counts.noise_multiplier:.4g}"))
+        else:
+            info.append(("Patients", f"{sum(counts.n_obs.values()):,}"))
+            info.append(("Censored early", f"{sum(counts.truncated.values()):,}"))
+        return info
+
+    def _notes(self) -> list[str]:
+        counts = self.counts
+        if counts.noise_multiplier is not None:
+            spent = ", ".join(f"{s}={e:.3g}" for s, e in (counts.epsilon_spent or {}).items())
+            return [
+                "record-level DP: each site released Gaussian-noised deaths and censorings; "
+                f"epsilon spent for the study so far: {spent}; intervals ignore the noise"
+            ]
+        cut = ", ".join(f"{s}={n}" for s, n in counts.truncated.items() if n)
+        return [f"patients censored at their site's safe horizon: {cut}"] if cut else []
+
+    def _table(self) -> pd.DataFrame:
+        columns = {}
+        for group in self.survival_function_.columns:
+            columns[(group, "S(t)")] = self.survival_function_[group]
+            columns[(group, "lower")] = self.confidence_interval_["lower"][group]
+            columns[(group, "upper")] = self.confidence_interval_["upper"][group]
+        return pd.DataFrame(columns)
+
+    def summary(self) -> str:
+        """Survival with its intervals at every grid point, as text."""
+        return render_text("Federated Kaplan-Meier", self._info(), self._table(), self._notes())
+
+    def _repr_html_(self) -> str:
+        return render_html("Federated Kaplan-Meier", self._info(), self._table(), self._notes())
+
+    def plot(self, ax=None):
+        """Step curves with their confidence bands, by group; returns the figure."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 4))
+        for group in self.survival_function_.columns:
+            curve = self.survival_function_[group].dropna()
+            low = self.confidence_interval_["lower"][group].loc[curve.index]
+            high = self.confidence_interval_["upper"][group].loc[curve.index]
+            times = np.r_[0.0, curve.index.to_numpy(dtype=float)]
+            ax.step(times, np.r_[1.0, curve], where="post", label=str(group))
+            ax.fill_between(times, np.r_[1.0, low], np.r_[1.0, high], step="post", alpha=0.2)
+        ax.set_xlabel("time")
+        ax.set_ylabel("survival")
+        ax.set_ylim(0, 1.02)
+        if len(self.survival_function_.columns) > 1:
+            ax.legend()
+        return ax.figure
 
     def __repr__(self) -> str:
         groups = ", ".join(map(str, self.counts.groups))

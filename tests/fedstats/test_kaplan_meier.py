@@ -267,3 +267,17 @@ def test_private_reply_holds_only_noisy_deaths_and_censorings(tmp_path):
         assert set(result) == {"events", "censored", "dp_epsilon_spent", "dp_budget_epsilon",
                                "dp_fixed_seed"}  # fmt: skip
         assert not np.allclose(result["events"], np.round(result["events"]))  # noised
+
+
+def test_summary_html_and_plot(rossi):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site))
+    result = fedstats.KaplanMeier("week", "arrest", group="fin", width=13, horizon=52).fit(fed)
+    text = result.summary()
+    assert "Federated Kaplan-Meier" in text and "Grid points:          4" in text
+    assert "<table" in result._repr_html_()
+    figure = result.plot()
+    assert len(figure.axes[0].lines) == 2
