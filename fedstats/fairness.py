@@ -16,9 +16,9 @@ Each round the coordinator gets the log-likelihood's score and information
 takes a Newton step with the Gauss–Newton information of the penalty,
 ``H + 2 gamma sum_{g<h} d_gh d_gh'`` with ``d_gh = grad TPR_g - grad TPR_h``,
 backtracking until ``F`` decreases (Armijo). ``disparity`` is
-``max_g TPR_g - min_g TPR_g`` of the smooth rates (what is penalised);
-``hard_disparity`` the same at the 0.5 threshold. The AUC counts
-positive-negative pairs within sites.
+``max_g TPR_g - min_g TPR_g`` of the smooth rates (what is penalised; counts
+of true positives at a threshold are not released, as they may be small
+cells). The AUC counts positive-negative pairs within sites.
 
 :func:`minimal_penalty` finds the smallest ``gamma`` whose fit has
 ``disparity <= delta_max``: doubling from 1 until it holds, then bisection,
@@ -51,7 +51,6 @@ class FairFit:
     params: pd.Series
     loss: float  # -loglik / N
     disparity: float
-    hard_disparity: float
     tpr: pd.Series  # smooth TPR by group
     auc: float
     iterations: int
@@ -64,7 +63,7 @@ class MinimalPenalty:
 
     gamma: float
     fit: FairFit
-    path: pd.DataFrame  # gamma, loss, auc, disparity, hard_disparity (sorted by gamma)
+    path: pd.DataFrame  # gamma, loss, auc, disparity (sorted by gamma)
     delta_max: float
 
     @property
@@ -132,7 +131,6 @@ class _Problem:
             raise StudyConfigurationError(f"group(s) {empty} have no patient with the outcome")
         tpr = sum(r["soft"] for r in fair.values()) / positives
         d_tpr = sum(r["gradient"] for r in fair.values()) / positives[:, None]
-        hard = sum(r["hard"] for r in fair.values()) / positives
         penalty, gradient = 0.0, np.zeros(len(beta))
         gauss_newton = np.zeros((len(beta), len(beta)))
         for g, h in self.pairs:
@@ -151,7 +149,6 @@ class _Problem:
             "curvature": information + gamma * gauss_newton,
             "loglik": loglik,
             "tpr": tpr,
-            "hard": hard,
             "auc": float(auc),
         }
 
@@ -183,7 +180,6 @@ class _Problem:
             params=pd.Series(beta, index=self.names, name="coef"),
             loss=-state["loglik"] / self.n,
             disparity=float(tpr.max() - tpr.min()),
-            hard_disparity=float(np.max(state["hard"]) - np.min(state["hard"])),
             tpr=tpr,
             auc=state["auc"],
             iterations=iterations,
@@ -255,8 +251,7 @@ def minimal_penalty(
 
 def _path(fits: dict[float, FairFit]) -> pd.DataFrame:
     rows = [
-        {"gamma": f.gamma, "loss": f.loss, "auc": f.auc, "disparity": f.disparity,
-         "hard_disparity": f.hard_disparity}
+        {"gamma": f.gamma, "loss": f.loss, "auc": f.auc, "disparity": f.disparity}
         for f in fits.values()
-    ]  # fmt: skip
+    ]
     return pd.DataFrame(rows).sort_values("gamma", ignore_index=True)

@@ -9,12 +9,12 @@ a site returns for every group ``g``, over its patients with ``y = 1``:
   (Bechavod & Ligett, 2017; Zafar et al., AISTATS 2017, use such smooth
   surrogates of rates);
 * ``gradient_g = sum sigmoid(eta_i / T) (1 - sigmoid(eta_i / T)) x_i / T``;
-* ``hard_g = #{eta_i > 0}``: true positives at the 0.5 threshold (reported);
 
 and the pair counts of its within-site AUC (positive-negative pairs ordered
 by ``eta``; ties count 1/2). A group holding between 1 and ``k - 1``
 positives at the site is refused: its rate would describe fewer than ``k``
-patients.
+patients. Counts of true positives at a threshold are not released: they
+could be small cells within a group.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ def summaries_schema(args: dict[str, Any]) -> dict:
         "positives": Array((G,)),
         "soft": Array((G,)),
         "gradient": Array((G, p)),
-        "hard": Array((G,)),
         "auc_concordant": Number(),
         "auc_tied": Number(),
         "auc_pairs": Number(),
@@ -80,7 +79,6 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     slope = soft_each * (1.0 - soft_each) / temperature
     gradient = np.zeros((G, p))
     np.add.at(gradient, codes[positive], slope[positive, None] * design.X[positive])
-    hard = np.bincount(codes[positive], weights=(eta[positive] > 0), minlength=G)
     # AUC as Harrell's C of "time" 1 - y: a positive "fails" before every negative.
     concordant, tied, pairs = concordance_counts(1.0 - design.y, design.y, eta)
     return TaskReply(
@@ -88,7 +86,6 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
             "positives": counts,
             "soft": soft,
             "gradient": gradient,
-            "hard": hard,
             "auc_concordant": concordant,
             "auc_tied": tied,
             "auc_pairs": pairs,
