@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lifelines import KaplanMeierFitter
 from lifelines.datasets import load_rossi
 from lifelines.statistics import multivariate_logrank_test
@@ -281,3 +283,34 @@ def test_summary_html_and_plot(rossi):
     assert "<table" in result._repr_html_()
     figure = result.plot()
     assert len(figure.axes[0].lines) == 2
+
+
+# ------------------------------------------------------------------ odd site data
+CELLS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True, width=32),
+    st.integers(-5, 400),
+    st.sampled_from(["", "x", "12", None, True]),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    times=st.lists(CELLS, min_size=12, max_size=40),
+    events=st.lists(
+        st.one_of(st.sampled_from([0, 1, 1.0, 2, -1, "1", None]), CELLS), min_size=12, max_size=40
+    ),
+)
+def test_odd_site_frames_give_counts_or_typed_errors(times, events):
+    """Whatever a site's columns hold, the reply is valid counts or a typed error naming it."""
+    n = min(len(times), len(events))
+    frame = pd.DataFrame({"t": pd.Series(times[:n], dtype=object),
+                          "e": pd.Series(events[:n], dtype=object)})  # fmt: skip
+    fed = fedstats.Federation.in_process({"odd": frame}, disclosure=OPEN)
+    try:
+        result = fedstats.KaplanMeier("t", "e", width=50, horizon=400).fit(fed)
+    except fedstats.SiteDataError as error:
+        assert "'odd'" in str(error)
+        return
+    table = result.event_table
+    assert (table.to_numpy() >= 0).all()
+    assert table[("all", "at_risk")].iloc[0] <= n
