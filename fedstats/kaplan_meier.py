@@ -97,6 +97,7 @@ def grid_counts(
     grid: np.ndarray,
     analysis: str,
     privacy: RecordDP | None = None,
+    sparse_events: str = "end",
 ) -> GridCounts:
     """Agree group levels, then collect and sum every site's counts on the grid."""
     groups: tuple[Level, ...] = ()
@@ -107,7 +108,13 @@ def grid_counts(
                 "from the study specification): sites do not release levels"
             )
         groups = _group_levels(federation, group, levels, analysis)
+    if sparse_events not in ("end", "defer"):
+        raise StudyConfigurationError(
+            f"sparse_events must be 'end' or 'defer', got {sparse_events!r}"
+        )
     args = {"time": time, "event": event, "group": group, "levels": list(groups), "grid": grid}
+    if sparse_events != "end":
+        args["sparse_events"] = sparse_events
     if privacy is not None:
         return _private_counts(federation, args, privacy, analysis)
     replies = federation.request(TASK, args, analysis=analysis)
@@ -188,6 +195,13 @@ class KaplanMeier:
     grid, width, horizon:
         The shared time grid: explicit points, or steps of ``width`` up to
         ``horizon`` (both in the unit of ``time``).
+    sparse_events:
+        What a site does at an interval holding 1 to ``k - 1`` deaths of a
+        group: ``"end"`` (default) ends that group's curve before it;
+        ``"defer"`` moves those deaths to the next grid point by which ``k``
+        have accumulated (:func:`fedstats.survival_site.deferred_points`),
+        which overstates survival a little between the two points but keeps
+        the curve going.
     privacy:
         :class:`fedstats.RecordDP`: each site releases Gaussian-noised deaths
         and censorings per interval instead (one release, ``epsilon`` and
@@ -208,6 +222,7 @@ class KaplanMeier:
         horizon: float | None = None,
         alpha: float = 0.05,
         privacy: RecordDP | None = None,
+        sparse_events: str = "end",
     ) -> None:
         if privacy is not None and not isinstance(privacy, RecordDP):
             raise StudyConfigurationError("privacy must be a fedstats.RecordDP")
@@ -218,6 +233,7 @@ class KaplanMeier:
         self.grid = time_grid(grid, width, horizon)
         self.alpha = alpha
         self.privacy = privacy
+        self.sparse_events = sparse_events
 
     def fit(self, federation: Federation) -> KaplanMeierResults:
         counts = grid_counts(
@@ -229,6 +245,7 @@ class KaplanMeier:
             grid=self.grid,
             analysis=federation.new_analysis("kaplan_meier"),
             privacy=self.privacy,
+            sparse_events=self.sparse_events,
         )
         return KaplanMeierResults(counts, self.alpha)
 
@@ -385,6 +402,7 @@ def logrank_test(
     width: float | None = None,
     horizon: float | None = None,
     privacy: RecordDP | None = None,
+    sparse_events: str = "end",
 ) -> LogRankResult:
     """The log-rank test of ``group``'s levels on the shared grid (see the module docstring)."""
     counts = grid_counts(
@@ -396,6 +414,7 @@ def logrank_test(
         grid=time_grid(grid, width, horizon),
         analysis=federation.new_analysis("logrank"),
         privacy=privacy,
+        sparse_events=sparse_events,
     )
     n, d = counts.at_risk, counts.events
     total_n, total_d = n.sum(axis=0), d.sum(axis=0)

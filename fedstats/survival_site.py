@@ -100,8 +100,9 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         events, censored = leaving_counts(time, event.astype(bool), group, n_groups, grid)
         return TaskReply({"events": events, "censored": censored}, contributors=len(time))
     at_risk, events, truncated = grid_counts(
-        time, event.astype(bool), group, n_groups, grid, ctx.policy.min_count
-    )
+        time, event.astype(bool), group, n_groups, grid, ctx.policy.min_count,
+        defer=args.get("sparse_events") == "defer",
+    )  # fmt: skip
     return TaskReply(
         {"at_risk": at_risk, "events": events, "truncated": truncated, "n_obs": len(time)},
         contributors=len(time),
@@ -115,9 +116,14 @@ def grid_counts(
     n_groups: int,
     grid: np.ndarray,
     k: int,
+    *,
+    defer: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """``(at_risk, events, truncated)`` per group and grid point, each group cut at its horizon.
 
+    With ``defer``, a group's deaths in an interval holding fewer than ``k``
+    of them are moved to the next grid point by which ``k`` have accumulated
+    (:func:`deferred_points`) instead of ending the curve there.
     ``truncated`` counts the patients still followed after their group's
     horizon (all of a group's patients when no grid point qualifies).
     """
@@ -130,15 +136,50 @@ def grid_counts(
     truncated = 0
     for g in range(n_groups):
         mine = group == g
-        starts = np.bincount(coarse[mine], minlength=len(grid))
+        point = coarse.copy()
+        if defer:
+            died = np.bincount(coarse[mine & event], minlength=len(grid)).astype(np.float64)
+            release = deferred_points(died, k)
+            moved = mine & event
+            point[moved] = np.where(release[coarse[moved]] >= 0, release[coarse[moved]],
+                                    len(grid))  # fmt: skip
+        kept = point < len(grid)  # deaths never released stay at risk to the end, then cut
+        starts = np.bincount(np.minimum(point[mine], len(grid) - 1), minlength=len(grid))
         risk = np.cumsum(starts[::-1])[::-1].astype(np.float64)
-        died = np.bincount(coarse[mine & event], minlength=len(grid)).astype(np.float64)
+        died = np.bincount(point[mine & event & kept], minlength=len(grid)).astype(np.float64)
         horizon = safe_horizon(risk, died, k)
-        truncated += int((mine & (coarse > horizon)).sum())
+        if defer:  # end before deaths that were never released
+            unreleased = mine & event & ~kept
+            if unreleased.any():
+                horizon = min(horizon, int(coarse[unreleased].min()) - 1)
+        truncated += int((mine & ((point > horizon) | ~kept)).sum())
         if horizon >= 0:
             at_risk[g, : horizon + 1] = risk[: horizon + 1]
             events[g, : horizon + 1] = died[: horizon + 1]
     return at_risk, events, truncated
+
+
+def deferred_points(died: np.ndarray, k: int) -> np.ndarray:
+    """For each grid point, where its deaths are released when deferred (-1: never).
+
+    Deaths accumulate from point to point; once at least ``k`` are pending,
+    they are all released at the current point. Deaths still pending at the
+    last point are never released. Coarsening an event time to a later grid
+    point keeps the patient at risk until then: a small, one-sided bias
+    (survival is overstated between the true and the released time) traded
+    for curves that do not stop at the first sparse interval.
+    """
+    release = np.full(len(died), -1, dtype=np.int64)
+    pending: list[int] = []
+    total = 0.0
+    for j, count in enumerate(died):
+        if count > 0:
+            pending.append(j)
+            total += count
+        if total >= k:
+            release[pending] = j
+            pending, total = [], 0.0
+    return release
 
 
 def counts_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
@@ -210,6 +251,10 @@ def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, 
     ):
         raise MalformedRequestError(
             site=None, task=None, reason="'time' and 'event' name columns; 'group' too, or null"
+        )
+    if args.get("sparse_events", "end") not in ("end", "defer"):
+        raise MalformedRequestError(
+            site=None, task=None, reason="'sparse_events' must be 'end' or 'defer'"
         )
     levels = args.get("levels")
     if group is None:
