@@ -44,11 +44,10 @@ def test_a_fhir_site_and_an_omop_site_fit_one_stratified_cox_model(tmp_path):
     raw = tomllib.loads(DEMO.read_text())
     raw["outcome"] = {"name": "died", "kind": "time_to_event", "event": "death"}
     spec = parse_spec(raw)
-    north = harmonize(
-        spec, site="north", fhir=write_fhir_ndjson(synthetic_ehr(400, seed=11), tmp_path / "fhir")
-    )
-    south = harmonize(spec, site="south",
-                      omop=write_omop_csv(synthetic_ehr(400, seed=12), tmp_path / "omop"))  # fmt: skip
+    fhir = write_fhir_ndjson(synthetic_ehr(400, seed=11), tmp_path / "fhir")
+    omop = write_omop_csv(synthetic_ehr(400, seed=12), tmp_path / "omop")
+    north = harmonize(spec, site="north", fhir=fhir)
+    south = harmonize(spec, site="south", omop=omop)
     frames = {"north": north.frame, "south": south.frame}
     fed = fedstats.Federation.in_process(frames)  # fingerprints agree
     formula = "Surv(died_time, died) ~ age + C(sex) + diabetes + hypertension"
