@@ -121,7 +121,7 @@ class Silo:
             schema = reply_schema(task, args)
             dp = DpRequest.from_args(args)
             if dp is None:
-                if self.policy.require_privacy and task.private_release is not None:
+                if self.policy.require_privacy and task.about_patients:
                     raise DisclosureError(
                         site=self.name,
                         task=task_name,

@@ -69,6 +69,9 @@ class Task:
     exact fields and sizes of the reply. ``private_release``, when present,
     maps the arguments to the noisy groups the task can release under
     differential privacy; a task without it is refused under privacy.
+    ``about_patients`` is false only for tasks whose reply describes no
+    patient (a schema, a budget); a site that requires privacy answers
+    every other task only as a charged private release.
     """
 
     name: str
@@ -76,6 +79,7 @@ class Task:
     schema: Callable[[dict[str, Any]], ReplySchema]
     description: str
     private_release: Callable[[dict[str, Any]], list[NoisyGroup]] | None = None
+    about_patients: bool = True
 
 
 class TaskRegistry:

@@ -25,6 +25,7 @@ REGISTRY = TaskRegistry(
             handler=site_design.describe,
             schema=site_design.describe_schema,
             description="kind of each variable and levels of categorical ones",
+            about_patients=False,
         ),
         Task(
             name="prepare",
@@ -82,12 +83,14 @@ REGISTRY = TaskRegistry(
             handler=fingerprint_site.fingerprint,
             schema=fingerprint_site.fingerprint_schema,
             description="schema of the served frame: columns, kinds, levels, units, study digest",
+            about_patients=False,
         ),
         Task(
             name="privacy.status",
             handler=budget_site.status,
             schema=budget_site.status_schema,
             description="the site's privacy budget for a study and whether a planned fit fits",
+            about_patients=False,
         ),
     ]
 )

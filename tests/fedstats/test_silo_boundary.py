@@ -317,3 +317,39 @@ def test_a_corrupted_design_gets_a_typed_refusal(key, value, task):
     assert reply["status"] in ("ok", "error")
     if reply["status"] == "error":
         assert reply["error"]["type"] != "InternalSiteError", silo.log[-1].detail
+
+
+def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
+    """Every registered task about patients is refused without a ``dp`` block; only the
+    tasks that describe no patient (schema, budget, fingerprint) are answered."""
+    rng = np.random.default_rng(3)
+    n = 200
+    data = pd.DataFrame(
+        {"t": rng.exponential(10, n), "e": rng.integers(0, 2, n), "x": rng.normal(size=n),
+         "y": rng.integers(0, 2, n), "g": rng.choice(["a", "b"], n)}
+    )  # fmt: skip
+    policy = fedstats.DisclosurePolicy(require_privacy=True)
+    private = fedstats.Federation.in_process({"only": data}, disclosure=policy)
+    exact = fedstats.Federation.in_process({"only": data})
+    survival = fedstats.CoxPH("Surv(t, e) ~ x").agree(exact, "a").spec.to_wire()
+    binary = fedstats.LogisticRegression("y ~ x").agree(exact, "b").spec.to_wire()
+    beta = np.zeros(1)
+    grid = np.array([5.0, 10.0, 20.0])
+    requests = {
+        "cox.summaries": {"design": survival, "beta": beta, "ties": "efron"},
+        "cox.grid_summaries": {"design": survival, "beta": beta, "grid": grid},
+        "cox.concordance": {"design": survival, "beta": beta},
+        "cox.robust": {"design": survival, "beta": beta, "cluster": None},
+        "survival.counts": {"time": "t", "event": "e", "group": None, "levels": [],
+                            "grid": grid},
+        "fairness.summaries": {"design": binary, "beta": np.zeros(2), "group": "g",
+                               "levels": ["a", "b"], "temperature": 0.25},
+        "logistic.summaries": {"design": binary, "beta": np.zeros(2)},
+        "prepare": {"design": binary},
+    }  # fmt: skip
+    assert set(requests) == {t.name for t in REGISTRY if t.about_patients}
+    for task, args in requests.items():
+        exact.request(task, args, analysis="x")  # each request is well formed
+        with pytest.raises(DisclosureError, match="only as a differentially private release"):
+            private.request(task, args, analysis="x")
+    private.request("harmonize.fingerprint", {}, analysis="x")
