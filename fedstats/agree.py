@@ -34,6 +34,13 @@ class SiteCounts:
     n_events: dict[str, float]
     noisy: bool = False
 
+    def dropped_note(self) -> str | None:
+        """The note a fit carries when sites dropped incomplete rows, else None."""
+        if not any(self.n_dropped.values()):
+            return None
+        dropped = ", ".join(f"{s}={n}" for s, n in self.n_dropped.items())
+        return f"complete cases only; rows dropped per site: {dropped}"
+
 
 @dataclass(frozen=True)
 class Agreement:
@@ -182,6 +189,19 @@ def agree_design(
             noisy=True,
         )
     return Agreement(spec=spec, layout=layout, counts=site_counts)
+
+
+def agreed_levels(federation: Federation, variable: str, analysis: str) -> tuple[Level, ...]:
+    """The union of one categorical column's levels over the sites (each site's level checks
+    apply; :func:`fedstats.design.union_levels`)."""
+    replies = federation.request(
+        "describe",
+        {"variables": [variable], "levels_for": [variable], "levels_known": [],
+         "list_levels": True},
+        analysis=analysis,
+    )  # fmt: skip
+    agreed_kinds(replies, [variable])
+    return union_levels({s: r[f"{variable}.levels"] for s, r in replies.items()}, variable)
 
 
 def agreed_kinds(replies: Mapping[str, Mapping], variables: Sequence[str]) -> dict[str, str]:

@@ -247,11 +247,8 @@ class CoxPH:
                 f"ridge penalty {self.penalizer:g} x n / 2 x ||beta||^2 on the coefficients; "
                 "standard errors from the penalised information"
             )
-        if any(counts.n_dropped.values()):
-            notes.append(
-                "complete cases only; rows dropped per site: "
-                + ", ".join(f"{s}={n}" for s, n in counts.n_dropped.items())
-            )
+        if note := counts.dropped_note():
+            notes.append(note)
         cov = inverse_information(information)
         if self.robust:
             replies = federation.request(

@@ -28,8 +28,8 @@ from fedstats.cox_math import (
 )
 from fedstats.errors import MalformedRequestError, MissingColumnError, MissingValuesError
 from fedstats.schema import Array, Number
-from fedstats.site_design import build_design, site_design, spec_from_args
-from fedstats.survival_site import MAX_GRID, safe_horizon
+from fedstats.site_design import build_design, checked_beta, site_design, spec_from_args
+from fedstats.survival_site import checked_grid, coarsen, safe_horizon
 from fedstats.task import SiteContext, TaskReply
 
 _CACHE_SIZE = 4
@@ -52,7 +52,7 @@ def summaries_schema(args: dict[str, Any]) -> dict:
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """Log partial likelihood, score (``gradient``) and information (``hessian``) at ``beta``."""
     spec = spec_from_args(args)
-    beta = _beta(ctx, args, spec.n_params)
+    beta = checked_beta(ctx.name, args, spec.n_params)
     data = _sorted(ctx, args)
     result = partial_likelihood(data, beta, args["ties"])
     return TaskReply(
@@ -95,7 +95,7 @@ def grid_summaries_schema(args: dict[str, Any]) -> dict:
         raise MalformedRequestError(
             site=None, task=None, reason="differentially private Cox fits are not offered yet"
         )
-    grid = _grid(args)
+    grid = checked_grid(args)
     p, K = spec.n_params, len(grid)
     return {
         "d": Array((K,)),
@@ -119,8 +119,8 @@ def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     every difference of two consecutive risk-set sums.
     """
     spec = spec_from_args(args)
-    beta = _beta(ctx, args, spec.n_params)
-    grid = _grid(args)
+    beta = checked_beta(ctx.name, args, spec.n_params)
+    grid = checked_grid(args)
     design = site_design(ctx, spec)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
@@ -143,10 +143,7 @@ def _coarsened(
     Rows after the safe horizon are censored there; with no safe grid point
     at all, every row is dropped.
     """
-    coarse = np.searchsorted(grid, time, side="left")
-    beyond = coarse >= len(grid)
-    coarse = np.minimum(coarse, len(grid) - 1)
-    event = event & ~beyond
+    coarse, event = coarsen(time, event, grid)
     risk = np.cumsum(np.bincount(coarse, minlength=len(grid))[::-1])[::-1].astype(np.float64)
     died = np.bincount(coarse[event], minlength=len(grid)).astype(np.float64)
     horizon = safe_horizon(risk, died, ctx.policy.min_count, leavers=True)
@@ -156,33 +153,6 @@ def _coarsened(
         return np.full(len(time), -1), np.zeros(len(time), dtype=bool), truncated
     coarse = np.where(late, horizon, coarse)
     return coarse, event & ~late, truncated
-
-
-def _beta(ctx: SiteContext, args: dict[str, Any], p: int) -> np.ndarray:
-    beta = args.get("beta")
-    if not (isinstance(beta, np.ndarray) and beta.shape == (p,)):
-        raise MalformedRequestError(
-            site=ctx.name, task=None, reason=f"'beta' must be an array of {p} numbers"
-        )
-    if not np.isfinite(beta).all():
-        raise MalformedRequestError(site=ctx.name, task=None, reason="'beta' has non-finite values")
-    return beta.astype(np.float64)
-
-
-def _grid(args: dict[str, Any]) -> np.ndarray:
-    grid = args.get("grid")
-    if not (
-        isinstance(grid, np.ndarray)
-        and grid.ndim == 1
-        and 1 <= len(grid) <= MAX_GRID
-        and np.isfinite(grid).all()
-        and (np.diff(grid) > 0).all()
-        and grid[0] >= 0
-    ):
-        raise MalformedRequestError(
-            site=None, task=None, reason=f"'grid' must be 1 to {MAX_GRID} increasing times >= 0"
-        )
-    return grid.astype(np.float64)
 
 
 # ------------------------------------------------------------------ concordance
@@ -204,7 +174,7 @@ def concordance(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     small.
     """
     spec = spec_from_args(args)
-    beta = _beta(ctx, args, spec.n_params)
+    beta = checked_beta(ctx.name, args, spec.n_params)
     design = build_design(ctx, spec, saturation=False)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
@@ -239,7 +209,7 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     covariance is ``I^-1 (sum over sites) I^-1`` (Lin & Wei, JASA 1989).
     """
     spec = spec_from_args(args)
-    beta = _beta(ctx, args, spec.n_params)
+    beta = checked_beta(ctx.name, args, spec.n_params)
     data = _sorted(ctx, args)
     residuals = score_residuals(data, beta)
     cluster = args.get("cluster")

@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 
-from fedstats.agree import Agreement
+from fedstats.agree import Agreement, agreed_levels
 from fedstats.design import Level, normalise_level
 from fedstats.errors import StudyConfigurationError
 from fedstats.fairness_site import SITE_GROUPS, TASK
@@ -94,17 +94,7 @@ class _Problem:
         elif levels is not None:
             self.levels = [normalise_level(v) for v in levels]
         else:
-            replies = federation.request(
-                "describe",
-                {"variables": [groups], "levels_for": [groups], "levels_known": [],
-                 "list_levels": True},
-                analysis=self.analysis,
-            )  # fmt: skip
-            from fedstats.design import union_levels
-
-            self.levels = list(
-                union_levels({s: r[f"{groups}.levels"] for s, r in replies.items()}, groups)
-            )
+            self.levels = list(agreed_levels(federation, groups, self.analysis))
         if len(self.levels) < 2:
             raise StudyConfigurationError(f"{groups!r} has fewer than two groups")
         self.groups = groups

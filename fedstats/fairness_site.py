@@ -27,7 +27,12 @@ from scipy.special import expit
 from fedstats.cox_math import concordance_counts
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
 from fedstats.schema import Array, Number
-from fedstats.site_design import as_agreed_categorical, site_design, spec_from_args
+from fedstats.site_design import (
+    as_agreed_categorical,
+    checked_beta,
+    site_design,
+    spec_from_args,
+)
 from fedstats.task import SiteContext, TaskReply
 
 TASK = "fairness.summaries"
@@ -52,13 +57,9 @@ def summaries_schema(args: dict[str, Any]) -> dict:
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     spec = spec_from_args(args)
     levels, group, temperature = _arguments(args)
-    beta = args.get("beta")
-    if not (isinstance(beta, np.ndarray) and beta.shape == (spec.n_params,)):
-        raise MalformedRequestError(
-            site=ctx.name, task=None, reason=f"'beta' must be an array of {spec.n_params} numbers"
-        )
+    beta = checked_beta(ctx.name, args, spec.n_params)
     design = site_design(ctx, spec)
-    eta = design.X @ beta.astype(np.float64)
+    eta = design.X @ beta
     if design.offset is not None:
         eta = eta + design.offset
     codes = _group_codes(ctx, design, group, levels)

@@ -33,14 +33,14 @@ import pandas as pd
 from scipy import stats
 
 import accounting
-from fedstats.agree import agreed_kinds
-from fedstats.design import Level, normalise_level, union_levels
+from fedstats.agree import agreed_levels
+from fedstats.design import Level, normalise_level
 from fedstats.errors import StudyConfigurationError
 from fedstats.federation import Federation
 from fedstats.privacy import RecordDP
 from fedstats.private_release import DpRequest
 from fedstats.summary import render_html, render_text
-from fedstats.survival_site import MAX_GRID, TASK
+from fedstats.survival_site import TASK, grid_problem
 
 
 @dataclass(frozen=True)
@@ -74,16 +74,9 @@ def time_grid(
                 "horizon= (e.g. width=30, horizon=3650 for monthly steps over ten years)"
             )
         points = width * np.arange(1, int(np.ceil(horizon / width)) + 1, dtype=np.float64)
-    if not (
-        points.ndim == 1
-        and 1 <= len(points) <= MAX_GRID
-        and np.isfinite(points).all()
-        and (np.diff(points) > 0).all()
-        and points[0] >= 0
-    ):
-        raise StudyConfigurationError(
-            f"the grid must be 1 to {MAX_GRID} increasing, finite times >= 0"
-        )
+    problem = grid_problem(points)
+    if problem is not None:
+        raise StudyConfigurationError(problem)
     return points
 
 
@@ -173,13 +166,7 @@ def _group_levels(
         if not fixed:
             raise StudyConfigurationError(f"no levels given for {group!r}")
         return fixed
-    replies = federation.request(
-        "describe",
-        {"variables": [group], "levels_for": [group], "levels_known": [], "list_levels": True},
-        analysis=analysis,
-    )
-    agreed_kinds(replies, [group])
-    return union_levels({s: r[f"{group}.levels"] for s, r in replies.items()}, group)
+    return agreed_levels(federation, group, analysis)
 
 
 class KaplanMeier:

@@ -232,11 +232,8 @@ class LogisticRegression:
             started=started,
             finished=datetime.now(UTC),
         )
-        if any(counts.n_dropped.values()):
-            notes.append(
-                "complete cases only; rows dropped per site: "
-                + ", ".join(f"{s}={n}" for s, n in counts.n_dropped.items())
-            )
+        if note := counts.dropped_note():
+            notes.append(note)
         result = LogisticRegressionResults(
             names=names,
             params=beta,

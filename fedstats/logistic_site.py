@@ -23,7 +23,7 @@ from scipy.special import expit
 
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array, Number
-from fedstats.site_design import site_design, spec_from_args
+from fedstats.site_design import checked_beta, site_design, spec_from_args
 from fedstats.task import NoisyGroup, SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
@@ -48,19 +48,13 @@ def summaries_schema(args: dict[str, Any]) -> dict:
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     spec = spec_from_args(args)
-    beta = args.get("beta")
-    if not (isinstance(beta, np.ndarray) and beta.shape == (spec.n_params,)):
-        raise MalformedRequestError(
-            site=ctx.name, task=None, reason=f"'beta' must be an array of {spec.n_params} numbers"
-        )
-    if not np.isfinite(beta).all():
-        raise MalformedRequestError(site=ctx.name, task=None, reason="'beta' has non-finite values")
+    beta = checked_beta(ctx.name, args, spec.n_params)
     design = site_design(ctx, spec)
     X, y = design.X, design.y
     private = ctx.private(args)
     if private or "clip" in args:
         X = clipped_design(X, *clip_from_args(args, spec.n_params))
-    eta = X @ beta.astype(np.float64)
+    eta = X @ beta
     if design.offset is not None:
         eta = eta + design.offset
     mu = expit(eta)

@@ -357,6 +357,18 @@ def plain(value: Any) -> Any:
     return value
 
 
+def checked_beta(site: str, args: dict[str, Any], p: int) -> np.ndarray:
+    """The request's coefficients ``beta``: ``p`` finite numbers, as float64."""
+    beta = args.get("beta")
+    if not (isinstance(beta, np.ndarray) and beta.shape == (p,)):
+        raise MalformedRequestError(
+            site=site, task=None, reason=f"'beta' must be an array of {p} numbers"
+        )
+    if not np.isfinite(beta).all():
+        raise MalformedRequestError(site=site, task=None, reason="'beta' has non-finite values")
+    return beta.astype(np.float64)
+
+
 def spec_from_args(args: dict[str, Any]) -> DesignSpec:
     try:
         return DesignSpec.from_wire(args.get("design"))

@@ -109,6 +109,38 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     )
 
 
+def grid_problem(grid: object) -> str | None:
+    """Why ``grid`` is not a time grid (1 to MAX_GRID increasing, finite times >= 0), or None."""
+    if (
+        isinstance(grid, np.ndarray)
+        and grid.ndim == 1
+        and 1 <= len(grid) <= MAX_GRID
+        and np.issubdtype(grid.dtype, np.number)
+        and np.isfinite(grid).all()
+        and (np.diff(grid) > 0).all()
+        and grid[0] >= 0
+    ):
+        return None
+    return f"the grid must be 1 to {MAX_GRID} increasing, finite times >= 0"
+
+
+def checked_grid(args: dict[str, Any]) -> np.ndarray:
+    """The request's ``grid``, checked, as float64."""
+    grid = args.get("grid")
+    problem = grid_problem(grid)
+    if problem is not None:
+        raise MalformedRequestError(site=None, task=None, reason=problem)
+    return np.asarray(grid, dtype=np.float64)
+
+
+def coarsen(time: np.ndarray, event: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each time's grid index ``min{k : g_k >= t}`` and event flags; times after the last
+    point sit there, censored."""
+    point = np.searchsorted(grid, time, side="left")
+    beyond = point >= len(grid)
+    return np.minimum(point, len(grid) - 1), event & ~beyond
+
+
 def grid_counts(
     time: np.ndarray,
     event: np.ndarray,
@@ -127,10 +159,7 @@ def grid_counts(
     ``truncated`` counts the patients still followed after their group's
     horizon (all of a group's patients when no grid point qualifies).
     """
-    coarse = np.searchsorted(grid, time, side="left")  # index of min{g_k >= t}
-    beyond = coarse >= len(grid)
-    coarse = np.minimum(coarse, len(grid) - 1)
-    event = event & ~beyond
+    coarse, event = coarsen(time, event, grid)
     at_risk = np.zeros((n_groups, len(grid)))
     events = np.zeros((n_groups, len(grid)))
     truncated = 0
@@ -200,10 +229,7 @@ def leaving_counts(
     time: np.ndarray, event: np.ndarray, group: np.ndarray, n_groups: int, grid: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Deaths and censorings per group and grid interval (times after the grid: censored last)."""
-    coarse = np.searchsorted(grid, time, side="left")
-    beyond = coarse >= len(grid)
-    coarse = np.minimum(coarse, len(grid) - 1)
-    died = event & ~beyond
+    coarse, died = coarsen(time, event, grid)
     events = np.zeros((n_groups, len(grid)))
     censored = np.zeros((n_groups, len(grid)))
     for g in range(n_groups):
@@ -230,20 +256,7 @@ def safe_horizon(risk: np.ndarray, died: np.ndarray, k: int, *, leavers: bool = 
 
 
 def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, list]:
-    grid = args.get("grid")
-    if not (
-        isinstance(grid, np.ndarray)
-        and grid.ndim == 1
-        and 1 <= len(grid) <= MAX_GRID
-        and np.isfinite(grid).all()
-        and (np.diff(grid) > 0).all()
-        and grid[0] >= 0
-    ):
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason=f"'grid' must be 1 to {MAX_GRID} increasing, finite times >= 0",
-        )
+    grid = checked_grid(args)
     names = [args.get("time"), args.get("event")]
     group = args.get("group")
     if not all(isinstance(n, str) and n for n in names) or not (
@@ -267,4 +280,4 @@ def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, 
         raise MalformedRequestError(
             site=None, task=None, reason=f"'levels' must list 1 to {MAX_GROUPS} group levels"
         )
-    return grid.astype(np.float64), names[0], names[1], group, levels
+    return grid, names[0], names[1], group, levels
