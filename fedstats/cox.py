@@ -41,6 +41,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -183,20 +184,20 @@ class CoxPH:
         names = list(spec.columns)
         p = len(names)
         ridge = self.penalizer * sum(counts.n_obs.values())
-
-        last_sums: list[GridSums] = []
+        design = spec.to_wire()
+        last: dict[str, Any] = {}  # the pooled model's latest sums, and patients censored early
 
         def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
             """Penalised objective, its score and information, and the log partial likelihood."""
             if self.pooled:
-                sums = self._grid_sums(federation, spec.to_wire(), beta, analysis)
-                last_sums[:] = [sums]
+                sums, last["truncated"] = self._grid_sums(federation, design, beta, analysis)
+                last["sums"] = sums
                 result = grid_partial_likelihood(sums, beta, self.ties)
                 loglik, score, information = result.loglik, result.score, result.information
             else:
                 replies = federation.request(
                     "cox.summaries",
-                    {"design": spec.to_wire(), "beta": beta, "ties": self.ties},
+                    {"design": design, "beta": beta, "ties": self.ties},
                     analysis=analysis,
                 )
                 loglik = float(sum(r["loglik"] for r in replies.values()))
@@ -209,11 +210,11 @@ class CoxPH:
         objective, score, information, loglik = evaluate(beta)
         if sum(counts.n_events.values()) == 0:
             raise StudyConfigurationError("no site has an event: the Cox model cannot be fitted")
-        if self.pooled and not last_sums[0].d.any():
+        if self.pooled and not last["sums"].d.any():
             raise StudyConfigurationError(
                 "no site could release an event on this time grid: each site's follow-up ends "
                 "before its first interval with fewer than k events or leavers (patients "
-                f"censored early: {self._truncated}); use a coarser grid"
+                f"censored early: {last['truncated']}); use a coarser grid"
             )
         check_rank(information, names)
         converged = False
@@ -253,7 +254,7 @@ class CoxPH:
         if self.robust:
             replies = federation.request(
                 ROBUST_TASK,
-                {"design": spec.to_wire(), "beta": beta, "cluster": self.cluster},
+                {"design": design, "beta": beta, "cluster": self.cluster},
                 analysis=analysis,
             )
             meat = sum(r["meat"] for r in replies.values())
@@ -265,8 +266,7 @@ class CoxPH:
             )
         baseline = None
         if self.pooled:
-            sums = last_sums[0]
-            truncated = self._truncated
+            sums, truncated = last["sums"], last["truncated"]
             notes.append(
                 f"one baseline hazard across sites, on a grid of {len(self.grid)} points "
                 f"(times coarsened up to the next point); ties: {self.ties}"
@@ -312,15 +312,16 @@ class CoxPH:
             ties=self.ties,
             strata=() if self.pooled else ("site", *self.strata),
             baseline=baseline,
-            design=spec.to_wire(),
+            design=design,
         )
 
     def _grid_sums(
         self, federation: Federation, design: dict, beta: np.ndarray, analysis: str
-    ) -> GridSums:
+    ) -> tuple[GridSums, dict[str, int]]:
+        """The sites' grid sums, totalled, and how many patients each censored early."""
         replies = federation.request(
             GRID_TASK, {"design": design, "beta": beta, "grid": self.grid}, analysis=analysis
         )
-        self._truncated = {s: int(r["truncated"]) for s, r in replies.items()}
         fields = GridSums.__dataclass_fields__
-        return GridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
+        sums = GridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
+        return sums, {s: int(r["truncated"]) for s, r in replies.items()}

@@ -87,6 +87,7 @@ class _Problem:
         self.analysis = federation.new_analysis("fairness")
         agreement: Agreement = model.agree(federation, self.analysis)
         self.spec = agreement.spec
+        self.design = agreement.spec.to_wire()
         self.names = list(self.spec.columns)
         self.n = float(sum(agreement.counts.n_obs.values()))
         if groups == SITE_GROUPS:
@@ -102,16 +103,10 @@ class _Problem:
         self.pairs = list(itertools.combinations(range(len(self.levels)), 2))
 
     def evaluate(self, beta: np.ndarray, gamma: float) -> dict:
-        design = self.spec.to_wire()
         likelihood = self.federation.request(
-            "logistic.summaries", {"design": design, "beta": beta}, analysis=self.analysis
+            "logistic.summaries", {"design": self.design, "beta": beta}, analysis=self.analysis
         )
-        fair = self.federation.request(
-            TASK,
-            {"design": design, "beta": beta, "group": self.groups, "levels": self.levels,
-             "temperature": self.temperature},
-            analysis=self.analysis,
-        )  # fmt: skip
+        fair = self._group_sums(beta, auc=False)
         loglik = float(sum(r["loglik"] for r in likelihood.values()))
         score = sum(r["gradient"] for r in likelihood.values())
         information = sum(r["hessian"] for r in likelihood.values())
@@ -128,19 +123,27 @@ class _Problem:
             penalty += gap**2
             gradient += 2 * gap * direction
             gauss_newton += 2 * np.outer(direction, direction)
-        pairs = sum(r["auc_pairs"] for r in fair.values())
-        auc = (
-            sum(r["auc_concordant"] for r in fair.values())
-            + sum(r["auc_tied"] for r in fair.values()) / 2
-        ) / max(pairs, 1)
         return {
             "objective": -loglik + gamma * penalty,
             "descent": score - gamma * gradient,  # minus the objective's gradient
             "curvature": information + gamma * gauss_newton,
             "loglik": loglik,
             "tpr": tpr,
-            "auc": float(auc),
         }
+
+    def _group_sums(self, beta: np.ndarray, auc: bool) -> dict[str, dict]:
+        return self.federation.request(
+            TASK,
+            {"design": self.design, "beta": beta, "group": self.groups,
+             "levels": self.levels, "temperature": self.temperature, "auc": auc},
+            analysis=self.analysis,
+        )  # fmt: skip
+
+    def auc(self, beta: np.ndarray) -> float:
+        """The within-site AUC at ``beta`` (pair counts summed over sites)."""
+        replies = self._group_sums(beta, auc=True)
+        correct = sum(r["auc_concordant"] + r["auc_tied"] / 2 for r in replies.values())
+        return float(correct / max(sum(r["auc_pairs"] for r in replies.values()), 1))
 
     def fit(
         self, gamma: float, start: np.ndarray, maxiter: int = 100, tol: float = 1e-9
@@ -171,7 +174,7 @@ class _Problem:
             loss=-state["loglik"] / self.n,
             disparity=float(tpr.max() - tpr.min()),
             tpr=tpr,
-            auc=state["auc"],
+            auc=self.auc(beta),
             iterations=iterations,
             converged=converged,
         )

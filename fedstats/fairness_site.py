@@ -10,8 +10,9 @@ a site returns for every group ``g``, over its patients with ``y = 1``:
   surrogates of rates);
 * ``gradient_g = sum sigmoid(eta_i / T) (1 - sigmoid(eta_i / T)) x_i / T``;
 
-and the pair counts of its within-site AUC (positive-negative pairs ordered
-by ``eta``; ties count 1/2). A group holding between 1 and ``k - 1``
+and, when asked (``"auc": true``, once per fit rather than every round: it
+costs a sort), the pair counts of its within-site AUC (positive-negative
+pairs ordered by ``eta``; ties count 1/2). A group holding between 1 and ``k - 1``
 positives at the site is refused: its rate would describe fewer than ``k``
 patients. Counts of true positives at a threshold are not released: they
 could be small cells within a group.
@@ -44,14 +45,10 @@ def summaries_schema(args: dict[str, Any]) -> dict:
     spec = spec_from_args(args)
     levels, _, _ = _arguments(args)
     G, p = len(levels), spec.n_params
-    return {
-        "positives": Array((G,)),
-        "soft": Array((G,)),
-        "gradient": Array((G, p)),
-        "auc_concordant": Number(),
-        "auc_tied": Number(),
-        "auc_pairs": Number(),
-    }
+    schema: dict = {"positives": Array((G,)), "soft": Array((G,)), "gradient": Array((G, p))}
+    if _wants_auc(args):
+        schema |= {"auc_concordant": Number(), "auc_tied": Number(), "auc_pairs": Number()}
+    return schema
 
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -80,19 +77,19 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     slope = soft_each * (1.0 - soft_each) / temperature
     gradient = np.zeros((G, p))
     np.add.at(gradient, codes[positive], slope[positive, None] * design.X[positive])
-    # AUC as Harrell's C of "time" 1 - y: a positive "fails" before every negative.
-    concordant, tied, pairs = concordance_counts(1.0 - design.y, design.y, eta)
-    return TaskReply(
-        {
-            "positives": counts,
-            "soft": soft,
-            "gradient": gradient,
-            "auc_concordant": concordant,
-            "auc_tied": tied,
-            "auc_pairs": pairs,
-        },
-        contributors=design.n_obs,
-    )
+    payload: dict[str, Any] = {"positives": counts, "soft": soft, "gradient": gradient}
+    if _wants_auc(args):
+        # AUC as Harrell's C of "time" 1 - y: a positive "fails" before every negative.
+        concordant, tied, pairs = concordance_counts(1.0 - design.y, design.y, eta)
+        payload |= {"auc_concordant": concordant, "auc_tied": tied, "auc_pairs": pairs}
+    return TaskReply(payload, contributors=design.n_obs)
+
+
+def _wants_auc(args: dict[str, Any]) -> bool:
+    auc = args.get("auc", False)
+    if not isinstance(auc, bool):
+        raise MalformedRequestError(site=None, task=None, reason="'auc' must be true or false")
+    return auc
 
 
 def _group_codes(ctx: SiteContext, design: Any, group: str, levels: list) -> np.ndarray:
