@@ -31,6 +31,7 @@ from fedstats.schema import Array, Number
 from fedstats.site_design import (
     as_agreed_categorical,
     checked_beta,
+    checked_group_levels,
     site_design,
     spec_from_args,
 )
@@ -38,7 +39,6 @@ from fedstats.task import SiteContext, TaskReply
 
 TASK = "fairness.summaries"
 SITE_GROUPS = "site"
-MAX_GROUPS = 50
 
 
 def summaries_schema(args: dict[str, Any]) -> dict:
@@ -110,14 +110,7 @@ def _arguments(args: dict[str, Any]) -> tuple[list, str, float]:
     levels, group, temperature = args.get("levels"), args.get("group"), args.get("temperature")
     if not (isinstance(group, str) and group):
         raise MalformedRequestError(site=None, task=None, reason="'group' must name a column")
-    if not (
-        isinstance(levels, list)
-        and 2 <= len(levels) <= MAX_GROUPS
-        and all(isinstance(v, int | float | str) for v in levels)
-    ):
-        raise MalformedRequestError(
-            site=None, task=None, reason=f"'levels' must list 2 to {MAX_GROUPS} groups"
-        )
+    levels = checked_group_levels(levels, 2)
     if not (isinstance(temperature, int | float) and np.isfinite(temperature) and temperature > 0):
         raise MalformedRequestError(site=None, task=None, reason="'temperature' must be > 0")
     return levels, group, float(temperature)

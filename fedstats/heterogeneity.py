@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fedstats.errors import FedstatsError
+from fedstats.errors import FedstatsError, FedstatsWarning
 from fedstats.federation import Federation
 
 
@@ -149,9 +149,10 @@ def heterogeneity(model, federation: Federation) -> HeterogeneityResults:
     for site in federation.sites:
         try:
             with warnings.catch_warnings():
-                warnings.simplefilter("error")  # separation or non-convergence: no estimate
+                # separation or non-convergence: no estimate (other warnings pass through)
+                warnings.simplefilter("error", FedstatsWarning)
                 fit = local.fit(federation.subset([site]))
-        except (FedstatsError, Warning) as problem:
+        except (FedstatsError, FedstatsWarning) as problem:
             excluded[site] = f"{type(problem).__name__}: {problem}"
             continue
         estimates[site], errors[site] = fit.params, fit.bse

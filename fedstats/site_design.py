@@ -357,6 +357,23 @@ def plain(value: Any) -> Any:
     return value
 
 
+MAX_GROUPS = 50
+"""Most group levels a grouped request may name."""
+
+
+def checked_group_levels(levels: Any, minimum: int) -> list:
+    """A request's group ``levels``: ``minimum`` to :data:`MAX_GROUPS` numbers or strings."""
+    if not (
+        isinstance(levels, list)
+        and minimum <= len(levels) <= MAX_GROUPS
+        and all(isinstance(v, int | float | str) for v in levels)
+    ):
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"'levels' must list {minimum} to {MAX_GROUPS} groups"
+        )
+    return levels
+
+
 def checked_beta(site: str, args: dict[str, Any], p: int) -> np.ndarray:
     """The request's coefficients ``beta``: ``p`` finite numbers, as float64."""
     beta = args.get("beta")

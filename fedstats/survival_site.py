@@ -42,11 +42,10 @@ from fedstats.errors import (
     NonBinaryOutcomeError,
 )
 from fedstats.schema import Array, Number
-from fedstats.site_design import as_agreed_categorical
+from fedstats.site_design import as_agreed_categorical, checked_group_levels
 from fedstats.task import NoisyGroup, SiteContext, TaskReply
 
 MAX_GRID = 5_000
-MAX_GROUPS = 50
 TASK = "survival.counts"
 
 
@@ -269,15 +268,5 @@ def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, 
         raise MalformedRequestError(
             site=None, task=None, reason="'sparse_events' must be 'end' or 'defer'"
         )
-    levels = args.get("levels")
-    if group is None:
-        levels = []
-    elif not (
-        isinstance(levels, list)
-        and 1 <= len(levels) <= MAX_GROUPS
-        and all(isinstance(v, int | float | str) for v in levels)
-    ):
-        raise MalformedRequestError(
-            site=None, task=None, reason=f"'levels' must list 1 to {MAX_GROUPS} group levels"
-        )
+    levels = [] if group is None else checked_group_levels(args.get("levels"), 1)
     return grid, names[0], names[1], group, levels
