@@ -288,17 +288,7 @@ class CoxPH:
         else:
             strata = ", ".join(["site", *self.strata])
             notes.append(f"stratified by {strata} (strata never span sites); ties: {self.ties}")
-        provenance = Provenance.from_inventory(
-            federation.inventory,
-            study=federation.study,
-            analysis=analysis,
-            sites=federation.sites,
-            n_obs=counts.n_obs,
-            n_dropped=counts.n_dropped,
-            rounds=rounds,
-            started=started,
-            finished=datetime.now(UTC),
-        )
+        provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
         return CoxPHResults(
             names=names,
             params=beta,

@@ -221,17 +221,7 @@ class LogisticRegression:
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
             notes.append(message)
         cov = inverse_information(hessian)
-        provenance = Provenance.from_inventory(
-            federation.inventory,
-            study=federation.study,
-            analysis=analysis,
-            sites=federation.sites,
-            n_obs=counts.n_obs,
-            n_dropped=counts.n_dropped,
-            rounds=rounds,
-            started=started,
-            finished=datetime.now(UTC),
-        )
+        provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
         if note := counts.dropped_note():
             notes.append(note)
         result = LogisticRegressionResults(

@@ -149,17 +149,7 @@ def fit_private(
     cov_scaled = np.linalg.inv(truth) + noise_covariance(truth, beta, start, noise_plan, rng)
     A = unscale(spec.columns, scaling, federation.sites)
     account = _account(federation, record, sigmas, client, sigma_c, rounds, row_norm, last_replies)
-    provenance = Provenance.from_inventory(
-        federation.inventory,
-        study=federation.study,
-        analysis=analysis,
-        sites=federation.sites,
-        n_obs=agreement.counts.n_obs,
-        n_dropped=agreement.counts.n_dropped,
-        rounds=rounds,
-        started=started,
-        finished=datetime.now(UTC),
-    )
+    provenance = Provenance.of_fit(federation, analysis, agreement.counts, rounds, started)
     notes = [
         f"differentially private fit: {rounds} noisy Newton rounds; the log-likelihood is not "
         "released; counts are noisy"

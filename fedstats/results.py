@@ -9,7 +9,7 @@ Wald inference from the inverse observed information ``I(beta)^-1``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -66,6 +66,24 @@ class Provenance:
             bytes_by_site=inventory.bytes_by_site(analysis),
             started=started,
             finished=finished,
+        )
+
+    @classmethod
+    def of_fit(
+        cls, federation: Any, analysis: str, counts: Any, rounds: int, started: datetime
+    ) -> Provenance:
+        """A fit's provenance, finished now: its federation's messages for ``analysis`` and the
+        sites' counts (:class:`fedstats.agree.SiteCounts`)."""
+        return cls.from_inventory(
+            federation.inventory,
+            study=federation.study,
+            analysis=analysis,
+            sites=federation.sites,
+            n_obs=counts.n_obs,
+            n_dropped=counts.n_dropped,
+            rounds=rounds,
+            started=started,
+            finished=datetime.now(UTC),
         )
 
 
