@@ -27,9 +27,11 @@ from fedstats.errors import (
     NonBinaryOutcomeError,
     PerfectSeparationError,
     PlannedBudgetError,
+    SecureAggregationAborted,
     SeparationWarning,
     SiteDataError,
     SiteError,
+    SiteUnreachableError,
     StudyConfigurationError,
     UnknownLevelError,
 )
@@ -45,6 +47,7 @@ from fedstats.kaplan_meier import KaplanMeier, KaplanMeierResults, LogRankResult
 from fedstats.logistic import LogisticRegression
 from fedstats.privacy import ClientDP, PrivacyAccount, RecordDP
 from fedstats.results import CoxPHResults, LogisticRegressionResults, Provenance
+from fedstats.secagg import SecureAggregation, SecureSum, secure_sum
 from fedstats.silo import Silo
 
 __version__ = "0.1.0"
@@ -84,15 +87,20 @@ __all__ = [
     "PrivacyAccount",
     "Provenance",
     "RecordDP",
+    "SecureAggregation",
+    "SecureAggregationAborted",
+    "SecureSum",
     "SeparationWarning",
     "Silo",
     "SiteDataError",
     "SiteError",
+    "SiteUnreachableError",
     "StudyConfigurationError",
     "SurvivalHeterogeneity",
     "UnknownLevelError",
     "__version__",
     "heterogeneity",
     "logrank_test",
+    "secure_sum",
     "survival_heterogeneity",
 ]

@@ -28,6 +28,14 @@ class InvalidReplyError(FedstatsError):
     """A site's reply could not be decoded or does not match the task's declared shape."""
 
 
+class SiteUnreachableError(FedstatsError):
+    """A site's transport failed: no reply came back (network, process or timeout)."""
+
+
+class SecureAggregationAborted(FedstatsError):
+    """Fewer sites than the threshold completed a secure-aggregation round; nothing was unmasked."""
+
+
 class FormulaError(FedstatsError):
     """A model formula or design option cannot be used for a federated fit."""
 

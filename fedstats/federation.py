@@ -29,6 +29,7 @@ from fedstats.errors import (
     FingerprintMismatchError,
     InvalidReplyError,
     SiteError,
+    SiteUnreachableError,
     StudyConfigurationError,
     from_wire,
 )
@@ -221,6 +222,11 @@ class Federation:
         return cls.in_process(frames, disclosure=disclosure, study=study)
 
     @property
+    def registry(self) -> TaskRegistry:
+        """The tasks the sites answer, with their reply schemas."""
+        return self._registry
+
+    @property
     def sites(self) -> tuple[str, ...]:
         return tuple(self._transports)
 
@@ -272,6 +278,29 @@ class Federation:
         Raises the typed error a site reported (the first one, with the
         others attached as notes) after every site has been asked.
         """
+        replies, failures = self.gather(task, args, analysis=analysis, sites=sites)
+        if failures:
+            errors = list(failures.values())
+            first = errors[0]
+            for other in errors[1:]:
+                first.add_note(f"also: {other}")
+            raise first
+        return replies
+
+    def gather(
+        self,
+        task: str,
+        args: Mapping[str, Any],
+        *,
+        analysis: str,
+        sites: Sequence[str] | None = None,
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, FedstatsError]]:
+        """Ask each site; return the checked replies and, apart, each failed site's typed error.
+
+        For protocols that go on without sites that dropped out (secure
+        aggregation). A transport that raises (a site that cannot be reached)
+        counts as :class:`~fedstats.errors.SiteUnreachableError`.
+        """
         if self._fingerprints_pending and task != FINGERPRINT_TASK:
             self.verify_fingerprints()
         targets = list(self.sites if sites is None else sites)
@@ -286,18 +315,25 @@ class Federation:
         schema = reply_schema(task_def, dict(args))
         request_bytes = codec.encode({"task": task, "args": dict(args)})
         replies: dict[str, dict[str, Any]] = {}
-        errors: list[FedstatsError] = []
+        failures: dict[str, FedstatsError] = {}
         for site in targets:
             sent_at = datetime.now(UTC)
             start = time.perf_counter()
-            reply_bytes = self._transports[site](request_bytes)
-            seconds = time.perf_counter() - start
+            reply_bytes = b""
             try:
+                reply_bytes = self._transports[site](request_bytes)
                 status, payload = self._read_reply(site, task, reply_bytes)
             except FedstatsError as error:
                 status = "refused" if isinstance(error, DisclosureError) else "error"
                 payload = None
-                errors.append(error)
+                failures[site] = error
+            except Exception as error:  # noqa: BLE001 - any transport failure: no reply came
+                status, payload = "unreachable", None
+                failures[site] = SiteUnreachableError(
+                    f"site {site!r} could not be reached for task {task!r} "
+                    f"({type(error).__name__}: {error})"
+                )
+            seconds = time.perf_counter() - start
             self.inventory.append(
                 MessageRecord(
                     seq=next(self._seq),
@@ -315,15 +351,10 @@ class Federation:
                 continue
             problem = schema_mismatch(payload, schema)
             if problem:
-                errors.append(InvalidReplyError(f"site {site!r}, task {task!r}: {problem}"))
+                failures[site] = InvalidReplyError(f"site {site!r}, task {task!r}: {problem}")
                 continue
             replies[site] = payload
-        if errors:
-            first = errors[0]
-            for other in errors[1:]:
-                first.add_note(f"also: {other}")
-            raise first
-        return replies
+        return replies, failures
 
     def verify_fingerprints(self) -> None:
         """Ask every site for its frame's fingerprint; refuse sites that differ.

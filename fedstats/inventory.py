@@ -20,7 +20,7 @@ class MessageRecord:
     reply_bytes: int
     sent_at: datetime
     seconds: float
-    status: str  # "ok", "refused" or "error"
+    status: str  # "ok", "refused", "error" or "unreachable"
     analysis: str  # the fit or query this message served
 
 

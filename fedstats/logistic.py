@@ -39,6 +39,7 @@ from fedstats.newton import inverse_information, newton_step
 from fedstats.privacy import ClientDP, RecordDP
 from fedstats.private_release import DpRequest
 from fedstats.results import LogisticRegressionResults, Provenance
+from fedstats.secagg import SecureAggregation
 
 
 class LogisticRegression:
@@ -142,6 +143,7 @@ class LogisticRegression:
         self,
         federation: Federation,
         privacy: RecordDP | ClientDP | tuple[RecordDP | ClientDP, ...] | None = None,
+        secure_aggregation: SecureAggregation | None = None,
     ) -> LogisticRegressionResults:
         """Fit by federated Newton rounds; see the module docstring for the method.
 
@@ -150,6 +152,11 @@ class LogisticRegression:
         (the coordinator protects each site's participation), or both as a
         tuple; the fit then runs noisy Newton rounds
         (:mod:`fedstats.logistic_private`).
+
+        ``secure_aggregation``: :class:`~fedstats.SecureAggregation`, for
+        record-level private fits: the coordinator sees only the sum of the
+        sites' noisy statistics and each site adds its share of one central
+        noise level (:mod:`fedstats.secagg`).
         """
         if not isinstance(federation, Federation):
             raise StudyConfigurationError(
@@ -166,7 +173,17 @@ class LogisticRegression:
             from fedstats.logistic_private import fit_private
 
             return fit_private(
-                self, federation, record[0] if record else None, client[0] if client else None
+                self,
+                federation,
+                record[0] if record else None,
+                client[0] if client else None,
+                secure_aggregation,
+            )
+        if secure_aggregation is not None:
+            raise StudyConfigurationError(
+                "secure aggregation is available for record-level private fits "
+                "(privacy=RecordDP(...)); an exact fit's per-site diagnostics need each site's "
+                "reply"
             )
         started = datetime.now(UTC)
         analysis = federation.new_analysis("logistic")

@@ -51,6 +51,7 @@ from fedstats.privacy import (
 )
 from fedstats.private_release import DpRequest
 from fedstats.results import LogisticRegressionResults, Provenance
+from fedstats.secagg import SecureAggregation, SecureSum, secure_record, secure_sum
 
 if TYPE_CHECKING:
     from fedstats.logistic import LogisticRegression
@@ -63,9 +64,24 @@ def fit_private(
     federation: Federation,
     record: RecordDP | None,
     client: ClientDP | None,
+    secure: SecureAggregation | None = None,
 ) -> LogisticRegressionResults:
-    """Fit ``model`` on ``federation`` under record-level and/or client-level privacy."""
+    """Fit ``model`` on ``federation`` under record-level and/or client-level privacy.
+
+    With ``secure`` (:class:`~fedstats.secagg.SecureAggregation`, record-level
+    only), every round's score and information are summed by secure
+    aggregation: the coordinator sees only the sums, and each site adds
+    ``1/sqrt(t)`` of the noise (distributed noise), so the sum carries the
+    noise of one central release instead of one per site.
+    """
     rounds, bounds = _plan(record, client)
+    if secure is not None and (record is None or client is not None):
+        raise StudyConfigurationError(
+            "secure aggregation applies to record-level private fits: client-level privacy "
+            "clips each site's contribution, which secure aggregation hides from the coordinator"
+        )
+    threshold = secure.threshold_for(len(federation.sites)) if secure else None
+    secure_rounds: list[SecureSum] = []
     started = datetime.now(UTC)
     analysis = federation.new_analysis("logistic-dp")
     sigmas = record.noise_multipliers() if record else {}  # by (round, group)
@@ -107,9 +123,19 @@ def fit_private(
                 round_sigmas, federation.study, analysis, f"logistic round {round_no}"
             ).to_args()
             args["release"] = "gradient" if gradient_only else "both"
-        last_replies = federation.request("logistic.summaries", args, analysis=analysis)
-        scores = [r["gradient"] for r in last_replies.values()]
-        infos = None if gradient_only else [r["hessian"] for r in last_replies.values()]
+        if secure is not None:
+            summed = secure_sum(
+                federation, "logistic.summaries", args, analysis=analysis, options=secure
+            )
+            secure_rounds.append(summed)
+            last_replies = summed.public
+            scores = [summed.total["gradient"]]
+            infos = None if gradient_only else [summed.total["hessian"]]
+        else:
+            last_replies = federation.request("logistic.summaries", args, analysis=analysis)
+            scores = [r["gradient"] for r in last_replies.values()]
+            infos = None if gradient_only else [r["hessian"] for r in last_replies.values()]
+        contributing = len(last_replies)
         if client is not None:
             score, hessian = _client_release(
                 federation, client, sigma_c, scores, infos, rng, analysis, round_no
@@ -120,7 +146,7 @@ def fit_private(
         if hessian is not None:
             entry_sd = math.sqrt(
                 _summed_noise_var(
-                    len(federation.sites),
+                    contributing / threshold if threshold else contributing,
                     round_sigmas.get("hessian"),
                     row_norm**2 / 4,
                     sigma_c,
@@ -132,7 +158,7 @@ def fit_private(
         noise_plan.append(
             (
                 _summed_noise_var(
-                    len(federation.sites),
+                    contributing / threshold if threshold else contributing,
                     round_sigmas.get("gradient"),
                     row_norm,
                     sigma_c,
@@ -149,6 +175,10 @@ def fit_private(
     cov_scaled = np.linalg.inv(truth) + noise_covariance(truth, beta, start, noise_plan, rng)
     A = unscale(spec.columns, scaling, federation.sites)
     account = _account(federation, record, sigmas, client, sigma_c, rounds, row_norm, last_replies)
+    if secure is not None:
+        account = account.with_secure_aggregation(
+            secure_record(secure, len(federation.sites), secure_rounds)
+        )
     provenance = Provenance.of_fit(federation, analysis, agreement.counts, rounds, started)
     notes = [
         f"differentially private fit: {rounds} noisy Newton rounds; the log-likelihood is not "
@@ -354,7 +384,7 @@ def _clip(value: np.ndarray, bound: float) -> np.ndarray:
 
 
 def _summed_noise_var(
-    sites: int,
+    sites: float,
     sigma_r: float | None,
     site_sensitivity: float,
     sigma_c: float | None,
@@ -362,8 +392,12 @@ def _summed_noise_var(
 ) -> float:
     """Variance of each entry of a summed statistic's noise.
 
-    Record-level: each of ``sites`` sites adds ``N(0, (sigma_r * sensitivity)^2)``;
+    Record-level: ``sites`` releases of ``N(0, (sigma_r * sensitivity)^2)``
+    each — one per site, or, under secure aggregation with threshold ``t``,
+    ``survivors / t`` (each survivor adds ``1/t`` of that variance);
     client-level: the coordinator adds ``N(0, (sigma_c * clip)^2)`` to the sum.
+    (The fixed-point rounding of secure aggregation inflates the sites' noise
+    by a relative ``sqrt(d) 2^(-f-1) / sensitivity``, below ``1e-8`` here.)
     """
     var = 0.0
     if sigma_r is not None:

@@ -18,9 +18,11 @@ calibrated over that many compositions with the RDP accountant.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import dp_accounting
 import numpy as np
@@ -236,6 +238,12 @@ class PrivacyAccount:
     rounds: int
     row_norm: float | None
     neighbouring: str = "add or remove one"
+    secure_aggregation: Mapping[str, Any] | None = None
+    """How the sums were aggregated when secure aggregation was used: protocol,
+    threshold ``t``, sites, fixed-point bits, sessions, and each dropout."""
+
+    def with_secure_aggregation(self, record: Mapping[str, Any]) -> PrivacyAccount:
+        return dataclasses.replace(self, secure_aggregation=dict(record))
 
     def to_frame(self):
         import pandas as pd
@@ -257,6 +265,14 @@ class PrivacyAccount:
                 f"{s.delta:g}, {s.releases} Gaussian releases, noise multipliers "
                 f"{min(s.noise_multipliers):.3f}-{max(s.noise_multipliers):.3f}{total}"
                 + ("; FIXED NOISE SEED" if s.fixed_seed else "")
+            )
+        if self.secure_aggregation:
+            sa = self.secure_aggregation
+            out.append(
+                f"secure aggregation: the coordinator saw only sums of {sa['sites']} sites "
+                f"(threshold {sa['threshold']}, {sa['sessions']} sessions, "
+                f"{len(sa['dropouts'])} dropouts); each site added 1/sqrt({sa['threshold']}) of "
+                "the noise"
             )
         return out
 

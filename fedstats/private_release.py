@@ -31,6 +31,7 @@ import numpy as np
 
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.schema import Number, ReplySchema
+from fedstats.secagg_site import masked_schema
 from fedstats.task import NoisyGroup, Task
 
 DP_REPLY_FIELDS: dict[str, Number] = {
@@ -116,8 +117,14 @@ class DpRequest:
 
 
 def reply_schema(task: Task, args: dict[str, Any]) -> ReplySchema:
-    """The task's declared reply, plus the public privacy facts when the request is private."""
+    """The task's declared reply, plus the public privacy facts when the request is private.
+
+    Under secure aggregation (a ``secagg`` block) the numeric fields travel as
+    one masked ring vector (:func:`fedstats.secagg_site.masked_schema`).
+    """
     schema = dict(task.schema(args))
+    if args.get("secagg") is not None:
+        schema = dict(masked_schema(schema, task=task.name))
     if args.get("dp") is not None:
         schema.update(DP_REPLY_FIELDS)
     return schema
@@ -146,7 +153,7 @@ def release_event(sigmas: list[float]) -> dp_accounting.DpEvent:
     return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
 
 
-def add_noise(
+def draw_noise(
     payload: dict[str, Any],
     groups: list[NoisyGroup],
     sigmas: list[float],
@@ -155,14 +162,18 @@ def add_noise(
     site: str,
     task: str,
 ) -> dict[str, Any]:
-    """Noise every field of every group; refuse a payload with un-noised fields."""
+    """The Gaussian noise of every field of every group; refuse a payload with un-noised fields.
+
+    A field of a ``symmetric`` group gets a symmetric noise matrix (its upper
+    triangle drawn, then mirrored).
+    """
     covered = {f for group in groups for f in group.fields}
     extra = sorted(set(payload) - covered)
     if extra:
         raise DisclosureError(
             site=site, task=task, reason=f"fields {extra} would be released without noise"
         )
-    noisy: dict[str, Any] = {}
+    noise: dict[str, Any] = {}
     for group, sigma in zip(groups, sigmas, strict=True):
         scale = sigma * group.l2_sensitivity
         for name in group.fields:
@@ -173,9 +184,16 @@ def add_noise(
                         site=site, task=task, reason=f"field {name!r} is not a square matrix"
                     )
                 upper = np.triu(rng.normal(0.0, scale, value.shape))
-                noise = upper + np.triu(upper, 1).T
+                noise[name] = upper + np.triu(upper, 1).T
             else:
-                noise = rng.normal(0.0, scale, value.shape)
-            released = value + noise
-            noisy[name] = float(released) if released.ndim == 0 else released
+                noise[name] = rng.normal(0.0, scale, value.shape)
+    return noise
+
+
+def add_noise(payload: dict[str, Any], noise: dict[str, Any]) -> dict[str, Any]:
+    """``payload + noise`` field by field (scalars stay scalars)."""
+    noisy: dict[str, Any] = {}
+    for name, value in payload.items():
+        released = np.asarray(value, dtype=np.float64) + noise[name]
+        noisy[name] = float(released) if released.ndim == 0 else released
     return noisy

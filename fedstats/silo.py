@@ -35,10 +35,12 @@ from fedstats.errors import (
 from fedstats.private_release import (
     DpRequest,
     add_noise,
+    draw_noise,
     noisy_groups,
     release_event,
     reply_schema,
 )
+from fedstats.secagg_site import MaskBlock, mask_reply, noise_multipliers, open_shares
 from fedstats.task import SiteContext, TaskRegistry
 
 log = logging.getLogger(__name__)
@@ -120,6 +122,11 @@ class Silo:
                 raise UnknownTaskError(site=self.name, task=task_name)
             schema = reply_schema(task, args)
             dp = DpRequest.from_args(args)
+            secure = MaskBlock.from_args(args)
+            session = None if secure is None else open_shares(self._context, secure, task_name)
+            plain = task.schema(args)
+            noise = None
+            facts: dict = {}
             if dp is None:
                 if self.policy.require_privacy and task.about_patients:
                     raise DisclosureError(
@@ -128,25 +135,54 @@ class Silo:
                         reason="this site answers it only as a differentially private release",
                     )
                 reply = task.handler(self._context, args)
-                payload = reply.payload
             else:
                 groups = noisy_groups(task, args, self.name)
                 sigmas = dp.sigmas_for(groups, self.name, task_name)
-                spent, budget = self._charge(task_name, dp, release_event(sigmas))
+                site_sigmas = (
+                    sigmas if session is None else noise_multipliers(session, groups, sigmas, plain)
+                )
+                spent, budget = self._charge(
+                    task_name,
+                    dp,
+                    release_event(sigmas),
+                    {}
+                    if session is None
+                    else {
+                        "secure_aggregation_threshold": session.threshold,
+                        **{
+                            f"site_noise_multiplier[{g.fields[0]}]": v
+                            for g, v in zip(groups, site_sigmas, strict=True)
+                        },
+                    },
+                )
                 reply = task.handler(self._context, args)
-                payload = add_noise(
+                noise = draw_noise(
                     reply.payload,
                     groups,
-                    sigmas,
+                    site_sigmas,
                     self._noise_rng(),
                     site=self.name,
                     task=task_name,
                 )
-                payload.update(
-                    dp_epsilon_spent=spent,
-                    dp_budget_epsilon=budget,
-                    dp_fixed_seed=self._seeded_rng is not None,
+                facts = {
+                    "dp_epsilon_spent": spent,
+                    "dp_budget_epsilon": budget,
+                    "dp_fixed_seed": self._seeded_rng is not None,
+                }
+            if session is None:
+                payload = reply.payload if noise is None else add_noise(reply.payload, noise)
+            else:
+                # Shape and threshold are checked on the plain reply; then it is masked.
+                check_reply(
+                    self.policy,
+                    site=self.name,
+                    task=task_name,
+                    schema=plain,
+                    payload=reply.payload,
+                    contributors=reply.contributors,
                 )
+                payload = mask_reply(session, reply.payload, noise, plain, task_name)
+            payload.update(facts)
             check_reply(
                 self.policy,
                 site=self.name,
@@ -174,9 +210,19 @@ class Silo:
         return out
 
     def _charge(
-        self, task: str, dp: DpRequest, event: dp_accounting.DpEvent
+        self,
+        task: str,
+        dp: DpRequest,
+        event: dp_accounting.DpEvent,
+        distributed: dict[str, float],
     ) -> tuple[float, float]:
-        """Charge the site's ledger for a release; returns (epsilon spent, budget)."""
+        """Charge the site's ledger for a release; returns (epsilon spent, budget).
+
+        ``event`` describes the release the coordinator can see; under secure
+        aggregation this site adds only its share of the noise, which the
+        entry records beside it (``distributed``: the threshold and this
+        site's multiplier per group).
+        """
         if self.ledger is None:
             raise NoBudgetError(
                 site=self.name, task=task, study=dp.study, reason="the site keeps no privacy ledger"
@@ -189,7 +235,10 @@ class Silo:
                 note=dp.note,
                 analysis=dp.analysis,
                 task=task,
-                parameters={f"noise_multiplier[{k}]": v for k, v in dp.noise_multipliers.items()},
+                parameters={
+                    **{f"noise_multiplier[{k}]": v for k, v in dp.noise_multipliers.items()},
+                    **distributed,
+                },
             )
         except accounting.UnknownScope:
             raise NoBudgetError(

@@ -13,6 +13,7 @@ from fedstats import (
     fairness_site,
     fingerprint_site,
     logistic_site,
+    secagg_site,
     site_design,
     survival_site,
 )
@@ -90,6 +91,27 @@ REGISTRY = TaskRegistry(
             handler=budget_site.status,
             schema=budget_site.status_schema,
             description="the site's privacy budget for a study and whether a planned fit fits",
+            about_patients=False,
+        ),
+        Task(
+            name=secagg_site.ADVERTISE_TASK,
+            handler=secagg_site.advertise,
+            schema=secagg_site.advertise_schema,
+            description="secure aggregation: fresh public keys for one session",
+            about_patients=False,
+        ),
+        Task(
+            name=secagg_site.SHARE_TASK,
+            handler=secagg_site.share,
+            schema=secagg_site.share_schema,
+            description="secure aggregation: Shamir shares of the mask seed and key, sealed",
+            about_patients=False,
+        ),
+        Task(
+            name=secagg_site.UNMASK_TASK,
+            handler=secagg_site.unmask,
+            schema=secagg_site.unmask_schema,
+            description="secure aggregation: the shares that remove the masks of one sum",
             about_patients=False,
         ),
     ]

@@ -257,19 +257,21 @@ def test_private_reply_carries_only_noised_fields(big_sites, tmp_path):
 
 
 def test_noise_scale_is_sigma_times_sensitivity():
-    from fedstats.private_release import add_noise
+    from fedstats.private_release import add_noise, draw_noise
     from fedstats.task import NoisyGroup
 
     rng = np.random.default_rng(0)
-    payload = {"v": np.zeros(200_000), "m": np.zeros((300, 300))}
+    payload = {"v": np.ones(200_000), "m": np.ones((300, 300))}
     groups = [NoisyGroup(("v",), 2.0), NoisyGroup(("m",), 0.5, symmetric=True)]
-    noisy = add_noise(payload, groups, [3.0, 3.0], rng, site="s", task="t")
+    noise = draw_noise(payload, groups, [3.0, 3.0], rng, site="s", task="t")
+    noisy = add_noise(payload, noise)
+    np.testing.assert_array_equal(noisy["v"], 1.0 + noise["v"])
     assert noisy["v"].std() == pytest.approx(6.0, rel=0.01)
     upper = noisy["m"][np.triu_indices(300)]
     assert upper.std() == pytest.approx(1.5, rel=0.02)
     np.testing.assert_array_equal(noisy["m"], noisy["m"].T)
     with pytest.raises(DisclosureError, match="without noise"):
-        add_noise({"v": np.zeros(3), "secret": 1.0}, groups[:1], [1.0], rng, site="s", task="t")
+        draw_noise({"v": np.zeros(3), "secret": 1.0}, groups[:1], [1.0], rng, site="s", task="t")
 
 
 def test_client_dp_charges_the_coordinator_ledger(big_sites, tmp_path):
