@@ -147,6 +147,21 @@ def noisy_groups(task: Task, args: dict[str, Any], site: str) -> list[NoisyGroup
     return groups
 
 
+def training_event(task: Task, args: dict[str, Any], site: str) -> dp_accounting.DpEvent:
+    """The event a training task declares for ``args`` (checked to be a ``DpEvent``)."""
+    try:
+        event = task.private_training(args)
+    except (TypeError, ValueError, KeyError) as error:
+        raise MalformedRequestError(
+            site=site, task=task.name, reason=f"invalid private-training arguments ({error})"
+        ) from None
+    if not isinstance(event, dp_accounting.DpEvent):
+        raise MalformedRequestError(
+            site=site, task=task.name, reason="a private-training task must declare a DpEvent"
+        )
+    return event
+
+
 def release_event(sigmas: list[float]) -> dp_accounting.DpEvent:
     """One Gaussian mechanism per group, composed (a single group is its own event)."""
     events = [dp_accounting.GaussianDpEvent(sigma) for sigma in sigmas]

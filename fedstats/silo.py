@@ -39,6 +39,7 @@ from fedstats.private_release import (
     noisy_groups,
     release_event,
     reply_schema,
+    training_event,
 )
 from fedstats.secagg_site import MaskBlock, mask_reply, noise_multipliers, open_shares
 from fedstats.task import SiteContext, TaskRegistry
@@ -135,6 +136,16 @@ class Silo:
                         reason="this site answers it only as a differentially private release",
                     )
                 reply = task.handler(self._context, args)
+            elif task.private_training is not None:
+                # The handler runs the mechanism (e.g. DP-SGD); charge its event first.
+                event = training_event(task, args, self.name)
+                spent, budget = self._charge(task_name, dp, event, {})
+                reply = task.handler(self._context, {**args, "noise_seed": self._training_seed()})
+                facts = {
+                    "dp_epsilon_spent": spent,
+                    "dp_budget_epsilon": budget,
+                    "dp_fixed_seed": self._seeded_rng is not None,
+                }
             else:
                 groups = noisy_groups(task, args, self.name)
                 sigmas = dp.sigmas_for(groups, self.name, task_name)
@@ -260,6 +271,12 @@ class Silo:
         except accounting.UnsupportedMechanism as unsupported:
             raise DisclosureError(site=self.name, task=task, reason=str(unsupported)) from None
         return entry.epsilon_after, self.ledger.budget(scope).epsilon
+
+    def _training_seed(self) -> int | None:
+        """The seed a training mechanism must use: ``None`` (OS entropy) unless fixed for tests."""
+        if self._seeded_rng is None:
+            return None
+        return int(self._seeded_rng.integers(2**63 - 1))
 
     def _noise_rng(self) -> np.random.Generator:
         """A fresh OS-entropy generator per release, unless a fixed seed was asked for."""

@@ -69,6 +69,11 @@ class Task:
     exact fields and sizes of the reply. ``private_release``, when present,
     maps the arguments to the noisy groups the task can release under
     differential privacy; a task without it is refused under privacy.
+    ``private_training``, for tasks whose handler applies the privacy
+    mechanism itself (DP-SGD), maps the arguments to the ``dp_accounting``
+    event the handler will run — e.g. ``steps`` Poisson-sampled Gaussian
+    steps — which the silo charges before calling the handler; the handler
+    must run exactly that mechanism and release only its output.
     ``about_patients`` is false only for tasks whose reply describes no
     patient (a schema, a budget); a site that requires privacy answers
     every other task only as a charged private release.
@@ -80,6 +85,7 @@ class Task:
     description: str
     private_release: Callable[[dict[str, Any]], list[NoisyGroup]] | None = None
     about_patients: bool = True
+    private_training: Callable[[dict[str, Any]], Any] | None = None
 
 
 class TaskRegistry:
