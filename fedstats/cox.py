@@ -55,6 +55,7 @@ from fedstats.federation import Federation
 from fedstats.kaplan_meier import time_grid
 from fedstats.newton import check_rank, inverse_information, newton_step
 from fedstats.results import CoxPHResults, Provenance
+from fedstats.secagg import SecureAggregation, secure_note, summed_replies
 
 SITE = "site"
 _MAX_HALVINGS = 20
@@ -171,8 +172,16 @@ class CoxPH:
             strata=self.strata,
         )
 
-    def fit(self, federation: Federation) -> CoxPHResults:
-        """Fit by federated Newton rounds on the stratified partial likelihood."""
+    def fit(
+        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+    ) -> CoxPHResults:
+        """Fit by federated Newton rounds on the stratified partial likelihood.
+
+        ``secure_aggregation``: :class:`~fedstats.SecureAggregation`: the
+        coordinator sees only the sums of the sites' statistics (and of the
+        pooled model's grid sums), never one site's; every site must answer
+        every round.
+        """
         if not isinstance(federation, Federation):
             raise StudyConfigurationError(
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
@@ -190,19 +199,22 @@ class CoxPH:
         def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
             """Penalised objective, its score and information, and the log partial likelihood."""
             if self.pooled:
-                sums, last["truncated"] = self._grid_sums(federation, design, beta, analysis)
+                sums, last["truncated"] = self._grid_sums(
+                    federation, design, beta, analysis, secure_aggregation
+                )
                 last["sums"] = sums
                 result = grid_partial_likelihood(sums, beta, self.ties)
                 loglik, score, information = result.loglik, result.score, result.information
             else:
-                replies = federation.request(
+                sums = summed_replies(
+                    federation,
                     "cox.summaries",
                     {"design": design, "beta": beta, "ties": self.ties},
                     analysis=analysis,
+                    secure=secure_aggregation,
                 )
-                loglik = float(sum(r["loglik"] for r in replies.values()))
-                score = sum(r["gradient"] for r in replies.values())
-                information = sum(r["hessian"] for r in replies.values())
+                loglik = float(sums["loglik"])
+                score, information = sums["gradient"], sums["hessian"]
             penalised = loglik - ridge / 2 * float(beta @ beta)
             return penalised, score - ridge * beta, information + ridge * np.eye(p), loglik
 
@@ -252,12 +264,13 @@ class CoxPH:
             notes.append(note)
         cov = inverse_information(information)
         if self.robust:
-            replies = federation.request(
+            meat = summed_replies(
+                federation,
                 ROBUST_TASK,
                 {"design": design, "beta": beta, "cluster": self.cluster},
                 analysis=analysis,
-            )
-            meat = sum(r["meat"] for r in replies.values())
+                secure=secure_aggregation,
+            )["meat"]
             cov = cov @ meat @ cov
             who = f"clusters of {self.cluster!r}" if self.cluster else "patients"
             notes.append(
@@ -288,6 +301,8 @@ class CoxPH:
         else:
             strata = ", ".join(["site", *self.strata])
             notes.append(f"stratified by {strata} (strata never span sites); ties: {self.ties}")
+        if secure_aggregation is not None:
+            notes.append(secure_note(secure_aggregation, len(federation.sites)))
         provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
         return CoxPHResults(
             names=names,
@@ -306,12 +321,24 @@ class CoxPH:
         )
 
     def _grid_sums(
-        self, federation: Federation, design: dict, beta: np.ndarray, analysis: str
+        self,
+        federation: Federation,
+        design: dict,
+        beta: np.ndarray,
+        analysis: str,
+        secure: SecureAggregation | None,
     ) -> tuple[GridSums, dict[str, int]]:
-        """The sites' grid sums, totalled, and how many patients each censored early."""
-        replies = federation.request(
-            GRID_TASK, {"design": design, "beta": beta, "grid": self.grid}, analysis=analysis
-        )
+        """The sites' grid sums, totalled, and how many patients each censored early.
+
+        Under secure aggregation only the total of patients censored early is
+        known (reported as ``"all sites"``).
+        """
+        args = {"design": design, "beta": beta, "grid": self.grid}
         fields = GridSums.__dataclass_fields__
+        if secure is not None:
+            total = summed_replies(federation, GRID_TASK, args, analysis=analysis, secure=secure)
+            sums = GridSums(**{f: total[f] for f in fields})
+            return sums, {"all sites": round(total["truncated"])}
+        replies = federation.request(GRID_TASK, args, analysis=analysis)
         sums = GridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
         return sums, {s: int(r["truncated"]) for s, r in replies.items()}

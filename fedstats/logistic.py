@@ -39,7 +39,7 @@ from fedstats.newton import inverse_information, newton_step
 from fedstats.privacy import ClientDP, RecordDP
 from fedstats.private_release import DpRequest
 from fedstats.results import LogisticRegressionResults, Provenance
-from fedstats.secagg import SecureAggregation
+from fedstats.secagg import SecureAggregation, secure_note, summed_replies
 
 
 class LogisticRegression:
@@ -153,10 +153,11 @@ class LogisticRegression:
         tuple; the fit then runs noisy Newton rounds
         (:mod:`fedstats.logistic_private`).
 
-        ``secure_aggregation``: :class:`~fedstats.SecureAggregation`, for
-        record-level private fits: the coordinator sees only the sum of the
-        sites' noisy statistics and each site adds its share of one central
-        noise level (:mod:`fedstats.secagg`).
+        ``secure_aggregation``: :class:`~fedstats.SecureAggregation`: the
+        coordinator sees only the sums of the sites' statistics
+        (:mod:`fedstats.secagg`); an exact fit needs every site every round.
+        In a record-level private fit each site adds its share of one
+        central noise level.
         """
         if not isinstance(federation, Federation):
             raise StudyConfigurationError(
@@ -179,12 +180,6 @@ class LogisticRegression:
                 client[0] if client else None,
                 secure_aggregation,
             )
-        if secure_aggregation is not None:
-            raise StudyConfigurationError(
-                "secure aggregation is available for record-level private fits "
-                "(privacy=RecordDP(...)); an exact fit's per-site diagnostics need each site's "
-                "reply"
-            )
         started = datetime.now(UTC)
         analysis = federation.new_analysis("logistic")
         agreement = self.agree(federation, analysis)
@@ -197,13 +192,16 @@ class LogisticRegression:
         flat_rounds = 0
         rounds = 0
         for rounds in range(1, self.maxiter + 1):
-            replies = federation.request(
-                "logistic.summaries", {"design": spec.to_wire(), "beta": beta}, analysis=analysis
+            sums = summed_replies(
+                federation,
+                "logistic.summaries",
+                {"design": spec.to_wire(), "beta": beta},
+                analysis=analysis,
+                secure=secure_aggregation,
             )
-            gradient = sum(r["gradient"] for r in replies.values())
-            hessian = sum(r["hessian"] for r in replies.values())
-            llf = float(sum(r["loglik"] for r in replies.values()))
-            if all(r["all_extreme"] for r in replies.values()):
+            gradient, hessian, llf = sums["gradient"], sums["hessian"], float(sums["loglik"])
+            # summed 0/1 flags: every site all extreme, or any site with an extreme patient
+            if round(sums["all_extreme"]) == len(federation.sites):
                 raise PerfectSeparationError(
                     "perfect separation: the covariates predict every patient's outcome exactly, "
                     "so the maximum likelihood estimate does not exist; remove or combine the "
@@ -219,7 +217,7 @@ class LogisticRegression:
                 llf += 0.5 * float(gradient @ step)
                 beta = new_beta
                 break
-            any_extreme = any(r["any_extreme"] for r in replies.values())
+            any_extreme = round(sums["any_extreme"]) > 0
             flat_rounds = flat_rounds + 1 if any_extreme and abs(llf - previous_llf) < 1e-9 else 0
             previous_llf = llf
             beta = new_beta
@@ -241,6 +239,8 @@ class LogisticRegression:
         provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
         if note := counts.dropped_note():
             notes.append(note)
+        if secure_aggregation is not None:
+            notes.append(secure_note(secure_aggregation, len(federation.sites)))
         result = LogisticRegressionResults(
             names=names,
             params=beta,

@@ -181,6 +181,50 @@ def secure_sum(
     )
 
 
+def summed_replies(
+    federation: Federation,
+    task: str,
+    args: Mapping[str, Any],
+    *,
+    analysis: str,
+    secure: SecureAggregation | None,
+) -> dict[str, Any]:
+    """Every field of the sites' replies to ``task``, summed over all sites.
+
+    In the clear (each reply seen, then added) or, with ``secure``, by one
+    secure-aggregation session in which the coordinator sees only the sum.
+    For exact fits, whose answer must equal the pooled analysis: a site that
+    drops out aborts the round (a sum over fewer sites would silently fit
+    other data).
+    """
+    if secure is None:
+        replies = federation.request(task, args, analysis=analysis)
+        first = next(iter(replies.values()))
+        return {
+            name: sum(np.asarray(r[name], dtype=np.float64) for r in replies.values())
+            if isinstance(first[name], np.ndarray)
+            else float(sum(r[name] for r in replies.values()))
+            for name in first
+        }
+    total = secure_sum(federation, task, args, analysis=analysis, options=secure)
+    if total.dropped:
+        raise SecureAggregationAborted(
+            f"{sorted(total.dropped)} dropped out of a round of {task!r}; an exact fit needs "
+            "every site's sums every round: "
+            + "; ".join(f"{s} ({why})" for s, why in total.dropped.items())
+        )
+    return total.total
+
+
+def secure_note(options: SecureAggregation, parties: int) -> str:
+    """The line an exact fit's notes carry when its sums were securely aggregated."""
+    return (
+        f"secure aggregation: the coordinator saw only the sums over the {parties} sites of "
+        f"every round (threshold {options.threshold_for(parties)}, fixed point "
+        f"2^-{options.fraction_bits})"
+    )
+
+
 def secure_record(
     options: SecureAggregation, parties: int, sessions: list[SecureSum]
 ) -> dict[str, Any]:

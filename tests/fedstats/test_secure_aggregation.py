@@ -418,11 +418,78 @@ def test_private_fit_with_secure_aggregation_charges_what_it_releases(tmp_path):
     # Central noise instead of four per-site noises: the reported errors shrink by about 2.
     ratio = float(np.median(plain.bse.to_numpy() / secure.bse.to_numpy()))
     assert 1.4 < ratio < 2.8
-    with pytest.raises(StudyConfigurationError, match="record-level private fits"):
-        model.fit(fed_secure, secure_aggregation=SecureAggregation())
     with pytest.raises(StudyConfigurationError, match="client-level"):
         model.fit(
             fed_secure,
             privacy=fedstats.ClientDP(epsilon=1.0, delta=1e-5, gradient_clip=1.0, hessian_clip=1.0),
             secure_aggregation=SecureAggregation(),
+        )
+
+
+# --- exact fits over secure aggregation --------------------------------------------------
+
+
+def test_exact_logistic_and_cox_fits_over_secure_aggregation_equal_the_pooled_references():
+    import statsmodels.api as sm
+    from lifelines import CoxPHFitter
+    from lifelines.datasets import load_rossi
+
+    data = frames(4, n=300)
+    fed = fedstats.Federation.in_process(data)
+    secure = fedstats.LogisticRegression("y ~ x1 + x2").fit(
+        fed, secure_aggregation=SecureAggregation()
+    )
+    pooled = pd.concat(data.values(), ignore_index=True)
+    glm = sm.GLM(
+        pooled["y"], sm.add_constant(pooled[["x1", "x2"]]), family=sm.families.Binomial()
+    ).fit(tol=1e-12)
+    np.testing.assert_allclose(secure.params.to_numpy(), glm.params.to_numpy(), atol=1e-7)
+    np.testing.assert_allclose(secure.bse.to_numpy(), glm.bse.to_numpy(), atol=1e-7)
+    assert abs(secure.llf - glm.llf) < 1e-6
+    assert any("secure aggregation" in note for note in secure.notes)
+    asked = set(fed.inventory.to_frame()["task"])
+    assert {"secagg.advertise", "secagg.share", "secagg.unmask"} <= asked
+
+    rossi = load_rossi()
+    site = np.arange(len(rossi)) % 4
+    parts = {f"s{i}": rossi[site == i].reset_index(drop=True) for i in range(4)}
+    covariates = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
+    formula = "Surv(week, arrest) ~ " + " + ".join(covariates)
+    secure_fed = fedstats.Federation.in_process(parts)
+    cox = fedstats.CoxPH(formula, strata="site").fit(
+        secure_fed, secure_aggregation=SecureAggregation(threshold=3)
+    )
+    reference = CoxPHFitter().fit(
+        rossi.assign(site=site),
+        "week",
+        "arrest",
+        strata=["site"],
+        fit_options={"precision": 1e-10},
+    )
+    np.testing.assert_allclose(cox.params.to_numpy(), reference.params_[covariates], atol=1e-6)
+    np.testing.assert_allclose(
+        cox.bse.to_numpy(), reference.standard_errors_[covariates], atol=1e-6
+    )
+    # Robust (sandwich) errors and the pooled grid model: as in the clear, to fixed-point precision.
+    for options in (
+        {"strata": "site", "robust": True},
+        {"strata": None, "width": 4, "horizon": 52},
+    ):
+        policy = fedstats.DisclosurePolicy(min_count=1)  # equality, not disclosure, is tested
+        clear = fedstats.CoxPH(formula, **options).fit(
+            fedstats.Federation.in_process(parts, disclosure=policy)
+        )
+        hidden = fedstats.CoxPH(formula, **options).fit(
+            fedstats.Federation.in_process(parts, disclosure=policy),
+            secure_aggregation=SecureAggregation(),
+        )
+        np.testing.assert_allclose(hidden.params.to_numpy(), clear.params.to_numpy(), atol=1e-7)
+        np.testing.assert_allclose(hidden.bse.to_numpy(), clear.bse.to_numpy(), atol=1e-7)
+
+
+def test_an_exact_fit_stops_when_a_site_drops_out_of_a_round():
+    fed = flaky_federation(4, {"site2": "logistic.summaries"})
+    with pytest.raises(SecureAggregationAborted, match="exact fit needs every site"):
+        fedstats.LogisticRegression("y ~ x1 + x2").fit(
+            fed, secure_aggregation=SecureAggregation(threshold=3)
         )
