@@ -62,6 +62,9 @@ UNMASK_TASK = "secagg.unmask"
 MASKED_FIELD = "masked"
 SEALED_HEX_CHARS = 2 * (crypto.NONCE_BYTES + 2 * shamir.SHARE_BYTES + 16)
 MAX_SITES = 256
+MAX_OPEN_SESSIONS = 64
+"""A site keeps the keys of at most this many unfinished sessions; older ones are forgotten
+(an aborted session's keys do not stay in memory)."""
 _CACHE_KEY = "secagg sessions"
 
 
@@ -158,7 +161,10 @@ def advertise(context: SiteContext, args: dict[str, Any]) -> TaskReply:
         encryption_key=crypto.new_private_key(),
         masking_key=crypto.new_private_key(),
     )
-    _sessions(context)[session] = state
+    open_sessions = _sessions(context)
+    while len(open_sessions) >= MAX_OPEN_SESSIONS:
+        del open_sessions[next(iter(open_sessions))]
+    open_sessions[session] = state
     return TaskReply(
         {
             "encryption_key": crypto.public_hex(state.encryption_key),

@@ -493,3 +493,15 @@ def test_an_exact_fit_stops_when_a_site_drops_out_of_a_round():
         fedstats.LogisticRegression("y ~ x1 + x2").fit(
             fed, secure_aggregation=SecureAggregation(threshold=3)
         )
+
+
+def test_a_site_forgets_the_keys_of_old_unfinished_sessions():
+    context = SiteContext(name="s0", frame=pd.DataFrame(), policy=fedstats.DisclosurePolicy())
+    for i in range(secagg_site.MAX_OPEN_SESSIONS + 5):
+        secagg_site.advertise(
+            context,
+            {"session": f"{i:032d}", "sites": ["s0", "s1"], "threshold": 2, "fraction_bits": 32},
+        )
+    open_sessions = context.cache["secagg sessions"]
+    assert len(open_sessions) == secagg_site.MAX_OPEN_SESSIONS
+    assert f"{0:032d}" not in open_sessions and f"{68:032d}" in open_sessions
