@@ -39,6 +39,7 @@ from fedstats.errors import StudyConfigurationError
 from fedstats.federation import Federation
 from fedstats.privacy import RecordDP
 from fedstats.private_release import DpRequest
+from fedstats.secagg import SecureAggregation, secure_sum, summed_replies
 from fedstats.summary import render_html, render_text
 from fedstats.survival_site import TASK, grid_problem
 
@@ -57,6 +58,10 @@ class GridCounts:
     """Under record-level privacy: the Gaussian noise multiplier of every site's release."""
     epsilon_spent: dict[str, float] | None = None
     """Under record-level privacy: each site's cumulative RDP epsilon for the study after it."""
+    sites: int = 0
+    """How many sites' counts are in the sums."""
+    secure: bool = False
+    """Whether the sums came by secure aggregation (then only totals are known, not sites')."""
 
 
 def time_grid(
@@ -91,8 +96,14 @@ def grid_counts(
     analysis: str,
     privacy: RecordDP | None = None,
     sparse_events: str = "end",
+    secure: SecureAggregation | None = None,
 ) -> GridCounts:
-    """Agree group levels, then collect and sum every site's counts on the grid."""
+    """Agree group levels, then collect and sum every site's counts on the grid.
+
+    With ``secure``, the sums come by secure aggregation: the coordinator
+    learns the pooled counts only; under privacy each site adds its share
+    of one central noise (:mod:`fedstats.secagg`).
+    """
     groups: tuple[Level, ...] = ()
     if group is not None:
         if privacy is not None and levels is None:
@@ -109,20 +120,39 @@ def grid_counts(
     if sparse_events != "end":
         args["sparse_events"] = sparse_events
     if privacy is not None:
-        return _private_counts(federation, args, privacy, analysis)
+        return _private_counts(federation, args, privacy, analysis, secure)
+    labels = groups if group is not None else ("all",)
+    sites = len(federation.sites)
+    if secure is not None:
+        total = summed_replies(federation, TASK, args, analysis=analysis, secure=secure)
+        return GridCounts(
+            grid=grid,
+            groups=labels,
+            at_risk=np.rint(total["at_risk"]),
+            events=np.rint(total["events"]),
+            truncated={"all sites": round(total["truncated"])},
+            n_obs={"all sites": round(total["n_obs"])},
+            sites=sites,
+            secure=True,
+        )
     replies = federation.request(TASK, args, analysis=analysis)
     return GridCounts(
         grid=grid,
-        groups=groups if group is not None else ("all",),
+        groups=labels,
         at_risk=sum(r["at_risk"] for r in replies.values()),
         events=sum(r["events"] for r in replies.values()),
         truncated={s: int(r["truncated"]) for s, r in replies.items()},
         n_obs={s: int(r["n_obs"]) for s, r in replies.items()},
+        sites=sites,
     )
 
 
 def _private_counts(
-    federation: Federation, args: dict, privacy: RecordDP, analysis: str
+    federation: Federation,
+    args: dict,
+    privacy: RecordDP,
+    analysis: str,
+    secure: SecureAggregation | None,
 ) -> GridCounts:
     """Noisy deaths and censorings from every site, summed, then made consistent.
 
@@ -142,9 +172,16 @@ def _private_counts(
         analysis=analysis,
         note="survival counts on a time grid",
     )
-    replies = federation.request(TASK, {**args, "dp": dp.to_args()}, analysis=analysis)
-    events = np.maximum(sum(r["events"] for r in replies.values()), 0.0)
-    censored = np.maximum(sum(r["censored"] for r in replies.values()), 0.0)
+    private = {**args, "dp": dp.to_args()}
+    if secure is not None:
+        summed = secure_sum(federation, TASK, private, analysis=analysis, options=secure)
+        replies = summed.public
+        events = np.maximum(summed.total["events"], 0.0)
+        censored = np.maximum(summed.total["censored"], 0.0)
+    else:
+        replies = federation.request(TASK, private, analysis=analysis)
+        events = np.maximum(sum(r["events"] for r in replies.values()), 0.0)
+        censored = np.maximum(sum(r["censored"] for r in replies.values()), 0.0)
     at_risk = np.cumsum((events + censored)[:, ::-1], axis=1)[:, ::-1]
     return GridCounts(
         grid=args["grid"],
@@ -155,6 +192,8 @@ def _private_counts(
         n_obs={},
         noise_multiplier=float(sigma),
         epsilon_spent={s: float(r["dp_epsilon_spent"]) for s, r in replies.items()},
+        sites=len(replies),
+        secure=secure is not None,
     )
 
 
@@ -222,7 +261,10 @@ class KaplanMeier:
         self.privacy = privacy
         self.sparse_events = sparse_events
 
-    def fit(self, federation: Federation) -> KaplanMeierResults:
+    def fit(
+        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+    ) -> KaplanMeierResults:
+        """Pool the sites' counts on the grid (by secure aggregation when it is given)."""
         counts = grid_counts(
             federation,
             time=self.time,
@@ -233,6 +275,7 @@ class KaplanMeier:
             analysis=federation.new_analysis("kaplan_meier"),
             privacy=self.privacy,
             sparse_events=self.sparse_events,
+            secure=secure_aggregation,
         )
         return KaplanMeierResults(counts, self.alpha)
 
@@ -291,7 +334,7 @@ class KaplanMeierResults:
         info = [
             ("Groups", ", ".join(map(str, counts.groups))),
             ("Grid points", str(len(counts.grid))),
-            ("Sites", str(len(counts.n_obs or counts.epsilon_spent or {}))),
+            ("Sites", str(counts.sites)),
         ]
         if counts.noise_multiplier is not None:
             info.append(("Noise multiplier", f"{counts.noise_multiplier:.4g}"))
@@ -302,14 +345,26 @@ class KaplanMeierResults:
 
     def _notes(self) -> list[str]:
         counts = self.counts
+        secure = (
+            [
+                "secure aggregation: the coordinator saw only the counts summed over sites"
+                + ("; each site added 1/sqrt(t) of the noise" if counts.noise_multiplier else "")
+            ]
+            if counts.secure
+            else []
+        )
         if counts.noise_multiplier is not None:
             spent = ", ".join(f"{s}={e:.3g}" for s, e in (counts.epsilon_spent or {}).items())
             return [
                 "record-level DP: each site released Gaussian-noised deaths and censorings; "
-                f"epsilon spent for the study so far: {spent}; intervals ignore the noise"
+                f"epsilon spent for the study so far: {spent}; intervals ignore the noise",
+                *secure,
             ]
         cut = ", ".join(f"{s}={n}" for s, n in counts.truncated.items() if n)
-        return [f"patients censored at their site's safe horizon: {cut}"] if cut else []
+        return [
+            *secure,
+            *([f"patients censored at their site's safe horizon: {cut}"] if cut else []),
+        ]
 
     def _table(self) -> pd.DataFrame:
         columns = {}
@@ -390,6 +445,7 @@ def logrank_test(
     horizon: float | None = None,
     privacy: RecordDP | None = None,
     sparse_events: str = "end",
+    secure_aggregation: SecureAggregation | None = None,
 ) -> LogRankResult:
     """The log-rank test of ``group``'s levels on the shared grid (see the module docstring)."""
     counts = grid_counts(
@@ -402,6 +458,7 @@ def logrank_test(
         analysis=federation.new_analysis("logrank"),
         privacy=privacy,
         sparse_events=sparse_events,
+        secure=secure_aggregation,
     )
     n, d = counts.at_risk, counts.events
     total_n, total_d = n.sum(axis=0), d.sum(axis=0)

@@ -371,3 +371,50 @@ def test_deferred_sparse_events_equal_lifelines_on_the_released_data():
     got = deferred.survival_function_["all"].to_numpy()
     assert np.max(np.abs(got[reached] - survival[reached])) < 1e-12
     assert reached.sum() > ended.survival_function_["all"].notna().sum()  # a longer curve
+
+
+def test_secure_aggregation_gives_the_same_curves_and_test(rossi):
+    frame, site = rossi
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+    grid = np.sort(frame["week"].unique()).astype(float)
+    model = fedstats.KaplanMeier("week", "arrest", group="fin", grid=grid)
+    clear = model.fit(fed)
+    hidden = model.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    pd.testing.assert_frame_equal(hidden.event_table, clear.event_table, check_dtype=False)
+    pd.testing.assert_frame_equal(hidden.survival_function_, clear.survival_function_)
+    assert hidden.counts.n_obs == {"all sites": len(frame)} and hidden.counts.sites == 4
+    assert any("secure aggregation" in note for note in hidden._notes())
+    reference = multivariate_logrank_test(frame.week, frame.fin, frame.arrest)
+    test = fedstats.logrank_test(
+        fed, "week", "arrest", "fin", grid=grid, secure_aggregation=fedstats.SecureAggregation()
+    )
+    assert abs(test.statistic - reference.test_statistic) < 1e-8
+
+
+def test_private_counts_by_secure_aggregation_carry_one_central_noise(tmp_path):
+    import accounting
+
+    frames = dp_sites(n_per_site=500)
+    exact = fedstats.KaplanMeier("days", "died", width=100, horizon=1500).fit(
+        fedstats.Federation.in_process(frames)
+    )
+    privacy = fedstats.RecordDP(noise_multiplier=3.0, delta=1e-6)
+    deviations = []
+    for run in range(40):
+        (tmp_path / str(run)).mkdir()
+        ledgers = ledgers_for(tmp_path / str(run), frames, epsilon=100.0)
+        fed = fedstats.Federation.in_process(frames, ledgers=ledgers)
+        private = fedstats.KaplanMeier(
+            "days", "died", width=100, horizon=1500, privacy=privacy
+        ).fit(fed, secure_aggregation=fedstats.SecureAggregation())
+        deviations.append(private.counts.events[0] - exact.counts.events[0])
+        scope = accounting.Scope(unit="patient", owner="a", study="study")
+        entry = ledgers["a"].entries(scope)[-1]
+        assert entry.parameters["site_noise_multiplier[events]"] == pytest.approx(
+            3.0 / np.sqrt(3), rel=1e-6
+        )
+    deviations = np.array(deviations)
+    # Deaths are clipped at 0 and capped by the numbers at risk; use the well-populated points.
+    busy = exact.counts.events[0] > 30
+    # Over the runs, each point's noise sd is sigma (the central level), not sigma * sqrt(3).
+    assert deviations[:, busy].std(axis=0).mean() == pytest.approx(3.0, rel=0.15)
