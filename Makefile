@@ -4,12 +4,23 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-# Debian packages: WeasyPrint's HarfBuzz subsetter and poppler (pdftotext) for PDF checks.
-SYSTEM_PACKAGES := libharfbuzz-subset0 poppler-utils
+# Debian packages: WeasyPrint's HarfBuzz subsetter (the PDF report, `make demo`); for the
+# tests also poppler (pdftotext, pdftoppm) and Chromium, which loads the HTML report headless.
+REPORT_PACKAGES := libharfbuzz-subset0
+SYSTEM_PACKAGES := $(REPORT_PACKAGES) poppler-utils chromium
 
-.PHONY: demo test lint system-packages constraints clean
+# Install the Debian packages named in $(1) that are missing (as root, e.g. in CI).
+define install_debian
+	@missing=""; for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
+endef
 
-demo: $(STAMP)
+.PHONY: demo test lint system-packages report-packages constraints clean
+
+demo: $(STAMP) report-packages
 	$(VENV)/bin/fedstats demo
 
 test: $(STAMP) system-packages
@@ -27,11 +38,10 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 system-packages:
-	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	$(call install_debian,$(SYSTEM_PACKAGES))
+
+report-packages:
+	$(call install_debian,$(REPORT_PACKAGES))
 
 # Regenerate the exact constraints from the current environment (after changing pyproject.toml).
 constraints: $(STAMP)

@@ -8,6 +8,9 @@ Wald inference from the inverse observed information ``I(beta)^-1``:
 
 from __future__ import annotations
 
+import dataclasses
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -85,6 +88,48 @@ class Provenance:
             started=started,
             finished=datetime.now(UTC),
         )
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain JSON values: times in ISO 8601, bytes per site as ``{site: {column: n}}``."""
+        return {
+            "study": self.study,
+            "analysis": self.analysis,
+            "sites": list(self.sites),
+            "n_obs": {site: _plain(n) for site, n in self.n_obs.items()},
+            "n_dropped": {site: _plain(n) for site, n in self.n_dropped.items()},
+            "rounds": self.rounds,
+            "messages": self.messages,
+            "request_bytes": self.request_bytes,
+            "reply_bytes": self.reply_bytes,
+            "bytes_by_site": {
+                str(site): {str(k): _plain(v) for k, v in row.items()}
+                for site, row in self.bytes_by_site.to_dict(orient="index").items()
+            },
+            "started": self.started.isoformat(),
+            "finished": self.finished.isoformat(),
+        }
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value: numpy scalars as Python numbers, NaN and infinities as ``None``."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _series_record(series: pd.Series) -> dict[str, Any]:
+    return {str(k): _plain(v) for k, v in series.items()}
+
+
+def _plain_tree(value: Any) -> Any:
+    """``value`` with tuples as lists, mappings as dicts and numbers made JSON-plain."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_tree(v) for v in value]
+    return _plain(value)
 
 
 def _count(value: float) -> str:
@@ -174,6 +219,43 @@ class LikelihoodResults:
     def bic(self) -> float:
         return np.log(self.n_obs) * self.n_params - 2 * self.llf
 
+    # ---- record
+    def to_record(self, alpha: float = 0.05) -> dict[str, Any]:
+        """The fit as plain JSON values, for a study's record of what was released.
+
+        Keys: ``model``, ``params``, ``bse``, ``conf_int`` (``{"lower": {...},
+        "upper": {...}}`` at ``1 - alpha``), ``alpha``, ``pvalues``, ``llf``
+        (``None`` when not released), ``converged``, ``iterations``, ``notes``,
+        ``provenance`` (:meth:`Provenance.to_record`) and ``privacy`` (the
+        :class:`~fedstats.privacy.PrivacyAccount` as a dict, ``None`` for a
+        non-private fit), plus the model's own fields (events, ties, strata).
+        """
+        ci = self.conf_int(alpha)
+        return {
+            "model": self.model_name,
+            "params": _series_record(self.params),
+            "bse": _series_record(self.bse),
+            "conf_int": {
+                "lower": _series_record(ci["lower"]),
+                "upper": _series_record(ci["upper"]),
+            },
+            "alpha": alpha,
+            "pvalues": _series_record(self.pvalues),
+            "llf": _plain(self.llf),
+            "converged": self.converged,
+            "iterations": self.iterations,
+            "notes": list(self.notes),
+            "provenance": self.provenance.to_record(),
+            "privacy": None
+            if self.privacy is None
+            else _plain_tree(dataclasses.asdict(self.privacy)),
+            **self._record_fields(),
+        }
+
+    def _record_fields(self) -> dict[str, Any]:
+        """Model-specific entries of :meth:`to_record`."""
+        return {}
+
     # ---- presentation
     def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
         ci = self.conf_int(alpha)
@@ -228,6 +310,9 @@ class LogisticRegressionResults(LikelihoodResults):
     def __init__(self, *, n_events: dict[str, float], **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.n_events_by_site = pd.Series(n_events, name="n_events")
+
+    def _record_fields(self) -> dict[str, Any]:
+        return {"n_events": _series_record(self.n_events_by_site)}
 
     @property
     def deviance(self) -> float:
@@ -377,6 +462,13 @@ class CoxPHResults(LikelihoodResults):
         self.strata = strata
         self._baseline = baseline
         self._design = design
+
+    def _record_fields(self) -> dict[str, Any]:
+        return {
+            "n_events": _series_record(self.n_events_by_site),
+            "ties": self.ties,
+            "strata": list(self.strata),
+        }
 
     def concordance_index(self, federation: Any) -> float:
         """Harrell's C of the fitted risk scores at the sites of ``federation``.

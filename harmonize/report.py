@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -20,7 +20,35 @@ from typing import Any
 
 import pandas as pd
 
+from harmonize.errors import HarmonizationError
 from harmonize.fingerprint import SiteFingerprint
+
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
+    "site": (str,),
+    "source_kind": (str,),
+    "sources": (list,),
+    "study": (str,),
+    "spec_digest": (str,),
+    "status": (str,),
+    "read": (int,),
+    "included": (int,),
+    "excluded": (int,),
+    "rejected": (int,),
+    "read_by_type": (dict,),
+    "excluded_by_reason": (dict,),
+    "rejected_by_reason": (dict,),
+    "cohort_exclusions": (dict,),
+    "patients": (int,),
+    "coding_coverage": (int, float, type(None)),
+    "unit_conversions": (list,),
+    "notes": (list,),
+    "columns": (dict,),
+    "fingerprint": (dict,),
+    "failure": (str, type(None)),
+    "created_at": (str,),
+    "package_version": (str,),
+}
+"""JSON types of each field as :meth:`HarmonizationReport.to_dict` writes them."""
 
 
 @dataclass
@@ -59,6 +87,53 @@ class HarmonizationReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "balanced": self.balanced}
+
+    @classmethod
+    def from_dict(cls, record: Any) -> HarmonizationReport:
+        """The report :meth:`to_dict` wrote; ``HarmonizationError`` names a wrong or missing field.
+
+        ``balanced`` is recomputed, never read.
+        """
+        if not isinstance(record, dict):
+            raise HarmonizationError(
+                f"a harmonisation report is a JSON object, got {type(record).__name__}"
+            )
+        names = {f.name for f in fields(cls)}
+        required = {
+            f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+        }
+        missing = sorted(required - set(record))
+        if missing:
+            raise HarmonizationError(f"harmonisation report: missing fields {missing}")
+        unknown = sorted(set(record) - names - {"balanced"})
+        if unknown:
+            raise HarmonizationError(f"harmonisation report: unknown fields {unknown}")
+        for name, value in record.items():
+            if name == "balanced":
+                continue
+            allowed = _FIELD_TYPES[name]
+            if (isinstance(value, bool) and bool not in allowed) or not isinstance(value, allowed):
+                kinds = " or ".join(t.__name__ for t in allowed)
+                raise HarmonizationError(
+                    f"harmonisation report: field {name!r} must be {kinds}, "
+                    f"got {type(value).__name__}"
+                )
+        return cls(**{k: v for k, v in record.items() if k != "balanced"})
+
+    @classmethod
+    def read_json(cls, path: str | Path) -> HarmonizationReport:
+        """Read a report written by :meth:`write_json`; errors name the file."""
+        path = Path(path)
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
+            raise HarmonizationError(
+                f"cannot read the harmonisation report {path}: {error}"
+            ) from None
+        try:
+            return cls.from_dict(record)
+        except HarmonizationError as error:
+            raise HarmonizationError(f"{path}: {error}") from None
 
     def write_json(self, path: str | Path) -> None:
         Path(path).write_text(

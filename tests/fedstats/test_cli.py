@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 from fedstats.cli import app
 
 
-def test_demo_prints_federated_fit_and_largest_difference():
-    result = CliRunner().invoke(app, ["demo"])
+def test_demo_prints_federated_fit_and_largest_difference(tmp_path):
+    result = CliRunner().invoke(app, ["demo", "--out-dir", str(tmp_path / "demo-output")])
     assert result.exit_code == 0, result.output
     out = result.output
     assert "Federated logistic regression" in out
@@ -20,6 +20,8 @@ def test_demo_prints_federated_fit_and_largest_difference():
     assert "What left each site" in out and "logistic.summaries" in out
     assert "Under record-level differential privacy" in out
     assert "record-level DP at switzerland: this fit epsilon 1.000" in out
+    assert (tmp_path / "demo-output" / "compliance-report.pdf").stat().st_size > 0
+    assert str(tmp_path / "demo-output" / "compliance-report.html") in out
 
 
 def test_demo_with_site_intercepts():

@@ -1,0 +1,40 @@
+"""How numbers appear in a report: one fixed format per kind of figure.
+
+Epsilons are shown with four significant digits, trailing zeros kept
+(``f"{x:#.4g}"``: 1.000, 0.9150, 12.50), so a figure in the report can be
+compared with the ledger's value formatted the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+
+def format_epsilon(value: float | None) -> str:
+    """Four significant digits, trailing zeros kept; ``"not available"`` for ``None``."""
+    if value is None:
+        return "not available"
+    return f"{value:#.4g}"
+
+
+def format_delta(value: float | None) -> str:
+    """E.g. ``1e-05``; ``"not available"`` for ``None``."""
+    return "not available" if value is None else f"{value:.3g}"
+
+
+def format_number(value: float | None, digits: int = 4) -> str:
+    """``digits`` significant digits; an en dash for ``None`` or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{value:.{digits}g}"
+
+
+def format_bytes(value: int) -> str:
+    """Thousands separated, e.g. ``12,345``."""
+    return f"{value:,}"
+
+
+def format_time(value: datetime) -> str:
+    """UTC time to the second, e.g. ``2026-01-31 14:05:09 UTC``."""
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC")

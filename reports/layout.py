@@ -1,0 +1,94 @@
+"""The study directory: where the recorded facts of one study live, file by file.
+
+A study directory is what ``fedstats report --study DIR`` reads and what
+:class:`reports.recorder.StudyRecorder` writes::
+
+    DIR/
+      study.json              manifest: study name, format, time, package versions,
+                              SHA-256 of spec.toml and configuration.json, fits in order
+      spec.toml               the study specification every site received (a copy)
+      configuration.json      the coordinator's run configuration: formulas, privacy
+                              options (epsilon, delta, rounds, bounds), disclosure policy,
+                              noise seed (null when OS entropy was used)
+      ledgers/<owner>.ledger  each site's and the coordinator's privacy ledger (SQLite)
+      inventory.jsonl         every message of the federation (MessageInventory.save)
+      harmonization/<site>.json   each site's HarmonizationReport (to_dict)
+      fits/<name>.json        one fit: description, the non-private fit it is compared
+                              with (if any), and LikelihoodResults.to_record()
+      audits/<name>.json      empirical privacy audits (AuditResult.to_record), if any
+      diagnostics/<name>.json heterogeneity, calibration or fairness tables, if any
+
+Ledgers are read as they are now (they keep growing, and carry their own hash
+chain); the spec and configuration must still match the hashes in the
+manifest. Names of sites, fits, audits and diagnostics become file names, so
+they are limited to letters, digits, ``.``, ``_`` and ``-``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from reports.errors import RecordingError
+
+FORMAT = "fedstats-study/1"
+"""Value of ``format`` in ``study.json``; a reader refuses any other."""
+
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def checked_name(kind: str, name: str) -> str:
+    """``name`` if it can be a file name in the study directory, else :class:`RecordingError`."""
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise RecordingError(
+            f"{kind} name {name!r} cannot be recorded: use 1-100 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class StudyLayout:
+    """Paths of a study directory's files."""
+
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / "study.json"
+
+    @property
+    def spec(self) -> Path:
+        return self.root / "spec.toml"
+
+    @property
+    def configuration(self) -> Path:
+        return self.root / "configuration.json"
+
+    @property
+    def inventory(self) -> Path:
+        return self.root / "inventory.jsonl"
+
+    @property
+    def ledgers(self) -> Path:
+        return self.root / "ledgers"
+
+    @property
+    def harmonization(self) -> Path:
+        return self.root / "harmonization"
+
+    @property
+    def fits(self) -> Path:
+        return self.root / "fits"
+
+    @property
+    def audits(self) -> Path:
+        return self.root / "audits"
+
+    @property
+    def diagnostics(self) -> Path:
+        return self.root / "diagnostics"
+
+    def ledger(self, owner: str) -> Path:
+        return self.ledgers / f"{checked_name('ledger owner', owner)}.ledger"

@@ -1,0 +1,261 @@
+"""The compliance report's model: every value it shows, as read from a study directory.
+
+The sections follow NIST SP 800-226 (*Guidelines for Evaluating Differential
+Privacy Guarantees*, 2025) and the "Expose your epsilons" registry fields
+(Dwork, Kohli & Mulligan, J. Privacy and Confidentiality 2019): the claim
+and its unit, budgets, mechanisms, trust model, data flows, data provenance,
+utility, implementation hazards and audits, reproducibility and sign-off.
+The model is built by :func:`reports.build.build_report`; it holds values
+read from recorded files (ledgers, inventory, harmonisation reports, fit
+records, manifest, configuration), never values assumed, and ``None`` where
+a fact was not recorded, which the rendering shows as "not recorded".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+
+from harmonize.report import HarmonizationReport
+
+
+@dataclass(frozen=True)
+class ScopeSummary:
+    """One privacy scope (a ledger's budget): sections 1 to 3."""
+
+    owner: str
+    unit: str
+    level: str
+    study: str
+    neighbouring: str
+    enforced_by: str
+    protects_against: str
+    ledger_file: str
+    budget_epsilon: float
+    delta: float
+    epsilon_rdp: float
+    epsilon_pld: float | None
+    pld_note: str | None
+    remaining: float
+    entries: int
+    records_per_patient: str
+    timeline: tuple[tuple[datetime, float], ...]
+    """``(commit time, cumulative RDP epsilon after the charge)`` per entry."""
+
+
+@dataclass(frozen=True)
+class LedgerEntryRow:
+    """One charge, for the mechanisms section and the full ledger appendix."""
+
+    owner: str
+    seq: int
+    created_at: datetime
+    analysis: str | None
+    task: str | None
+    note: str | None
+    mechanism: str
+    noise_multipliers: tuple[float, ...]
+    sampling: str
+    epsilon: float
+    epsilon_after: float
+    parameters: dict[str, Any]
+    package_version: str
+    entry_hash: str
+
+
+@dataclass(frozen=True)
+class ScopeMechanism:
+    """One scope's part in one private fit: implemented against accounted."""
+
+    owner: str
+    unit: str
+    releases: int
+    implemented_multipliers: tuple[float, ...]
+    accounted_multipliers: tuple[float, ...]
+    ledger_entries: int
+    sampling: str
+    epsilon_fit: float
+    epsilon_fit_pld: float | None
+    fixed_seed: bool
+
+    @property
+    def agree(self) -> bool:
+        """The ledger's events for the fit hold the fit's noise multipliers, one per release.
+
+        A fit that lists one multiplier for all its releases (client-level)
+        agrees when every accounted release used it.
+        """
+        implemented = list(self.implemented_multipliers)
+        if len(implemented) == 1:
+            implemented *= self.releases
+        return sorted(implemented) == sorted(self.accounted_multipliers)
+
+
+@dataclass(frozen=True)
+class FitMechanism:
+    """How a private fit's mechanism was configured and accounted (section 4)."""
+
+    fit: str
+    description: str
+    analysis: str
+    rounds: int
+    row_norm: float | None
+    options: dict[str, Any] | None
+    scopes: tuple[ScopeMechanism, ...]
+
+
+@dataclass(frozen=True)
+class FitTrust:
+    """Who added the noise and how sums were formed, per fit (section 5)."""
+
+    fit: str
+    levels: str
+    noise_added_by: str
+    secure_aggregation: dict[str, Any] | None
+    coordinator_sees: str
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    seq: int
+    site: str
+    task: str
+    analysis: str
+    status: str
+    request_bytes: int
+    reply_bytes: int
+    sent_at: datetime
+
+
+@dataclass(frozen=True)
+class SiteFlow:
+    """What left one site (section 6)."""
+
+    site: str
+    patients: int | None
+    table: pd.DataFrame
+    """Per task: messages, refused, bytes out, bytes in, first and last sent (``reports.flows``)."""
+    messages: int
+    bytes_out: int
+    largest_reply: int
+
+
+@dataclass(frozen=True)
+class CoefficientRow:
+    term: str
+    coef: float
+    bse: float | None
+    lower: float | None
+    upper: float | None
+    pvalue: float | None
+    reference_coef: float | None
+    reference_lower: float | None
+    reference_upper: float | None
+
+    @property
+    def difference(self) -> float | None:
+        return None if self.reference_coef is None else self.coef - self.reference_coef
+
+    @property
+    def width_ratio(self) -> float | None:
+        """Width of this CI over the reference fit's."""
+        if None in (self.lower, self.upper, self.reference_lower, self.reference_upper):
+            return None
+        reference = self.reference_upper - self.reference_lower
+        return (self.upper - self.lower) / reference if reference > 0 else None
+
+
+@dataclass(frozen=True)
+class FitSummary:
+    """One fit's released results (section 8)."""
+
+    name: str
+    description: str
+    model: str
+    private: bool
+    reference: str | None
+    alpha: float
+    n_obs: dict[str, float]
+    n_events: dict[str, float]
+    rounds: int
+    messages: int
+    converged: bool
+    notes: tuple[str, ...]
+    rows: tuple[CoefficientRow, ...]
+    plot: str | None
+    """Data URI of the comparison with the reference fit, if there is one."""
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    title: str
+    table: pd.DataFrame
+
+
+@dataclass(frozen=True)
+class SeedUse:
+    """Whether a scope's noise in a fit came from a fixed seed (section 9)."""
+
+    fit: str
+    owner: str
+    fixed_seed: bool
+
+
+@dataclass(frozen=True)
+class Audit:
+    name: str
+    method: str
+    epsilon_lower: float
+    confidence: float
+    delta: float
+    canaries: int
+    guesses: int
+    correct: int
+    accounted_epsilon: float | None
+    private: bool
+
+
+@dataclass(frozen=True)
+class LedgerIntegrity:
+    """A ledger file's verification and the last hash of each scope (section 10)."""
+
+    file: str
+    ok: bool
+    problems: tuple[str, ...]
+    heads: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class ComplianceReport:
+    """Everything the report shows, section by section."""
+
+    study: str
+    description: str
+    recorded_at: datetime
+    scopes: tuple[ScopeSummary, ...]
+    timeline_plot: str | None
+    mechanisms: tuple[FitMechanism, ...]
+    ledger_entries: tuple[LedgerEntryRow, ...]
+    fits_trust: tuple[FitTrust, ...]
+    disclosure: dict[str, Any] | None
+    refused: tuple[MessageRow, ...]
+    flows: tuple[SiteFlow, ...]
+    messages: tuple[MessageRow, ...] | None
+    harmonization: tuple[HarmonizationReport, ...]
+    fits: tuple[FitSummary, ...]
+    diagnostics: tuple[Diagnostic, ...]
+    noise_seed: int | None
+    noise_seed_recorded: bool
+    seeds: tuple[SeedUse, ...]
+    audits: tuple[Audit, ...]
+    package_versions: dict[str, str]
+    platform: str
+    hashes: dict[str, str]
+    fingerprints: tuple[tuple[str, str, str], ...]
+    """``(site, frame fingerprint digest, specification digest)``."""
+    ledgers: tuple[LedgerIntegrity, ...]
+    configuration: dict[str, Any]
+    sign_off_roles: tuple[str, ...]

@@ -1,0 +1,88 @@
+"""The report's figures, drawn with matplotlib's Agg backend and embedded as PNG data URIs.
+
+Embedding keeps the HTML self-contained (no file or network reference) and
+WeasyPrint reads the same data URIs for the PDF.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Sequence
+from datetime import datetime
+
+from matplotlib.figure import Figure
+
+
+def _data_uri(figure: Figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=130, bbox_inches="tight")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def epsilon_timeline(
+    series: Sequence[tuple[str, Sequence[tuple[datetime, float]], float]],
+) -> str | None:
+    """Cumulative RDP epsilon per scope, as recorded after each charge, in order of commit time.
+
+    ``series``: ``(label, [(time, epsilon_after), ...], budget)`` per scope.
+    The horizontal axis ranks every scope's charges together by commit time
+    (charges of one fit may fall within a second, so a time axis would stack
+    them); each scope is a step line from zero, its budget a dashed line of
+    the same colour. ``None`` when no scope has an entry.
+    """
+    drawn = [(label, points, budget) for label, points, budget in series if points]
+    if not drawn:
+        return None
+    times = sorted(t for _, points, _ in drawn for t, _ in points)
+    rank = {t: i + 1 for i, t in reversed(list(enumerate(times)))}
+    figure = Figure(figsize=(7.5, 3.6))
+    ax = figure.subplots()
+    for index, (label, points, budget) in enumerate(drawn):
+        colour = f"C{index % 10}"
+        steps = [0, *(rank[t] for t, _ in points)]
+        values = [0.0, *(e for _, e in points)]
+        ax.step(steps, values, where="post", marker="o", markersize=3, color=colour, label=label)
+        ax.axhline(budget, color=colour, linestyle="--", linewidth=0.8)
+    first, last = (t.strftime("%Y-%m-%d %H:%M:%S") for t in (times[0], times[-1]))
+    ax.set_xlabel(f"charges in order of commit time (first {first}, last {last} UTC)")
+    ax.set_ylabel("cumulative epsilon (RDP)")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="upper left", ncols=2)
+    ax.set_title("Cumulative epsilon per scope (dashed: budget)", fontsize=10)
+    return _data_uri(figure)
+
+
+def coefficient_comparison(
+    terms: Sequence[str],
+    estimate: Sequence[tuple[float, float, float]],
+    reference: Sequence[tuple[float, float, float]],
+    labels: tuple[str, str],
+) -> str:
+    """Estimates with confidence intervals of a fit beside its reference fit, term by term.
+
+    ``estimate`` and ``reference``: ``(coef, lower, upper)`` per term.
+    """
+    figure = Figure(figsize=(7.0, 0.45 * len(terms) + 1.2))
+    ax = figure.subplots()
+    rows = list(range(len(terms)))[::-1]
+    for offset, values, label, colour in (
+        (0.15, reference, labels[1], "black"),
+        (-0.15, estimate, labels[0], "tab:red"),
+    ):
+        centre = [v[0] for v in values]
+        errors = [[v[0] - v[1] for v in values], [v[2] - v[0] for v in values]]
+        ax.errorbar(
+            centre,
+            [r + offset for r in rows],
+            xerr=errors,
+            fmt="o",
+            capsize=3,
+            color=colour,
+            label=label,
+        )
+    ax.axvline(0.0, color="grey", linewidth=0.6)
+    ax.set_yticks(rows, labels=list(terms))
+    ax.set_xlabel("coefficient (log odds or log hazard) with confidence interval")
+    ax.legend(fontsize=7, loc="best")
+    return _data_uri(figure)

@@ -1,0 +1,202 @@
+"""Writing a study directory: the recorded facts a compliance report is built from.
+
+A coordinator (or a notebook) creates a :class:`StudyRecorder`, opens each
+owner's ledger through it (so the ledgers live in the study directory),
+records the specification, the run configuration, each site's harmonisation
+report, each fit, the message inventory and any audits or diagnostics, and
+calls :meth:`StudyRecorder.finish`, which writes the manifest
+``study.json`` with the package versions and the SHA-256 of the
+specification and the configuration. The layout is described in
+:mod:`reports.layout`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+import accounting
+from fedstats.inventory import MessageInventory
+from fedstats.results import LikelihoodResults
+from harmonize.report import HarmonizationReport
+from reports.errors import RecordingError
+from reports.layout import FORMAT, StudyLayout, checked_name
+
+PACKAGES = (
+    "fedstats",
+    "numpy",
+    "scipy",
+    "pandas",
+    "statsmodels",
+    "dp-accounting",
+    "duckdb",
+    "fhir.resources",
+    "cryptography",
+    "jinja2",
+    "weasyprint",
+    "matplotlib",
+)
+"""Packages whose installed versions the manifest records."""
+
+
+def sha256_file(path: str | PathLike[str]) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of :data:`PACKAGES` (``"not installed"`` if absent) and Python."""
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _write_json(path: Path, value: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        text = json.dumps(value, indent=2, sort_keys=True, allow_nan=False, default=str)
+    except ValueError as error:
+        raise RecordingError(f"cannot record {path.name}: {error}") from None
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+class StudyRecorder:
+    """Writes one study's recorded facts into ``directory`` (see :mod:`reports.layout`).
+
+    Parameters
+    ----------
+    directory:
+        The study directory; created if absent. Files of an earlier recording
+        with the same names are replaced.
+    study:
+        The study's name, as in the ledgers' scopes.
+    """
+
+    def __init__(self, directory: str | PathLike[str], *, study: str) -> None:
+        self.layout = StudyLayout(Path(directory))
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        self.study = study
+        self._ledgers: dict[str, accounting.Ledger] = {}
+        self._fits: list[str] = []
+        self._spec_sha: str | None = None
+        self._configuration_sha: str | None = None
+        self._created = datetime.now(UTC)
+
+    # -- ledgers -----------------------------------------------------------
+
+    def ledger(self, owner: str) -> accounting.Ledger:
+        """``owner``'s ledger in ``ledgers/`` (opened once; closed by :meth:`finish`)."""
+        if owner not in self._ledgers:
+            path = self.layout.ledger(owner)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._ledgers[owner] = accounting.Ledger(path)
+        return self._ledgers[owner]
+
+    # -- facts -------------------------------------------------------------
+
+    def record_spec(self, path: str | PathLike[str]) -> str:
+        """Copy the study specification; returns its SHA-256."""
+        data = Path(path).read_bytes()
+        self.layout.spec.write_bytes(data)
+        self._spec_sha = hashlib.sha256(data).hexdigest()
+        return self._spec_sha
+
+    def record_configuration(self, configuration: Mapping[str, Any]) -> str:
+        """Write the run configuration (JSON values only); returns its SHA-256."""
+        _write_json(self.layout.configuration, dict(configuration))
+        self._configuration_sha = sha256_file(self.layout.configuration)
+        return self._configuration_sha
+
+    def record_harmonization(self, report: HarmonizationReport) -> Path:
+        """One site's harmonisation report."""
+        name = checked_name("site", report.site)
+        return _write_json(self.layout.harmonization / f"{name}.json", report.to_dict())
+
+    def record_fit(
+        self,
+        name: str,
+        result: LikelihoodResults,
+        *,
+        description: str,
+        reference: str | None = None,
+    ) -> Path:
+        """One fit's released results; ``reference`` names the non-private fit it is compared with.
+
+        The reference must have been recorded first.
+        """
+        name = checked_name("fit", name)
+        if reference is not None and reference not in self._fits:
+            raise RecordingError(
+                f"fit {name!r}: its reference {reference!r} is not recorded yet; record the "
+                "non-private fit first"
+            )
+        record = {
+            "name": name,
+            "description": description,
+            "reference": reference,
+            "result": result.to_record(),
+        }
+        path = _write_json(self.layout.fits / f"{name}.json", record)
+        if name not in self._fits:
+            self._fits.append(name)
+        return path
+
+    def record_inventory(self, inventory: MessageInventory) -> Path:
+        """The federation's message inventory (JSON Lines)."""
+        return inventory.save(self.layout.inventory)
+
+    def record_audit(self, name: str, audit: Mapping[str, Any]) -> Path:
+        """An empirical privacy audit, e.g. ``fedstats.audit.AuditResult.to_record()``."""
+        return _write_json(self.layout.audits / f"{checked_name('audit', name)}.json", dict(audit))
+
+    def record_diagnostic(self, name: str, title: str, table: pd.DataFrame) -> Path:
+        """A diagnostic table (heterogeneity, calibration, fairness) with its title."""
+        frame = table.reset_index()
+        frame.columns = [str(c) for c in frame.columns]
+        record = {
+            "title": title,
+            "columns": list(frame.columns),
+            "rows": json.loads(frame.to_json(orient="values", double_precision=15)),
+        }
+        return _write_json(
+            self.layout.diagnostics / f"{checked_name('diagnostic', name)}.json", record
+        )
+
+    # -- manifest ----------------------------------------------------------
+
+    def finish(self) -> Path:
+        """Write ``study.json`` and close the ledgers; returns the study directory."""
+        if self._spec_sha is None or self._configuration_sha is None:
+            raise RecordingError(
+                "record the study specification (record_spec) and the run configuration "
+                "(record_configuration) before finishing"
+            )
+        manifest = {
+            "format": FORMAT,
+            "study": self.study,
+            "created_at": self._created.isoformat(),
+            "finished_at": datetime.now(UTC).isoformat(),
+            "package_versions": package_versions(),
+            "platform": platform.platform(),
+            "hashes": {"spec.toml": self._spec_sha, "configuration.json": self._configuration_sha},
+            "fits": list(self._fits),
+        }
+        _write_json(self.layout.manifest, manifest)
+        for ledger in self._ledgers.values():
+            ledger.close()
+        self._ledgers.clear()
+        return self.layout.root

@@ -1,0 +1,179 @@
+"""Reading a study directory (:mod:`reports.layout`) into plain, checked records.
+
+:meth:`Study.load` reads every file once: the manifest, the specification
+and configuration (checked against the SHA-256 the manifest recorded), each
+ledger's scopes with their spending (``Ledger.spent``), entries and hash-chain
+verification, the message inventory, the harmonisation reports, the fits,
+audits and diagnostics. Anything unreadable raises a
+:class:`~reports.errors.StudyRecordError` naming the file; a folder that is not
+a study directory raises :class:`~reports.errors.StudyDirectoryError`.
+Absent optional parts (no inventory, no audit) load as empty.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from os import PathLike
+from pathlib import Path
+from typing import Any
+
+import accounting
+from fedstats.inventory import InventoryFileError, MessageInventory
+from harmonize.errors import HarmonizationError
+from harmonize.report import HarmonizationReport
+from reports.errors import StudyDirectoryError, StudyRecordError
+from reports.layout import StudyLayout
+from reports.recorder import sha256_file
+from reports.records import AuditRecord, DiagnosticRecord, FitRecord, Manifest, parse_record
+
+
+@dataclass(frozen=True)
+class ScopeRecord:
+    """One scope of one ledger: its budget and spending, and every entry, oldest first."""
+
+    ledger: Path
+    scope: accounting.Scope
+    spent: accounting.Spent
+    entries: tuple[accounting.Entry, ...]
+
+
+@dataclass(frozen=True)
+class LedgerRecord:
+    """One ledger file: its verification (hash chain, curves) and its scopes."""
+
+    path: Path
+    verification: accounting.VerifyReport
+    scopes: tuple[ScopeRecord, ...]
+
+
+@dataclass(frozen=True)
+class Study:
+    """Everything recorded about one study, as read from its directory."""
+
+    directory: Path
+    manifest: Manifest
+    spec_text: str
+    configuration: dict[str, Any]
+    ledgers: tuple[LedgerRecord, ...]
+    inventory: MessageInventory | None
+    harmonization: dict[str, HarmonizationReport]
+    fits: tuple[FitRecord, ...]
+    audits: dict[str, AuditRecord]
+    diagnostics: dict[str, DiagnosticRecord]
+
+    @property
+    def scopes(self) -> list[ScopeRecord]:
+        """Every scope of every ledger, ledgers in file-name order."""
+        return [scope for ledger in self.ledgers for scope in ledger.scopes]
+
+    def fit(self, name: str) -> FitRecord:
+        for fit in self.fits:
+            if fit.name == name:
+                return fit
+        raise KeyError(name)
+
+    @classmethod
+    def load(cls, directory: str | PathLike[str]) -> Study:
+        """Read the study directory ``directory``."""
+        layout = StudyLayout(Path(directory))
+        if not layout.root.is_dir():
+            raise StudyDirectoryError(layout.root, "no such folder")
+        if not layout.manifest.is_file():
+            raise StudyDirectoryError(layout.root, "it holds no study.json")
+        manifest = parse_record(Manifest, layout.manifest)
+        for name, path in (
+            ("spec.toml", layout.spec),
+            ("configuration.json", layout.configuration),
+        ):
+            _check_hash(path, manifest.hashes.get(name), layout.manifest)
+        spec_text = _read_text(layout.spec)
+        configuration = _read_json_object(layout.configuration)
+        fits = tuple(
+            parse_record(FitRecord, layout.fits / f"{name}.json") for name in manifest.fits
+        )
+        for name, fit in zip(manifest.fits, fits, strict=True):
+            if fit.name != name:
+                raise StudyRecordError(
+                    layout.fits / f"{name}.json", f"field name: {fit.name!r}, expected {name!r}"
+                )
+        return cls(
+            directory=layout.root,
+            manifest=manifest,
+            spec_text=spec_text,
+            configuration=configuration,
+            ledgers=tuple(_read_ledger(p) for p in sorted(layout.ledgers.glob("*.ledger"))),
+            inventory=_read_inventory(layout.inventory),
+            harmonization=_read_harmonization(layout.harmonization),
+            fits=fits,
+            audits={
+                p.stem: parse_record(AuditRecord, p) for p in sorted(layout.audits.glob("*.json"))
+            },
+            diagnostics={
+                p.stem: parse_record(DiagnosticRecord, p)
+                for p in sorted(layout.diagnostics.glob("*.json"))
+            },
+        )
+
+
+def _check_hash(path: Path, recorded: str | None, manifest: Path) -> None:
+    if recorded is None:
+        raise StudyRecordError(manifest, f"field hashes.{path.name}: missing")
+    if not path.is_file():
+        raise StudyRecordError(path, "file missing")
+    actual = sha256_file(path)
+    if actual != recorded:
+        raise StudyRecordError(
+            path,
+            f"SHA-256 {actual[:16]}... differs from the {recorded[:16]}... recorded in "
+            f"{manifest.name}: the file changed after the study was recorded",
+        )
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise StudyRecordError(path, f"cannot be read ({error})") from None
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        value = json.loads(_read_text(path))
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise StudyRecordError(path, f"not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise StudyRecordError(path, f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _read_ledger(path: Path) -> LedgerRecord:
+    try:
+        with accounting.Ledger(path) as ledger:
+            verification = ledger.verify()
+            scopes = tuple(
+                ScopeRecord(path, scope, ledger.spent(scope), tuple(ledger.entries(scope)))
+                for scope in ledger.scopes()
+            )
+    except accounting.AccountingError as error:
+        raise StudyRecordError(path, f"not a readable ledger ({error})") from None
+    return LedgerRecord(path, verification, scopes)
+
+
+def _read_inventory(path: Path) -> MessageInventory | None:
+    if not path.exists():
+        return None
+    try:
+        return MessageInventory.load(path)
+    except InventoryFileError as error:
+        raise StudyRecordError(path, str(error)) from None
+
+
+def _read_harmonization(folder: Path) -> dict[str, HarmonizationReport]:
+    reports = {}
+    for path in sorted(folder.glob("*.json")):
+        try:
+            reports[path.stem] = HarmonizationReport.read_json(path)
+        except HarmonizationError as error:
+            raise StudyRecordError(path, str(error)) from None
+    return reports
