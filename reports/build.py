@@ -179,7 +179,9 @@ def _scope_summary(study: Study, record: ScopeRecord) -> ScopeSummary:
         study=scope.study,
         neighbouring=scope.relation.describe(scope.privacy_unit),
         enforced_by=ENFORCED_BY[scope.unit],
-        protects_against=PROTECTS_AGAINST[scope.unit] + _distributed_noise(record),
+        protects_against=PROTECTS_AGAINST[scope.unit]
+        + _distributed_noise(record)
+        + (_few_sites(study) if scope.unit == "site" else ""),
         ledger_file=record.ledger.name,
         budget_epsilon=spent.budget_epsilon,
         delta=spent.delta,
@@ -190,6 +192,24 @@ def _scope_summary(study: Study, record: ScopeRecord) -> ScopeSummary:
         entries=spent.entries,
         records_per_patient=per_patient,
         timeline=tuple((e.created_at, e.epsilon_after) for e in record.entries),
+    )
+
+
+def _few_sites(study: Study) -> str:
+    """Client-level DP with few sites, said plainly; the count comes from the inventory."""
+    if study.inventory is not None and len(study.inventory):
+        sites = sorted(set(study.inventory.to_frame()["site"]))
+        source = "sites in the message inventory"
+    elif study.harmonization:
+        sites = sorted(study.harmonization)
+        source = "sites with a harmonisation report"
+    else:
+        return ". How many sites took part is not recorded"
+    return (
+        f". With {len(sites)} {source}, this guarantee is weak: to hide one whole hospital the "
+        "noise must be as large as that hospital's entire contribution, so the released "
+        "results either carry little signal or the epsilon is loose; it protects a site's "
+        "participation from outside readers, it is not confidentiality of a site's data"
     )
 
 

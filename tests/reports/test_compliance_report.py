@@ -150,6 +150,10 @@ def test_secure_aggregation_and_the_trust_it_needs_are_reported(demo_study):
             assert "does not collude with sites" in scope.protects_against
         else:
             assert "secure aggregation" not in scope.protects_against
+            # client-level DP with few sites is said to be weak, with the recorded site count
+            assert "With 4 sites in the message inventory, this guarantee is weak" in (
+                scope.protects_against
+            )
 
 
 def test_a_recorded_audit_and_the_fixed_seed_are_reported(study_copy):
