@@ -6,7 +6,9 @@ them only through encoded messages; models such as
 pooled analysis would give.
 """
 
+from fedstats import deep
 from fedstats.cox import CoxPH
+from fedstats.deep import DeepModelResults, FederatedTrainer
 from fedstats.design import DesignSpec
 from fedstats.disclosure import DisclosurePolicy
 from fedstats.errors import (
@@ -59,9 +61,11 @@ __all__ = [
     "ConvergenceWarning",
     "CoxPH",
     "CoxPHResults",
+    "DeepModelResults",
     "DesignSpec",
     "DisclosureError",
     "DisclosurePolicy",
+    "FederatedTrainer",
     "Federation",
     "FedstatsError",
     "FedstatsWarning",
@@ -99,6 +103,7 @@ __all__ = [
     "SurvivalHeterogeneity",
     "UnknownLevelError",
     "__version__",
+    "deep",
     "heterogeneity",
     "logrank_test",
     "secure_sum",

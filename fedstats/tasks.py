@@ -17,6 +17,7 @@ from fedstats import (
     site_design,
     survival_site,
 )
+from fedstats.deep import site_tasks as deep_site
 from fedstats.task import Task, TaskRegistry
 
 REGISTRY = TaskRegistry(
@@ -113,6 +114,19 @@ REGISTRY = TaskRegistry(
             schema=secagg_site.unmask_schema,
             description="secure aggregation: the shares that remove the masks of one sum",
             about_patients=False,
+        ),
+        Task(
+            name=deep_site.TRAIN_TASK,
+            handler=deep_site.train,
+            schema=deep_site.train_schema,
+            description="one round of local training of a registered network; the flat update",
+            private_training=deep_site.training_event,
+        ),
+        Task(
+            name=deep_site.EVALUATE_TASK,
+            handler=deep_site.evaluate,
+            schema=deep_site.evaluate_schema,
+            description="a network's performance on the site's rows as sums and counts",
         ),
     ]
 )

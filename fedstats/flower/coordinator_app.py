@@ -1,0 +1,75 @@
+"""The coordinator's Flower ServerApp: the study's fits over the Flower network.
+
+``flwr run`` submits this app with the run config ``study-config`` (the path
+of ``study.toml`` on the coordinator's machine). The ServerApp finds each
+expected site's node, checks the sites' fingerprints before any other task,
+makes the configured fits (:func:`fedstats.study_fits.run_fits`, the same
+code as the embedded runtime) and writes, under the study's ``out`` folder,
+one result per fit, the message inventory and ``status.json``.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from fedstats.errors import FedstatsError
+from fedstats.flower.grid_transport import GridFederation, GridLink
+from fedstats.study_config import StudyConfig, load_study_config
+from fedstats.study_fits import run_fits, write_json_atomically
+
+STUDY_CONFIG_KEY = "study-config"
+STATUS_FILE = "status.json"
+INVENTORY_FILE = "inventory-{run_id}.jsonl"
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    """Run the study named by the run config's ``study-config``."""
+    path = context.run_config.get(STUDY_CONFIG_KEY)
+    if not isinstance(path, str) or not path:
+        raise FedstatsError(
+            f"the run config has no {STUDY_CONFIG_KEY!r}; submit with "
+            f"flwr run --run-config '{STUDY_CONFIG_KEY}=\"/path/to/study.toml\"'"
+        )
+    run_study(grid, load_study_config(path), run_id=context.run_id)
+
+
+def run_study(grid: Grid, config: StudyConfig, *, run_id: int = 0) -> dict[str, Any]:
+    """Discover sites, verify fingerprints, make the fits; always write ``status.json``."""
+    out = Path(config.study.out)
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    link = GridLink(grid, config.policy)
+    status: dict[str, Any] = {"run_id": run_id, "study": config.study.name, "status": "running"}
+    federation = None
+    try:
+        link.discover(config.study.sites)
+        status["nodes"] = {site: str(node) for site, node in link.nodes.items()}
+        federation = GridFederation(link, config.study.sites, study=config.study.name)
+        results = run_fits(config, federation)
+        status.update(status="completed", fits=sorted(results))
+    except Exception as error:
+        status.update(
+            status="failed",
+            error_type=type(error).__name__,
+            error=str(error),
+            traceback=traceback.format_exc(limit=5),
+        )
+        raise
+    finally:
+        status["seconds"] = time.perf_counter() - started
+        status["lost"] = link.lost
+        status["bytes_sent"], status["bytes_received"] = link.bytes_sent, link.bytes_received
+        if federation is not None:
+            federation.inventory.save(out / INVENTORY_FILE.format(run_id=run_id))
+            status["messages"] = len(federation.inventory)
+        write_json_atomically(out / STATUS_FILE, status)
+    return status

@@ -1,0 +1,242 @@
+"""The coordinator's Flower transport: one site's request bytes to its node, its reply back.
+
+:class:`GridLink` wraps the ServerApp's :class:`flwr.serverapp.Grid`. It
+finds which Flower node serves which site by asking every node
+(``query.identify``; the answer comes from the site's own node config), then
+gives :class:`~fedstats.Federation` one ``bytes -> bytes`` transport per
+site (:meth:`GridLink.transport`). Replies are collected with
+``Grid.push_messages`` / ``Grid.pull_messages`` at a short poll interval
+(``Grid.send_and_receive`` sleeps 3 s between pulls).
+
+Failure policy (``[policy]`` of ``study.toml``): a reply not back within
+``round_timeout`` means the site is lost; with ``on_site_lost = "retry"``
+its node is looked up again (a restarted site comes back as a new node) and
+the request re-sent, up to ``retries`` times; then, or at once with
+``"abort"``, the transport raises :class:`SiteLost` naming the site, which
+the federation reports as :class:`~fedstats.errors.SiteUnreachableError`.
+
+:class:`GridFederation` pushes a round's request to every site at once
+before the federation collects the replies in order, so a round costs one
+round trip, not one per site.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flwr.app import Message
+from flwr.serverapp import Grid
+
+from fedstats import codec
+from fedstats.errors import FedstatsError
+from fedstats.federation import FINGERPRINT_TASK, Federation, Transport
+from fedstats.flower import messages
+from fedstats.site_journal import digest
+from fedstats.study_config import PolicySection
+
+log = logging.getLogger(__name__)
+
+
+class SiteLost(RuntimeError):
+    """A site's reply did not come back in time (after the retries the policy allows)."""
+
+
+class SitesMissingError(FedstatsError):
+    """Sites the study expects never answered on the Flower network."""
+
+
+class GridLink:
+    """Sites reached through a Flower Grid, by name.
+
+    Parameters
+    ----------
+    grid:
+        The ServerApp's grid.
+    policy:
+        Timeouts, poll interval and what to do with a lost site.
+    """
+
+    def __init__(self, grid: Grid, policy: PolicySection) -> None:
+        self.grid = grid
+        self.policy = policy
+        self.nodes: dict[str, int] = {}
+        self._in_flight: dict[tuple[str, str], str] = {}
+        self.lost: list[dict[str, Any]] = []
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    # -- which node serves which site ------------------------------------------------
+    def discover(self, sites: Sequence[str], timeout: float | None = None) -> dict[str, int]:
+        """Find the node of each of ``sites``; :class:`SitesMissingError` names those not found."""
+        wanted = set(sites)
+        deadline = time.monotonic() + (
+            self.policy.discovery_timeout if timeout is None else timeout
+        )
+        asked: dict[str, int] = {}
+        found: dict[str, int] = {s: n for s, n in self.nodes.items() if s in wanted}
+        alive = set(self.grid.get_node_ids())
+        found = {s: n for s, n in found.items() if n in alive}
+        while wanted - set(found):
+            fresh = [n for n in self.grid.get_node_ids() if n not in asked.values()]
+            fresh = [n for n in fresh if n not in found.values()]
+            if fresh:
+                ids = self.grid.push_messages(
+                    [
+                        Message(
+                            messages.pack(b""),
+                            dst_node_id=node,
+                            message_type=messages.IDENTIFY_MESSAGE_TYPE,
+                            ttl=self._ttl(),
+                        )
+                        for node in fresh
+                    ]
+                )
+                asked.update(
+                    {message_id: node for message_id, node in zip(ids, fresh, strict=True)}
+                )
+            if asked:
+                for reply in self.grid.pull_messages(list(asked)):
+                    node = asked.pop(reply.metadata.reply_to_message_id, None)
+                    if node is None or reply.has_error():
+                        continue
+                    site = messages.site_of(reply)
+                    if site in wanted:
+                        found[site] = node
+            if time.monotonic() > deadline:
+                missing = sorted(wanted - set(found))
+                raise SitesMissingError(
+                    f"site(s) {missing} did not answer on the Flower network within "
+                    f"{self.policy.discovery_timeout:g} s; check that their SuperNodes run "
+                    "with node config site-config pointing at their site.toml"
+                )
+            time.sleep(self.policy.poll_interval)
+        self.nodes.update(found)
+        return dict(self.nodes)
+
+    # -- requests ---------------------------------------------------------------------
+    def transport(self, site: str) -> Transport:
+        """The ``bytes -> bytes`` transport of one site."""
+
+        def carry(request: bytes) -> bytes:
+            return self.send(site, request)
+
+        return carry
+
+    def transports(self, sites: Sequence[str]) -> dict[str, Transport]:
+        """One transport per site, in the given order."""
+        return {site: self.transport(site) for site in sites}
+
+    def prefetch(self, sites: Sequence[str], request: bytes) -> None:
+        """Push ``request`` to every site now; :meth:`send` then only waits for each reply."""
+        known = [
+            s for s in sites if s in self.nodes and (s, digest(request)) not in self._in_flight
+        ]
+        if not known:
+            return
+        ids = self.grid.push_messages([self._message(s, request) for s in known])
+        for site, message_id in zip(known, ids, strict=True):
+            if message_id:
+                self._in_flight[(site, digest(request))] = message_id
+                self.bytes_sent += len(request)
+
+    def send(self, site: str, request: bytes) -> bytes:
+        """Carry ``request`` to ``site`` and return its reply, applying the failure policy."""
+        attempts = 1 + (self.policy.retries if self.policy.on_site_lost == "retry" else 0)
+        problem = ""
+        for attempt in range(1, attempts + 1):
+            message_id = self._in_flight.pop((site, digest(request)), None)
+            if message_id is None:
+                if site not in self.nodes:
+                    self._find_again(site)
+                message_id = self._push(site, request)
+            reply = self._wait(message_id, self.policy.round_timeout)
+            if reply is not None and not reply.has_error():
+                payload = messages.unpack(reply)
+                self.bytes_received += len(payload)
+                return payload
+            problem = (
+                f"no reply within {self.policy.round_timeout:g} s"
+                if reply is None
+                else f"Flower error {reply.error.code}: {reply.error.reason}"
+            )
+            self.lost.append({"site": site, "attempt": attempt, "problem": problem})
+            log.warning("site %s lost (attempt %d of %d): %s", site, attempt, attempts, problem)
+            if attempt < attempts:
+                self.nodes.pop(site, None)
+                try:
+                    self._find_again(site)
+                except SitesMissingError as error:
+                    problem = str(error)
+                    break
+        policy = self.policy.on_site_lost
+        raise SiteLost(
+            f"site {site!r} lost mid-round ({problem}); policy on_site_lost={policy!r}"
+            + (f" with {self.policy.retries} retries" if policy == "retry" else "")
+        )
+
+    def _find_again(self, site: str) -> None:
+        self.discover([site])
+
+    def _ttl(self) -> float:
+        return self.policy.round_timeout + 60.0
+
+    def _message(self, site: str, request: bytes) -> Message:
+        return Message(
+            messages.pack(request),
+            dst_node_id=self.nodes[site],
+            message_type=messages.TASK_MESSAGE_TYPE,
+            ttl=self._ttl(),
+        )
+
+    def _push(self, site: str, request: bytes) -> str:
+        (message_id,) = self.grid.push_messages([self._message(site, request)])
+        if not message_id:
+            raise SiteLost(f"site {site!r}: the SuperLink refused the message")
+        self.bytes_sent += len(request)
+        return message_id
+
+    def _wait(self, message_id: str, timeout: float) -> Message | None:
+        deadline = time.monotonic() + timeout
+        while True:
+            for reply in self.grid.pull_messages([message_id]):
+                if reply.metadata.reply_to_message_id == message_id:
+                    return reply
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(self.policy.poll_interval)
+
+
+class GridFederation(Federation):
+    """A federation over a :class:`GridLink` that sends each round to all sites at once.
+
+    Replies are still read, checked and recorded site by site, in order, by
+    :meth:`Federation.gather`; the inventory's per-message seconds are then
+    the waits for each reply, not the round trips.
+    """
+
+    def __init__(
+        self, link: GridLink, sites: Sequence[str], *, study: str, verify_fingerprints: bool = True
+    ) -> None:
+        super().__init__(
+            link.transports(sites), study=study, verify_fingerprints=verify_fingerprints
+        )
+        self.link = link
+
+    def gather(
+        self,
+        task: str,
+        args: Mapping[str, Any],
+        *,
+        analysis: str,
+        sites: Sequence[str] | None = None,
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, FedstatsError]]:
+        """As :meth:`Federation.gather`, with the request pushed to every site first."""
+        if self._fingerprints_pending and task != FINGERPRINT_TASK:
+            self.verify_fingerprints()
+        targets = [s for s in (self.sites if sites is None else sites) if s in self.sites]
+        if self.registry.get(task) is not None:
+            self.link.prefetch(targets, codec.encode({"task": task, "args": dict(args)}))
+        return super().gather(task, args, analysis=analysis, sites=sites)

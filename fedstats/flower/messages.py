@@ -1,0 +1,60 @@
+"""Flower messages that carry fedstats' codec bytes unchanged.
+
+A request is a Flower ``Message`` of type ``query.fedstats`` whose content
+holds one :class:`flwr.app.ConfigRecord` with one ``bytes`` value: exactly
+the bytes :func:`fedstats.codec.encode` made. The reply carries the silo's
+reply bytes the same way. Nothing else about the study travels in a message:
+a site's frame, disclosure policy and ledger come from the site's own
+configuration. ``query.identify`` asks a node which site it serves.
+"""
+
+from __future__ import annotations
+
+from flwr.app import ConfigRecord, Message, RecordDict
+
+TASK_ACTION = "fedstats"
+IDENTIFY_ACTION = "identify"
+TASK_MESSAGE_TYPE = f"query.{TASK_ACTION}"
+IDENTIFY_MESSAGE_TYPE = f"query.{IDENTIFY_ACTION}"
+RECORD = "fedstats"
+PAYLOAD = "payload"
+SITE = "site"
+
+
+class MessageFormatError(ValueError):
+    """A Flower message does not hold what a fedstats message must hold."""
+
+
+def pack(payload: bytes) -> RecordDict:
+    """Content of a message carrying ``payload`` (codec bytes) unchanged."""
+    if not isinstance(payload, bytes):
+        raise MessageFormatError(f"a payload must be bytes, got {type(payload).__name__}")
+    return RecordDict({RECORD: ConfigRecord({PAYLOAD: payload})})
+
+
+def unpack(message: Message) -> bytes:
+    """The codec bytes a message carries; :class:`MessageFormatError` if it carries none."""
+    if message.has_error():
+        error = message.error
+        raise MessageFormatError(f"the message is an error reply: {error.code} {error.reason}")
+    record = message.content.config_records.get(RECORD)
+    payload = None if record is None else record.get(PAYLOAD)
+    if not isinstance(payload, bytes):
+        raise MessageFormatError(f"the message has no bytes in record {RECORD!r}/{PAYLOAD!r}")
+    return payload
+
+
+def identity(site: str) -> RecordDict:
+    """Content of an ``identify`` reply: the site's name as its own configuration gives it."""
+    return RecordDict({RECORD: ConfigRecord({SITE: site})})
+
+
+def site_of(message: Message) -> str:
+    """The site name an ``identify`` reply carries."""
+    if message.has_error():
+        raise MessageFormatError(f"identify failed: {message.error.reason}")
+    record = message.content.config_records.get(RECORD)
+    site = None if record is None else record.get(SITE)
+    if not isinstance(site, str) or not site:
+        raise MessageFormatError("an identify reply must carry the site's name")
+    return site

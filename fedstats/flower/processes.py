@@ -1,0 +1,207 @@
+"""Starting, submitting to and stopping Flower's processes (SuperLink, SuperNodes, ``flwr run``).
+
+Used by ``fedstats site run``, ``fedstats study run``, the tests and the
+benchmark. Every process gets its own ``FLWR_HOME``, the environment turns
+off telemetry, update checks and runtime dependency installation (a hospital
+deployment makes no outbound call beyond its study), and the Python
+environment's ``bin/`` comes first on ``PATH`` because the SuperLink and the
+SuperNodes start ``flower-superexec``, ``flwr-serverapp`` and
+``flwr-clientapp`` by name. Each process runs in its own process group so
+that :func:`stop` ends it with every child it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+BIN = Path(sys.executable).parent
+APP_DIR = Path(__file__).resolve().parents[2] / "examples" / "flower" / "app"
+CONNECTION = "study"
+
+QUIET_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+}
+FAST_POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.02"}
+
+
+class FlowerProcessError(RuntimeError):
+    """A Flower process could not be started, or a run could not be submitted."""
+
+
+@dataclass(frozen=True)
+class Tls:
+    """TLS files: the study CA, and for the SuperLink its certificate and key."""
+
+    ca: Path
+    certificate: Path | None = None
+    key: Path | None = None
+
+
+def free_port() -> int:
+    """A TCP port free on the loopback interface right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def flower_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment of one Flower process, with its own ``FLWR_HOME``."""
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(QUIET_ENV)
+    env.update(FAST_POLL_ENV)
+    env["FLWR_HOME"] = str(home)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def _spawn(command: list[str], home: Path, log_name: str) -> subprocess.Popen:
+    home.mkdir(parents=True, exist_ok=True)
+    log = (home / log_name).open("ab")
+    return subprocess.Popen(
+        command,
+        env=flower_env(home),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=home,
+    )
+
+
+def start_superlink(
+    home: Path,
+    port: int,
+    *,
+    tls: Tls | None = None,
+    node_auth: bool = False,
+    database: Path | None = None,
+) -> subprocess.Popen:
+    """Start a SuperLink serving every API on ``127.0.0.1:port``."""
+    command = [str(BIN / "flower-superlink"), "--port", str(port)]
+    command += ["--disable-runtime-dependency-installation"]
+    if tls is None:
+        command.append("--insecure")
+    else:
+        command += ["--ssl-ca-certfile", str(tls.ca)]
+        command += ["--ssl-certfile", str(tls.certificate), "--ssl-keyfile", str(tls.key)]
+    if node_auth:
+        command.append("--enable-supernode-auth")
+    if database is not None:
+        command += ["--database", str(database)]
+    return _spawn(command, home, "superlink.log")
+
+
+def start_supernode(
+    home: Path,
+    superlink: str,
+    port: int,
+    site_config: Path,
+    *,
+    long_lived: bool = True,
+    ca: Path | None = None,
+    auth_private_key: Path | None = None,
+) -> list[subprocess.Popen]:
+    """Start a site's SuperNode; its ClientApp reads ``site_config`` (the site's site.toml).
+
+    ``long_lived`` (default): the SuperNode with its idle poll capped
+    (:mod:`fedstats.flower.supernode`) in ``--isolation process`` mode, beside
+    a long-lived fedstats ClientApp runner (:mod:`fedstats.flower.site_worker`)
+    — two processes. Otherwise Flower's stock SuperNode, which starts one
+    ``flwr-clientapp`` process per message — one process (and its children).
+    """
+    if long_lived:
+        # Run by path: the launcher needs only flwr, not the whole fedstats package.
+        command = [sys.executable, str(Path(__file__).with_name("supernode.py"))]
+        command += ["--isolation", "process"]
+    else:
+        command = [str(BIN / "flower-supernode")]
+    command += ["--superlink", superlink, "--port", str(port)]
+    command += ["--node-config", f'site-config="{site_config}"']
+    command += ["--insecure"] if ca is None else ["--root-certificates", str(ca)]
+    if auth_private_key is not None:
+        command += ["--auth-supernode-private-key", str(auth_private_key)]
+    started = [_spawn(command, home, "supernode.log")]
+    if long_lived:
+        worker = [sys.executable, "-m", "fedstats.flower.site_worker"]
+        worker += ["--runtime-api-address", f"127.0.0.1:{port}"]
+        started.append(_spawn(worker, home, "site-worker.log"))
+    return started
+
+
+def write_connection(home: Path, address: str, *, ca: Path | None = None) -> None:
+    """Write ``$FLWR_HOME/config.toml`` with one SuperLink connection, the default."""
+    home.mkdir(parents=True, exist_ok=True)
+    lines = ["[superlink]", f'default = "{CONNECTION}"', "", f"[superlink.{CONNECTION}]"]
+    lines.append(f'address = "{address}"')
+    lines.append("insecure = true" if ca is None else f'root-certificates = "{ca}"')
+    (home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def submit_run(home: Path, study_config: Path, *, app_dir: Path = APP_DIR) -> int:
+    """Submit the fedstats app with ``study-config`` through ``flwr run``; returns the run id."""
+    command = [str(BIN / "flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
+    command += ["--run-config", f'study-config="{study_config}"']
+    done = subprocess.run(
+        command, env=flower_env(home), capture_output=True, text=True, timeout=120, check=False
+    )
+    try:
+        reply = json.loads(done.stdout)
+    except json.JSONDecodeError:
+        reply = {}
+    if done.returncode != 0 or not reply.get("success", False):
+        raise FlowerProcessError(
+            f"flwr run failed (exit {done.returncode}): {done.stdout.strip()[-800:]} "
+            f"{done.stderr.strip()[-800:]}"
+        )
+    return int(reply["run-id"])
+
+
+def wait_for_port(port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
+    """Wait until something listens on ``127.0.0.1:port``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise FlowerProcessError(f"process {process.args[0]} exited with {process.returncode}")
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise FlowerProcessError(f"nothing listens on port {port} after {timeout:g} s")
+
+
+def stop(processes: Iterable[subprocess.Popen], grace: float = 5.0) -> None:
+    """End each process and its process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
+    processes = list(processes)
+    for process in processes:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
+        _signal_group(process, signal.SIGKILL)
+        process.wait()
+
+
+def kill(process: subprocess.Popen) -> None:
+    """Kill a process and its group at once (SIGKILL), as a crash would."""
+    _signal_group(process, signal.SIGKILL)
+    process.wait()
+
+
+def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)

@@ -1,0 +1,193 @@
+"""The site's durable record of every request it answered, reconciled with its ledger.
+
+The silo charges the site's ledger *before* it releases a private reply. To
+show afterwards that no charge lacks its released reply and no private
+release lacks its charge, the site writes two lines per request to an
+append-only JSON-lines journal, each flushed to disk (``fsync``) before it
+goes on: ``received`` (task, request digest, ledger entry count) before the
+silo runs, ``answered`` (status, reply digest, whether the reply was a
+private release, ledger entry count) after, before the reply leaves the
+site. A crash between the two leaves a ``received`` line alone; the next
+start rolls it forward (:meth:`SiteJournal.roll_forward`) with a
+``rolled_forward`` line stating the charges made for a reply that never
+left. :func:`reconcile` checks the journal against the ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import accounting
+
+JOURNAL_FILE = "journal.jsonl"
+
+
+def ledger_entry_count(ledger: accounting.Ledger | None) -> int:
+    """How many charges the ledger holds, over all its scopes."""
+    if ledger is None:
+        return 0
+    return sum(len(ledger.entries(scope)) for scope in ledger.scopes())
+
+
+def digest(data: bytes) -> str:
+    """The sha256 of a message, as recorded in the journal (never the message itself)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+class SiteJournal:
+    """An append-only journal file of requests and replies (digests and sizes, no content)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every complete line; a torn last line (a crash mid-write) is ignored."""
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def append(self, record: dict[str, Any]) -> None:
+        """Write one line and force it to disk before returning."""
+        line = json.dumps({**record, "at": datetime.now(UTC).isoformat()}, sort_keys=True)
+        with self.path.open("a", encoding="utf-8") as handle:
+            handle.write("\n" + line + "\n" if self._torn() else line + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+
+    def _torn(self) -> bool:
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return False
+        with self.path.open("rb") as handle:
+            handle.seek(-1, os.SEEK_END)
+            return handle.read(1) != b"\n"
+
+    def next_seq(self) -> int:
+        """The sequence number for the next request."""
+        return 1 + max((r.get("seq", 0) for r in self.records()), default=0)
+
+    def pending(self) -> list[dict[str, Any]]:
+        """``received`` lines with no ``answered`` or ``rolled_forward`` line (crashed requests)."""
+        records = self.records()
+        closed = {r["seq"] for r in records if r.get("event") in ("answered", "rolled_forward")}
+        return [r for r in records if r.get("event") == "received" and r["seq"] not in closed]
+
+    def roll_forward(self, ledger: accounting.Ledger | None) -> int:
+        """Close every crashed request, attributing to it the charges made since it arrived.
+
+        Returns how many were closed. Their replies never left the site; any
+        charge made for them stays spent (the conservative direction).
+        """
+        pending = self.pending()
+        now = ledger_entry_count(ledger)
+        for record in pending:
+            self.append(
+                {
+                    "event": "rolled_forward",
+                    "seq": record["seq"],
+                    "task": record.get("task", "?"),
+                    "status": "not released (the site stopped before replying)",
+                    "ledger_entries": now,
+                }
+            )
+        return len(pending)
+
+
+@dataclass
+class Reconciliation:
+    """What :func:`reconcile` found; ``ok``: no release lacks a charge, no charge is unexplained."""
+
+    requests: int = 0
+    released: int = 0
+    private_released: int = 0
+    refused: int = 0
+    charges: int = 0
+    unreleased_charges: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_record(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "requests": self.requests,
+            "released": self.released,
+            "private_released": self.private_released,
+            "refused": self.refused,
+            "charges": self.charges,
+            "charged_not_released": self.unreleased_charges,
+            "problems": self.problems,
+        }
+
+
+def reconcile(journal: SiteJournal, ledger: accounting.Ledger | None) -> Reconciliation:
+    """Check the journal against the ledger.
+
+    Every ledger charge must fall within one journal request (between its
+    ``received`` and ``answered``/``rolled_forward`` counts); every private
+    release must have been charged; charges of requests that released
+    nothing are listed (``charged_not_released``), never hidden.
+    """
+    result = Reconciliation()
+    by_seq: dict[int, dict[str, dict[str, Any]]] = {}
+    for record in journal.records():
+        by_seq.setdefault(record["seq"], {})[record["event"]] = record
+    explained = 0
+    for seq in sorted(by_seq):
+        events = by_seq[seq]
+        received = events.get("received")
+        closed = events.get("answered") or events.get("rolled_forward")
+        if received is None:
+            result.problems.append(f"request {seq}: a reply is recorded but not its request")
+            continue
+        result.requests += 1
+        if closed is None:
+            result.problems.append(f"request {seq} ({received['task']}): still open; roll forward")
+            continue
+        charged = closed["ledger_entries"] - received["ledger_entries"]
+        if charged < 0:
+            result.problems.append(f"request {seq}: the ledger lost entries while answering it")
+            continue
+        explained += charged
+        status = closed.get("status")
+        if status == "released":
+            result.released += 1
+            if closed.get("private"):
+                result.private_released += 1
+                if charged == 0:
+                    result.problems.append(
+                        f"request {seq} ({received['task']}): a private reply left without a charge"
+                    )
+        elif status == "refused":
+            result.refused += 1
+        if status != "released" and charged > 0:
+            result.unreleased_charges.append(seq)
+    result.charges = ledger_entry_count(ledger)
+    if result.charges != explained:
+        result.problems.append(
+            f"the ledger holds {result.charges} charge(s) but the journal explains {explained}: "
+            "charges were made outside the journal"
+        )
+    return result
+
+
+def iter_statuses(journal: SiteJournal) -> Iterator[tuple[str, str, str]]:
+    """(task, status, detail) of every answered request, in order."""
+    for record in journal.records():
+        if record.get("event") == "answered":
+            yield record.get("task", "?"), record.get("status", "?"), record.get("detail", "")

@@ -1,0 +1,51 @@
+"""Reading a job's TOML configuration into a validated model, or a typed error.
+
+Used by ``fedstats site run`` (``site.toml``) and ``fedstats study run``
+(``study.toml``): a missing file, invalid TOML, an unknown key or a wrong
+value becomes :class:`ConfigError`, whose message names the file, the field
+path and what to do, never a traceback.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from fedstats.errors import FedstatsError
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+class ConfigError(FedstatsError):
+    """A job configuration file is missing, unreadable or invalid (the message names the field)."""
+
+
+def load_toml_model(path: str | Path, model: type[Model], *, what: str) -> Model:
+    """Read ``path`` as TOML and validate it as ``model``; paths in it stay relative to the file.
+
+    ``what`` names the kind of file in messages (e.g. ``"site configuration"``).
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: {what} not found; give the path of an existing file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{path}: cannot read the {what} ({error})") from None
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML ({error}); fix the syntax") from None
+    try:
+        return model.model_validate(raw, context={"base": path.resolve().parent})
+    except ValidationError as error:
+        problems = []
+        for item in error.errors():
+            field = ".".join(str(part) for part in item["loc"]) or "(top level)"
+            problems.append(f"field {field!r}: {item['msg']}")
+        raise ConfigError(
+            f"{path}: invalid {what}: " + "; ".join(problems) + ". Fix these fields and run again."
+        ) from None

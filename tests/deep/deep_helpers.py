@@ -1,0 +1,48 @@
+"""Shared data of the deep-model tests: small synthetic sites and FLamby's heart-disease split."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import train_test_split
+
+import accounting
+import fedstats
+from fedstats import datasets
+
+BOUNDS = {"x1": (-4.0, 4.0), "x2": (-4.0, 4.0)}
+
+
+def synthetic_frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x1, x2 = rng.normal(size=n), rng.normal(size=n)
+    p = 1 / (1 + np.exp(-(0.3 + 1.2 * x1 - 0.8 * x2 + 0.5 * x1 * x2)))
+    return pd.DataFrame({"x1": x1, "x2": x2, "y": (rng.random(n) < p).astype(int)})
+
+
+def ledgers(tmp_path, sites, epsilon: float, delta: float, study: str = "study") -> dict:
+    out = {}
+    for site in sites:
+        ledger = accounting.Ledger(tmp_path / f"{site}.db")
+        ledger.set_budget(
+            accounting.Scope(unit="patient", owner=site, study=study), epsilon=epsilon, delta=delta
+        )
+        out[site] = ledger
+    return out
+
+
+def heart_split():
+    """FLamby's Fed-Heart-Disease split: per site 66/34, random_state 43, stratified where
+    the site has at least two patients of each outcome."""
+    data = datasets.heart_disease()
+    train, test = {}, {}
+    for site, frame in data.frames.items():
+        both = frame["disease"].value_counts().min() >= 2
+        tr, te = train_test_split(
+            frame, test_size=0.34, random_state=43, stratify=frame["disease"] if both else None
+        )
+        train[site], test[site] = tr.reset_index(drop=True), te.reset_index(drop=True)
+    return train, test
+
+
+HEART_POLICY = fedstats.DisclosurePolicy(max_parameter_ratio=0.5)
