@@ -7,6 +7,7 @@ pooled analysis would give.
 """
 
 from fedstats import deep
+from fedstats.client_dp import DPFedAvg
 from fedstats.cox import CoxPH
 from fedstats.deep import DeepModelResults, FederatedTrainer
 from fedstats.design import DesignSpec
@@ -61,6 +62,7 @@ __all__ = [
     "ConvergenceWarning",
     "CoxPH",
     "CoxPHResults",
+    "DPFedAvg",
     "DeepModelResults",
     "DesignSpec",
     "DisclosureError",

@@ -23,6 +23,13 @@ alone when every site takes part) *before* the aggregate is used.
 
 With few sites this guarantee is weak: hiding one hospital among four
 needs noise of the order of the updates themselves.
+
+At the coordinator (:func:`preview_training`, :func:`charge_round`,
+:func:`coordinator_spending`): the whole planned training,
+``SelfComposedDpEvent(round_event, rounds)``, is previewed against the
+coordinator's client-level budget (unit ``site``) before anything is sent;
+every round is charged to that ledger before its aggregate is used; a fit
+reports the coordinator's :class:`~fedstats.privacy.ScopeSpending`.
 """
 
 from __future__ import annotations
@@ -30,12 +37,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import dp_accounting
 import numpy as np
 
 import accounting
-from fedstats.errors import StudyConfigurationError
+from fedstats.errors import PlannedBudgetError, StudyConfigurationError
+from fedstats.privacy import COORDINATOR, ScopeSpending, coordinator_scope, fit_epsilon
+
+if TYPE_CHECKING:
+    from fedstats.federation import Federation
 
 
 @dataclass(frozen=True)
@@ -133,10 +145,25 @@ class DPFedAvg:
         return event
 
     def aggregate(
-        self, updates: Sequence[np.ndarray], clip: float, rng: np.random.Generator
+        self,
+        updates: Sequence[np.ndarray],
+        clip: float,
+        rng: np.random.Generator,
+        *,
+        dimension: int | None = None,
     ) -> ClientRound:
-        """Clip, sum, noise and average one round's updates (call after charging the event)."""
-        stacked = np.stack([np.asarray(u, dtype=np.float64).ravel() for u in updates])
+        """Clip, sum, noise and average one round's updates (call after charging the event).
+
+        A round in which no site took part still releases the noise alone
+        (``dimension`` entries): skipping it would tell that no site was
+        sampled, which the Poisson-subsampled event does not account for.
+        """
+        if len(updates) == 0:
+            if dimension is None:
+                raise StudyConfigurationError("a round without updates needs their dimension")
+            stacked = np.zeros((0, dimension))
+        else:
+            stacked = np.stack([np.asarray(u, dtype=np.float64).ravel() for u in updates])
         norms = np.linalg.norm(stacked, axis=1)
         clipped = stacked * np.minimum(1.0, clip / np.maximum(norms, 1e-300))[:, None]
         z_u = self.update_noise_multiplier()
@@ -156,3 +183,86 @@ class DPFedAvg:
             event=self.round_event(),
             update_noise_multiplier=z_u,
         )
+
+
+def planned_training(options: DPFedAvg, rounds: int) -> dp_accounting.DpEvent:
+    """Every round of a training, composed: ``SelfComposedDpEvent(round_event, rounds)``."""
+    return dp_accounting.SelfComposedDpEvent(options.round_event(), rounds)
+
+
+def _ledger(federation: Federation) -> accounting.Ledger:
+    if federation.ledger is None:
+        raise StudyConfigurationError(
+            "client-level privacy needs a coordinator ledger: Federation(..., ledger=Ledger(path))"
+        )
+    return federation.ledger
+
+
+def preview_training(federation: Federation, options: DPFedAvg, rounds: int) -> None:
+    """Refuse, before anything is sent or charged, a training the coordinator cannot pay for.
+
+    Raises :class:`~fedstats.errors.PlannedBudgetError` naming the
+    coordinator's client-level budget, what is spent and what the planned
+    ``rounds`` would bring it to (RDP composition).
+    """
+    scope = coordinator_scope(federation.study)
+    preview = _ledger(federation).preview(scope, planned_training(options, rounds))
+    if not preview.fits:
+        raise PlannedBudgetError(
+            f"the planned training ({rounds} rounds of client-level DP-FedAvg, noise multiplier "
+            f"{options.noise_multiplier:.4g}, epsilon {preview.epsilon_event:.4g} on its own) "
+            f"would take the coordinator's client-level budget for study {federation.study!r} "
+            f"from epsilon {preview.epsilon_before:.4g} to {preview.epsilon_after:.4g}, over its "
+            f"budget of {preview.budget_epsilon:.4g} at delta {preview.delta:g}; nothing was "
+            "charged or released. Train fewer rounds or raise the noise multiplier."
+        )
+
+
+def charge_round(
+    federation: Federation,
+    options: DPFedAvg,
+    clip: float,
+    *,
+    analysis: str,
+    task: str,
+    round_no: int,
+) -> None:
+    """Charge one round's event to the coordinator's ledger (call before using the aggregate)."""
+    _ledger(federation).charge(
+        coordinator_scope(federation.study),
+        options.round_event(),
+        note=f"client-level DP-FedAvg round {round_no}",
+        analysis=analysis,
+        task=task,
+        parameters={
+            "noise_multiplier": options.noise_multiplier,
+            "update_noise_multiplier": options.update_noise_multiplier(),
+            "clip": clip,
+            "expected_sites": options.expected_sites,
+            "sample_rate": options.sample_rate,
+            "adaptive": options.adaptive,
+        },
+    )
+
+
+def coordinator_spending(federation: Federation, options: DPFedAvg, rounds: int) -> ScopeSpending:
+    """What the coordinator's client-level scope paid for ``rounds`` rounds, and where it stands.
+
+    The epsilon is stated at the delta of the coordinator's budget, the one
+    its ledger enforces.
+    """
+    ledger, scope = _ledger(federation), coordinator_scope(federation.study)
+    budget, entries = ledger.budget(scope), ledger.entries(scope)
+    rdp, pld = fit_epsilon(planned_training(options, rounds), budget.delta)
+    return ScopeSpending(
+        unit="site",
+        owner=COORDINATOR,
+        epsilon=rdp,
+        epsilon_pld=pld,
+        delta=budget.delta,
+        cumulative_epsilon=entries[-1].epsilon_after if entries else 0.0,
+        budget_epsilon=budget.epsilon,
+        noise_multipliers=(options.noise_multiplier,),
+        releases=rounds,
+        fixed_seed=federation.noise_seed is not None,
+    )

@@ -314,6 +314,7 @@ class Federation:
             raise StudyConfigurationError(f"no task {task!r} is registered")
         schema = reply_schema(task_def, dict(args))
         request_bytes = codec.encode({"task": task, "args": dict(args)})
+        self._dispatch(targets, request_bytes)
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, FedstatsError] = {}
         for site in targets:
@@ -355,6 +356,10 @@ class Federation:
                 continue
             replies[site] = payload
         return replies, failures
+
+    def _dispatch(self, sites: list[str], request_bytes: bytes) -> None:
+        """Called once per request before any transport is used; transports that can send
+        to every site at once (a round in parallel) start here. In process: nothing to do."""
 
     def verify_fingerprints(self) -> None:
         """Ask every site for its frame's fingerprint; refuse sites that differ.

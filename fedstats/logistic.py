@@ -36,7 +36,7 @@ from fedstats.errors import (
 )
 from fedstats.federation import Federation
 from fedstats.newton import inverse_information, newton_step
-from fedstats.privacy import ClientDP, RecordDP
+from fedstats.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.private_release import DpRequest
 from fedstats.results import LogisticRegressionResults, Provenance
 from fedstats.secagg import SecureAggregation, secure_note, summed_replies
@@ -164,22 +164,12 @@ class LogisticRegression:
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
             )
         if privacy is not None:
-            options = privacy if isinstance(privacy, tuple) else (privacy,)
-            record = [o for o in options if isinstance(o, RecordDP)]
-            client = [o for o in options if isinstance(o, ClientDP)]
-            if len(record) + len(client) != len(options) or len(record) > 1 or len(client) > 1:
-                raise StudyConfigurationError(
-                    "privacy must be a RecordDP, a ClientDP, or one of each in a tuple"
-                )
+            record, client = privacy_levels(
+                privacy, ClientDP, "a RecordDP, a ClientDP, or one of each in a tuple"
+            )
             from fedstats.logistic_private import fit_private
 
-            return fit_private(
-                self,
-                federation,
-                record[0] if record else None,
-                client[0] if client else None,
-                secure_aggregation,
-            )
+            return fit_private(self, federation, record, client, secure_aggregation)
         started = datetime.now(UTC)
         analysis = federation.new_analysis("logistic")
         agreement = self.agree(federation, analysis)

@@ -37,16 +37,20 @@ import numpy as np
 
 import accounting
 from fedstats.design import SITE_COLUMN
-from fedstats.errors import PlannedBudgetError, StudyConfigurationError
+from fedstats.errors import StudyConfigurationError
 from fedstats.federation import Federation
 from fedstats.privacy import (
+    COORDINATOR,
     ClientDP,
     PrivacyAccount,
     RecordDP,
     ScopeSpending,
+    coordinator_scope,
     feature_scaling,
     fit_epsilon,
     information_rounds,
+    preview_site_budgets,
+    site_spending,
     unscale,
 )
 from fedstats.private_release import DpRequest
@@ -55,8 +59,6 @@ from fedstats.secagg import SecureAggregation, SecureSum, secure_record, secure_
 
 if TYPE_CHECKING:
     from fedstats.logistic import LogisticRegression
-
-COORDINATOR = "coordinator"
 
 
 def fit_private(
@@ -88,7 +90,7 @@ def fit_private(
     informed = information_rounds(rounds)
     sigma_c = client.sigma() if client else None
     if record is not None:
-        _preview_sites(federation, record.planned_event(sigmas), analysis)
+        preview_site_budgets(federation, record.planned_event(sigmas), analysis)
     if client is not None:
         _preview_coordinator(federation, client, sigma_c)
     counts_dp = (
@@ -301,29 +303,6 @@ def _plan(record: RecordDP | None, client: ClientDP | None) -> tuple[int, dict]:
     return rounds, bounds
 
 
-def _preview_sites(federation: Federation, planned: dp_accounting.DpEvent, analysis: str) -> None:
-    """Ask every site whether the whole fit fits its budget, before anything is charged."""
-    replies = federation.request(
-        "privacy.status",
-        {"study": federation.study, "planned": accounting.event_to_json(planned)},
-        analysis=analysis,
-    )
-    short = {s: r for s, r in replies.items() if not r["fits"]}
-    if short:
-        detail = "; ".join(
-            f"{s}: spent {r['epsilon_spent']:.4g} of {r['budget_epsilon']:.4g}"
-            for s, r in short.items()
-        )
-        raise PlannedBudgetError(
-            f"the planned fit would exceed the privacy budget of {sorted(short)} ({detail}); "
-            "nothing was charged or released. Lower the rounds or epsilon, or ask the sites."
-        )
-
-
-def _coordinator_scope(federation: Federation) -> accounting.Scope:
-    return accounting.Scope(unit="site", owner=COORDINATOR, study=federation.study)
-
-
 def _preview_coordinator(federation: Federation, client: ClientDP, sigma: float) -> None:
     if federation.ledger is None:
         raise StudyConfigurationError(
@@ -332,10 +311,10 @@ def _preview_coordinator(federation: Federation, client: ClientDP, sigma: float)
     planned = dp_accounting.SelfComposedDpEvent(
         dp_accounting.GaussianDpEvent(sigma), client.releases
     )
-    preview = federation.ledger.preview(_coordinator_scope(federation), planned)
+    preview = federation.ledger.preview(coordinator_scope(federation.study), planned)
     if not preview.fits:
         raise accounting.BudgetExceeded(
-            scope=_coordinator_scope(federation),
+            scope=coordinator_scope(federation.study),
             budget_epsilon=preview.budget_epsilon,
             spent=preview.epsilon_before,
             requested=preview.epsilon_event,
@@ -360,7 +339,7 @@ def _client_release(
     mechanisms = 1 if info is None else 2
     event = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(sigma)] * mechanisms)
     federation.ledger.charge(
-        _coordinator_scope(federation),
+        coordinator_scope(federation.study),
         event,
         note=f"client-level logistic round {round_no}",
         analysis=analysis,
@@ -440,29 +419,23 @@ def _account(
 ) -> PrivacyAccount:
     scopes = []
     if record is not None:
-        rdp, pld = fit_epsilon(record.planned_event(sigmas), record.delta)
-        for site in federation.sites:
-            reply = replies.get(site, {})
-            scopes.append(
-                ScopeSpending(
-                    unit="patient",
-                    owner=site,
-                    epsilon=rdp,
-                    epsilon_pld=pld,
-                    delta=record.delta,
-                    cumulative_epsilon=reply.get("dp_epsilon_spent"),
-                    budget_epsilon=reply.get("dp_budget_epsilon"),
-                    noise_multipliers=tuple(sigmas.values()),
-                    releases=record.releases,
-                    fixed_seed=bool(reply.get("dp_fixed_seed", False)),
-                )
+        scopes.extend(
+            site_spending(
+                site,
+                record.planned_event(sigmas),
+                record.delta,
+                replies.get(site, {}),
+                tuple(sigmas.values()),
+                record.releases,
             )
+            for site in federation.sites
+        )
     if client is not None:
         event = dp_accounting.SelfComposedDpEvent(
             dp_accounting.GaussianDpEvent(sigma_c), client.releases
         )
         rdp, pld = fit_epsilon(event, client.delta)
-        spent = federation.ledger.spent(_coordinator_scope(federation))
+        spent = federation.ledger.spent(coordinator_scope(federation.study))
         scopes.append(
             ScopeSpending(
                 unit="site",

@@ -29,7 +29,7 @@ import numpy as np
 
 import accounting
 from fedstats.design import SITE_COLUMN, DesignLayout
-from fedstats.errors import FormulaError, StudyConfigurationError
+from fedstats.errors import FormulaError, PlannedBudgetError, StudyConfigurationError
 
 
 def _check_common(
@@ -214,6 +214,33 @@ class ClientDP:
         return accounting.calibrate_gaussian(self.epsilon, self.delta, compositions=self.releases)
 
 
+COORDINATOR = "coordinator"
+"""The owner of the coordinator's client-level scope in its ledger."""
+
+
+def coordinator_scope(study: str) -> accounting.Scope:
+    """The coordinator's client-level privacy scope of ``study`` (unit: one site)."""
+    return accounting.Scope(unit="site", owner=COORDINATOR, study=study)
+
+
+def privacy_levels(privacy: Any, client_type: type, expected: str) -> tuple[RecordDP | None, Any]:
+    """Split a fit's ``privacy=`` into its record-level and client-level options.
+
+    ``privacy`` is ``None``, one option, or a tuple of at most one
+    :class:`RecordDP` and one ``client_type`` option; anything else raises
+    :class:`~fedstats.errors.StudyConfigurationError` saying what is
+    ``expected``.
+    """
+    if privacy is None:
+        return None, None
+    options = privacy if isinstance(privacy, tuple) else (privacy,)
+    record = [o for o in options if isinstance(o, RecordDP)]
+    client = [o for o in options if isinstance(o, client_type)]
+    if len(record) + len(client) != len(options) or len(record) > 1 or len(client) > 1:
+        raise StudyConfigurationError(f"privacy must be {expected}")
+    return (record[0] if record else None), (client[0] if client else None)
+
+
 @dataclass(frozen=True)
 class ScopeSpending:
     """What one privacy scope paid for a fit, and where it stands."""
@@ -228,6 +255,67 @@ class ScopeSpending:
     noise_multipliers: tuple[float, ...]
     releases: int
     fixed_seed: bool
+
+
+def site_spending(
+    site: str,
+    event: dp_accounting.DpEvent,
+    delta: float,
+    reply: Mapping[str, Any],
+    noise_multipliers: tuple[float, ...],
+    releases: int,
+) -> ScopeSpending:
+    """What one site's record-level scope paid for a fit's ``event``, and where it now stands.
+
+    The cumulative figures are the public facts the site added to its last
+    private reply (:data:`fedstats.private_release.DP_REPLY_FIELDS`).
+    """
+    rdp, pld = fit_epsilon(event, delta)
+    return ScopeSpending(
+        unit="patient",
+        owner=site,
+        epsilon=rdp,
+        epsilon_pld=pld,
+        delta=delta,
+        cumulative_epsilon=reply.get("dp_epsilon_spent"),
+        budget_epsilon=reply.get("dp_budget_epsilon"),
+        noise_multipliers=noise_multipliers,
+        releases=releases,
+        fixed_seed=bool(reply.get("dp_fixed_seed", False)),
+    )
+
+
+def preview_site_budgets(
+    federation: Any,
+    planned: dp_accounting.DpEvent,
+    analysis: str,
+    *,
+    what: str = "fit",
+    sites: list[str] | None = None,
+) -> None:
+    """Ask every site whether the whole planned ``what`` fits its budget, before any charge.
+
+    Raises :class:`~fedstats.errors.PlannedBudgetError` naming each site that
+    could not pay, with its spent and budgeted epsilon; the only messages
+    exchanged are the ``privacy.status`` requests, which release nothing
+    about patients.
+    """
+    replies = federation.request(
+        "privacy.status",
+        {"study": federation.study, "planned": accounting.event_to_json(planned)},
+        analysis=analysis,
+        sites=sites,
+    )
+    short = {s: r for s, r in replies.items() if not r["fits"]}
+    if short:
+        detail = "; ".join(
+            f"{s}: spent {r['epsilon_spent']:.4g} of {r['budget_epsilon']:.4g}"
+            for s, r in short.items()
+        )
+        raise PlannedBudgetError(
+            f"the planned {what} would exceed the privacy budget of {sorted(short)} ({detail}); "
+            "nothing was charged or released. Lower the rounds or epsilon, or ask the sites."
+        )
 
 
 @dataclass(frozen=True)

@@ -116,13 +116,14 @@ class DpRequest:
         return [self.noise_multipliers[n] for n in names]
 
 
-def reply_schema(task: Task, args: dict[str, Any]) -> ReplySchema:
+def reply_schema(task: Task, args: dict[str, Any], plain: ReplySchema | None = None) -> ReplySchema:
     """The task's declared reply, plus the public privacy facts when the request is private.
 
     Under secure aggregation (a ``secagg`` block) the numeric fields travel as
     one masked ring vector (:func:`fedstats.secagg_site.masked_schema`).
+    ``plain`` is ``task.schema(args)`` when the caller has it already.
     """
-    schema = dict(task.schema(args))
+    schema = dict(task.schema(args) if plain is None else plain)
     if args.get("secagg") is not None:
         schema = dict(masked_schema(schema, task=task.name))
     if args.get("dp") is not None:

@@ -52,7 +52,7 @@ class Quantized:
 
 
 def check_bits(bits: int) -> int:
-    if not isinstance(bits, int) or not 1 <= bits <= 16:
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 16:
         raise StudyConfigurationError(
             f"quantisation bits must be an integer in 1..16, got {bits!r}"
         )
@@ -71,7 +71,7 @@ def quantize(x: np.ndarray, bits: int, rng: np.random.Generator | None = None) -
     if scale == 0.0:
         codes = np.zeros(x.size, dtype=np.uint32)
     else:
-        u = (x + scale) * (levels / (2 * scale))
+        u = (x / scale + 1.0) * (levels / 2)  # x / scale in [-1, 1]: no overflow
         low = np.floor(u)
         codes = (low + (rng.random(x.size) < (u - low))).clip(0, levels).astype(np.uint32)
     # bit planes, most significant first, packed 8 entries per byte

@@ -121,11 +121,11 @@ class Silo:
             task = self._registry.get(task_name)
             if task is None:
                 raise UnknownTaskError(site=self.name, task=task_name)
-            schema = reply_schema(task, args)
+            plain = task.schema(args)
+            schema = reply_schema(task, args, plain)
             dp = DpRequest.from_args(args)
             secure = MaskBlock.from_args(args)
             session = None if secure is None else open_shares(self._context, secure, task_name)
-            plain = task.schema(args)
             noise = None
             facts: dict = {}
             if dp is None:

@@ -3,11 +3,23 @@
 * :class:`FederatedTrainer` — FedAvg, FedProx or SCAFFOLD training of a
   registered ``torch`` network on the sites' agreed design, with FedAdam /
   FedYogi server steps, client sampling, secure aggregation and
-  record-level DP-SGD at every site (Opacus, accounted by ``dp_accounting``).
+  record-level DP-SGD at every site (Opacus, accounted by ``dp_accounting``),
+  client-level DP-FedAvg at the coordinator (:class:`DPFedAvg`, fixed or
+  adaptive clipping), robust aggregation and quantised updates.
+* :func:`audit_with_control` — a one-run canary audit of the training
+  (Steinke, Nasr & Jagielski, NeurIPS 2023) beside a non-private control.
 * :func:`register_model` — the model registry shared by sites and coordinator.
 """
 
-from fedstats.deep.aggregation import Aggregator, ClientPrivacy, weighted_sum
+from fedstats.client_dp import DPFedAvg
+from fedstats.deep.aggregation import Aggregator, weighted_sum
+from fedstats.deep.canary_audit import (
+    AuditReport,
+    CanaryRun,
+    audit_training,
+    audit_with_control,
+    draw_canaries,
+)
 from fedstats.deep.evaluation import Evaluation
 from fedstats.deep.losses import binary_loss, cox_loss
 from fedstats.deep.models import ModelSpecError, build_model, register_model, registered_models
@@ -16,14 +28,19 @@ from fedstats.deep.trainer import FederatedTrainer
 
 __all__ = [
     "Aggregator",
-    "ClientPrivacy",
+    "AuditReport",
+    "CanaryRun",
+    "DPFedAvg",
     "DeepModelResults",
     "Evaluation",
     "FederatedTrainer",
     "ModelSpecError",
+    "audit_training",
+    "audit_with_control",
     "binary_loss",
     "build_model",
     "cox_loss",
+    "draw_canaries",
     "register_model",
     "registered_models",
     "weighted_sum",

@@ -7,22 +7,24 @@ unbiased estimate of the full-participation FedAvg update
 ``sum_k (n_k / N) Delta_k`` (McMahan et al., AISTATS 2017; the unbiased
 weighting of Li, Sahu, Zaheer et al., MLSys 2020, Sec. 4).
 
-An :data:`Aggregator` maps the sampled sites' flat update vectors and their
-weights to one update; :func:`weighted_sum` is FedAvg's. A robust
-combination (coordinate-wise median, trimmed mean) can be passed in its
-place. A :class:`ClientPrivacy` hook, when given, sees the flat updates
-before aggregation and the aggregate after it (client-level clipping and
-noise).
+An :class:`~fedstats.aggregation.Aggregator` maps the sampled sites' flat
+update vectors and their weights to one update; :func:`weighted_sum` is
+FedAvg's. A robust rule of :mod:`fedstats.aggregation` (coordinate-wise
+median, trimmed mean, norm bounding) can be passed in its place.
+Client-level privacy replaces the combination by DP-FedAvg's clipped, noised
+sum over the expected number of sites (:class:`fedstats.client_dp.DPFedAvg`,
+passed as ``fit(privacy=...)``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from typing import Protocol
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-Aggregator = Callable[[Sequence[np.ndarray], Sequence[float]], np.ndarray]
+from fedstats.aggregation import Aggregator
+
+__all__ = ["Aggregator", "client_weights", "sample_sites", "weighted_sum"]
 
 
 def weighted_sum(updates: Sequence[np.ndarray], weights: Sequence[float]) -> np.ndarray:
@@ -31,18 +33,6 @@ def weighted_sum(updates: Sequence[np.ndarray], weights: Sequence[float]) -> np.
     for update, weight in zip(updates, weights, strict=True):
         total += float(weight) * np.asarray(update, dtype=np.float64)
     return total
-
-
-class ClientPrivacy(Protocol):
-    """A coordinator-side privacy step around aggregation (client-level DP)."""
-
-    def clip(self, updates: list[np.ndarray], round_no: int) -> list[np.ndarray]:
-        """The sites' updates, bounded (e.g. clipped in L2 norm)."""
-        ...
-
-    def noise(self, aggregate: np.ndarray, sites: int, round_no: int) -> np.ndarray:
-        """The aggregate with the mechanism's noise added (and charged)."""
-        ...
 
 
 def sample_sites(sites: Sequence[str], rate: float, rng: np.random.Generator) -> list[str]:

@@ -5,10 +5,11 @@ scikit-learn), Brier score ``mean (p - y)^2`` and log-loss; calibration
 intercept and slope — the logistic recalibration ``logit P(y=1) = a + b f``
 of the outcome on the model's logit ``f`` (Cox, Biometrika 1958; ideal
 ``a = 0``, ``b = 1``) — fitted by statsmodels' binomial GLM on the site's
-histogram of logits by outcome (bins of width 0.01 on ``[-8, 8]``). Pooled:
+histogram of logits by outcome (bins of width 0.01 on ``[-8, 8]``, merged
+at the site until each released bin holds at least ``k`` patients). Pooled:
 the same from summed counts; the pooled AUC is the Mann–Whitney statistic
-of the summed histograms (pairs in one bin count 1/2), exact up to the bin
-width. Survival: Harrell's C from pair counts within sites, pooled by
+of the summed histograms (pairs in one bin count 1/2), exact up to the
+merged bins. Survival: Harrell's C from pair counts within sites, pooled by
 summing the counts (pairs across sites are not compared).
 """
 

@@ -25,8 +25,7 @@ from dp_accounting.rdp import RdpAccountant
 
 import accounting
 from fedstats.deep.dp_sgd import DpSgdPlan, dp_sgd_event
-from fedstats.errors import PlannedBudgetError, StudyConfigurationError
-from fedstats.federation import Federation
+from fedstats.errors import StudyConfigurationError
 
 COUNTS_NOISE_MULTIPLIER = 10.0
 """Noise multiplier of each site's counts (sensitivity sqrt(2)): a standard deviation of
@@ -97,29 +96,6 @@ def calibrate_noise(epsilon: float, delta: float, sample_rate: float, steps: int
             RdpAccountant, make_event, epsilon, delta, ExplicitBracketInterval(low, high)
         )
     )
-
-
-def preview_sites(
-    federation: Federation, planned: dp_accounting.DpEvent, analysis: str, sites: list[str]
-) -> None:
-    """Ask every site whether the whole planned training fits its budget, before any charge."""
-    replies = federation.request(
-        "privacy.status",
-        {"study": federation.study, "planned": accounting.event_to_json(planned)},
-        analysis=analysis,
-        sites=sites,
-    )
-    short = {s: r for s, r in replies.items() if not r["fits"]}
-    if short:
-        detail = "; ".join(
-            f"{s}: spent {r['epsilon_spent']:.4g} of {r['budget_epsilon']:.4g}"
-            for s, r in short.items()
-        )
-        raise PlannedBudgetError(
-            f"the planned training would exceed the privacy budget of {sorted(short)} "
-            f"({detail}); nothing was charged or released. Train fewer rounds or steps, "
-            "raise the noise, or ask the sites."
-        )
 
 
 def default_sample_rate(batch_size: int, n_obs: dict[str, float]) -> float:

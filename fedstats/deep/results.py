@@ -24,8 +24,12 @@ class DeepModelResults:
     ``weights`` are the final parameters (float32 arrays in ``state_dict``
     order); :meth:`module` rebuilds the ``torch`` module from the registry.
     ``history`` has one row per round (sites that took part, weighted mean
-    training loss — not released under record-level DP — update norm,
-    seconds). ``evaluation`` holds per-site and pooled metrics.
+    training loss — not released under record- or client-level DP — update
+    norm, seconds; the bytes of the sites' updates as sent, ``update_bytes``,
+    and as float32, ``update_bytes_unquantized``; under client-level DP the
+    round's clip bound ``clip`` and, adapting it, the noisy fraction of
+    updates within it, ``unclipped_fraction``). ``evaluation`` holds
+    per-site and pooled metrics.
     """
 
     model: str

@@ -10,7 +10,10 @@ charges it to the site's ledger before training, and the reply carries only
 the noisy update (and SCAFFOLD's control update, computed from it), not the
 training loss. Under secure aggregation the request's ``scale`` gives each
 site the weight it multiplies its update by, so the masked sum is already
-the weighted combination.
+the weighted combination. With ``quantize_bits`` ``b`` the site sends its
+update stochastically rounded to ``b`` bits per entry (unbiased;
+:mod:`fedstats.quantize`) as ``update_packed`` (``ceil(d b / 8)`` bytes of
+bit-packed codes) and ``update_scale`` instead of the float32 ``update``.
 
 ``deep.evaluate`` scores the site's rows with given weights and replies sums
 and counts the coordinator combines over sites (:mod:`fedstats.deep.evaluation`).
@@ -18,6 +21,7 @@ and counts the coordinator combines over sites (:mod:`fedstats.deep.evaluation`)
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +40,9 @@ from fedstats.deep.weights import checked_arrays, load_arrays
 from fedstats.design import DesignSpec
 from fedstats.errors import MalformedRequestError
 from fedstats.private_release import DpRequest
+from fedstats.quantize import quantize
 from fedstats.schema import Array, Number
+from fedstats.survival_site import deferred_points
 from fedstats.task import SiteContext, TaskReply
 
 TRAIN_TASK = "deep.train"
@@ -101,6 +107,7 @@ class TrainRequest:
     control: np.ndarray | None
     scale: dict[str, float] | None
     control_scale: float | None
+    quantize_bits: int | None
 
 
 def train_request(args: dict[str, Any]) -> TrainRequest:
@@ -171,14 +178,28 @@ def train_request(args: dict[str, Any]) -> TrainRequest:
         raise MalformedRequestError(site=None, task=None, reason="'scale' maps sites to numbers")
     if control_scale is not None and not _number(control_scale):
         raise MalformedRequestError(site=None, task=None, reason="'control_scale' is a number")
+    bits = args.get("quantize_bits")
+    if bits is not None and not (type(bits) is int and 1 <= bits <= 16):
+        raise MalformedRequestError(
+            site=None, task=None, reason="'quantize_bits' must be an integer in 1..16"
+        )
+    if bits is not None and scale is not None:
+        raise MalformedRequestError(
+            site=None, task=None, reason="a securely summed update cannot be quantised"
+        )
     local = LocalPlan(algorithm, float(lr), batch_size, steps, epochs, float(mu))
-    return TrainRequest(model, local, analysis, seed, private, control, scale, control_scale)
+    return TrainRequest(model, local, analysis, seed, private, control, scale, control_scale, bits)
 
 
 def train_schema(args: dict[str, Any]) -> dict:
     request = train_request(args)
     p = request.model.n_params
-    schema: dict = {"update": Array((p,))}
+    bits = request.quantize_bits
+    schema: dict = (
+        {"update": Array((p,))}
+        if bits is None
+        else {"update_packed": Array((math.ceil(p * bits / 8),)), "update_scale": Number()}
+    )
     if request.local.algorithm == "scaffold":
         schema["control_update"] = Array((p,))
     if request.private is None:
@@ -225,7 +246,13 @@ def train(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     if outcome.new_control is not None:
         cache[request.analysis] = outcome.new_control
     weight = 1.0 if request.scale is None else float(request.scale.get(ctx.name, 0.0))
-    payload: dict[str, Any] = {"update": (outcome.update * weight).astype(np.float32)}
+    update = (outcome.update * weight).astype(np.float32)
+    payload: dict[str, Any]
+    if request.quantize_bits is None:
+        payload = {"update": update}
+    else:
+        coded = quantize(update, request.quantize_bits, _rounding_rng(seed, ctx.name))
+        payload = {"update_packed": coded.packed, "update_scale": coded.scale}
     if outcome.control_update is not None:
         factor = 1.0 if request.control_scale is None else float(request.control_scale)
         payload["control_update"] = (outcome.control_update * factor).astype(np.float32)
@@ -258,7 +285,8 @@ def evaluate(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     Binary: patients, events, correct classifications at probability 1/2,
     the Brier sum ``sum (p_i - y_i)^2``, the log-loss sum, the site's AUC
     (scikit-learn; NaN with one class) and histograms of the logits of
-    events and non-events on a fixed grid (for the pooled AUC and the
+    events and non-events on a fixed grid, merged so that every released
+    bin holds at least ``k`` patients (for the pooled AUC and the
     calibration fit). Survival: Harrell's C pair counts among the site's
     patients (:func:`fedstats.cox_math.concordance_counts`).
     """
@@ -288,6 +316,11 @@ def evaluate(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     log_loss = np.logaddexp(0.0, scores) - y * scores
     both = 0 < y.sum() < len(y)
     clipped = np.clip(scores, LOGIT_EDGES[0], LOGIT_EDGES[-1])
+    events, non_events = k_protected_histograms(
+        np.histogram(clipped[y == 1], LOGIT_EDGES)[0].astype(np.float64),
+        np.histogram(clipped[y == 0], LOGIT_EDGES)[0].astype(np.float64),
+        ctx.policy.min_count,
+    )
     payload = {
         "n": data.n,
         "n_events": int(y.sum()),
@@ -295,10 +328,32 @@ def evaluate(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         "brier_sum": float(np.sum((p - y) ** 2)),
         "log_loss_sum": float(np.sum(log_loss)),
         "auc": float(roc_auc_score(y, scores)) if both else math.nan,
-        "logits_events": np.histogram(clipped[y == 1], LOGIT_EDGES)[0].astype(np.float64),
-        "logits_non_events": np.histogram(clipped[y == 0], LOGIT_EDGES)[0].astype(np.float64),
+        "logits_events": events,
+        "logits_non_events": non_events,
     }
     return TaskReply(payload, contributors=data.n)
+
+
+def k_protected_histograms(
+    events: np.ndarray, non_events: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The two logit histograms with every released bin holding at least ``k`` patients.
+
+    Bins are merged from the left as in the survival curves' deferred
+    events (:func:`fedstats.survival_site.deferred_points`): patients
+    accumulate until at least ``k`` are pending, then all are released at
+    the current bin; the last fewer than ``k`` join the last released bin.
+    Events and non-events of one merged bin stay together, so the pooled AUC
+    counts their pairs as ties, and no bin tells of fewer than ``k``
+    patients' logits and outcomes.
+    """
+    release = deferred_points(events + non_events, k)
+    released = release[release >= 0]
+    release[release < 0] = released.max() if released.size else len(release) - 1
+    return (
+        np.bincount(release, weights=events, minlength=len(events)),
+        np.bincount(release, weights=non_events, minlength=len(non_events)),
+    )
 
 
 def training_event(args: dict[str, Any]):
@@ -307,6 +362,14 @@ def training_event(args: dict[str, Any]):
     if request.private is None:
         raise ValueError("a private round needs 'dp_sgd'")
     return request.private.event()
+
+
+def _rounding_rng(seed: int | None, site: str) -> np.random.Generator:
+    """The stochastic rounding's generator: from the round's seed and the site's name when the
+    run is seeded (so sites round independently), from OS entropy otherwise."""
+    if seed is None:
+        return np.random.default_rng()
+    return np.random.default_rng([seed, int.from_bytes(hashlib.sha256(site.encode()).digest()[:4])])
 
 
 def _number(value: Any) -> bool:

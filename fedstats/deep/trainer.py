@@ -18,6 +18,23 @@ otherwise. ``RecordDP.epsilon``/``delta`` are the fit's target per site
 (``noise_multiplier`` instead fixes ``sigma``); ``bounds`` add to the
 trainer's bounds; ``rounds`` and ``row_norm`` are options of Newton fits and
 do not apply (the trainer's ``rounds`` and ``max_grad_norm`` do).
+
+Client-level privacy (:class:`~fedstats.client_dp.DPFedAvg`, unit: site):
+the coordinator clips each sampled site's update to L2 norm ``C`` (fixed,
+or adapted towards a quantile of the update norms), sums, adds
+``N(0, (z_u C)^2 I)`` and divides by the expected number of sites
+``m = q n`` (McMahan et al., ICLR 2018; Andrew et al., NeurIPS 2021). The
+whole planned training is previewed against the coordinator's ledger
+before anything is sent, and each round's event is charged there before
+its aggregate moves the model (:mod:`fedstats.client_dp`). It combines with
+record-level DP-SGD (both guarantees, both accounts), not with secure
+aggregation or a custom aggregator.
+
+Quantised updates (``quantize_bits``): each site rounds its update
+stochastically to ``b`` bits per entry (unbiased; :mod:`fedstats.quantize`)
+and sends the bit-packed codes and the scale, ``ceil(d b / 8) + 8`` bytes
+instead of ``4 d`` for float32; the coordinator decodes them. The history
+reports the update bytes of every round with and without quantisation.
 """
 
 from __future__ import annotations
@@ -33,14 +50,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from fedstats import client_dp
 from fedstats.agree import Agreement, agree_design
-from fedstats.deep.aggregation import (
-    Aggregator,
-    ClientPrivacy,
-    client_weights,
-    sample_sites,
-    weighted_sum,
-)
+from fedstats.client_dp import DPFedAvg
+from fedstats.deep.aggregation import Aggregator, client_weights, sample_sites, weighted_sum
 from fedstats.deep.dp_sgd import ENGINES
 from fedstats.deep.evaluation import Evaluation, combine_binary, combine_survival
 from fedstats.deep.local_training import ALGORITHMS
@@ -51,7 +64,6 @@ from fedstats.deep.privacy_plan import (
     DpSgdSchedule,
     calibrate_noise,
     default_sample_rate,
-    preview_sites,
     steps_for_epochs,
 )
 from fedstats.deep.results import DeepModelResults
@@ -60,12 +72,24 @@ from fedstats.deep.site_data import input_columns
 from fedstats.deep.site_tasks import DP_GROUP, EVALUATE_TASK, TRAIN_TASK
 from fedstats.deep.weights import checked_arrays, flatten, parameter_arrays, unflatten
 from fedstats.design import Level, parse_formula, survival_outcome
-from fedstats.errors import StudyConfigurationError
+from fedstats.errors import InvalidReplyError, StudyConfigurationError
 from fedstats.federation import Federation
-from fedstats.privacy import PrivacyAccount, RecordDP, ScopeSpending, feature_scaling, fit_epsilon
+from fedstats.privacy import (
+    PrivacyAccount,
+    RecordDP,
+    ScopeSpending,
+    feature_scaling,
+    preview_site_budgets,
+    privacy_levels,
+    site_spending,
+)
 from fedstats.private_release import DpRequest
+from fedstats.quantize import Quantized, check_bits, dequantize
 from fedstats.results import Provenance
 from fedstats.secagg import SecureAggregation, SecureSum, secure_record, secure_sum
+
+FLOAT32_BYTES = 4
+"""Bytes of one entry of an unquantised update (float32 on the wire)."""
 
 
 class FederatedTrainer:
@@ -97,10 +121,13 @@ class FederatedTrainer:
         DP-SGD's per-patient clipping norm, Poisson sampling rate (default
         ``batch_size / median n_k``) and clipping engine
         (:mod:`fedstats.deep.dp_sgd`).
-    aggregator, client_privacy:
-        A replacement for the weighted sum of updates, and a coordinator-side
-        privacy hook (:mod:`fedstats.deep.aggregation`); neither combines with
-        secure aggregation, which shows the coordinator only the sum.
+    aggregator:
+        A replacement for the weighted sum of updates (a robust rule of
+        :mod:`fedstats.aggregation`); it does not combine with secure
+        aggregation, which shows the coordinator only the sum.
+    quantize_bits:
+        Bits per entry of the sites' quantised updates (1..16), or ``None``
+        for float32 updates; not with secure aggregation.
     seed:
         Initial weights, site sampling and (without record-level privacy)
         the sites' batch order; ``None`` draws it from OS entropy.
@@ -131,7 +158,7 @@ class FederatedTrainer:
         engine: str = "auto",
         missing: str = "raise",
         aggregator: Aggregator | None = None,
-        client_privacy: ClientPrivacy | None = None,
+        quantize_bits: int | None = None,
         seed: int | None = None,
         progress: bool = True,
     ) -> None:
@@ -157,6 +184,8 @@ class FederatedTrainer:
             raise StudyConfigurationError("sample_rate must be in (0, 1]")
         if engine not in ENGINES:
             raise StudyConfigurationError(f"engine must be one of {ENGINES}")
+        if quantize_bits is not None:
+            check_bits(quantize_bits)
         self.model = model
         self.hyper = dict(hyper or {})
         self.formula = formula
@@ -179,7 +208,7 @@ class FederatedTrainer:
         self.engine = engine
         self.missing = missing
         self.aggregator = aggregator or weighted_sum
-        self.client_privacy = client_privacy
+        self.quantize_bits = quantize_bits
         self.seed = seed
         self.progress = progress
 
@@ -189,25 +218,38 @@ class FederatedTrainer:
         self,
         federation: Federation,
         *,
-        privacy: RecordDP | None = None,
+        privacy: RecordDP | DPFedAvg | tuple[RecordDP | DPFedAvg, ...] | None = None,
         secure_aggregation: SecureAggregation | None = None,
         evaluation: Federation | bool = True,
         initial_weights: list[np.ndarray] | None = None,
     ) -> DeepModelResults:
         """Train on ``federation``; evaluate on it (or on ``evaluation``, e.g. the sites' test
         sets; ``False`` skips evaluation). ``initial_weights`` (float arrays in ``state_dict``
-        order) replace the seeded initialisation."""
-        self._check_options(privacy, secure_aggregation)
+        order) replace the seeded initialisation.
+
+        ``privacy``: :class:`~fedstats.RecordDP` (DP-SGD at every site, charged to each
+        site's ledger), :class:`~fedstats.client_dp.DPFedAvg` (client-level DP-FedAvg at the
+        coordinator, charged to ``federation.ledger``), or one of each in a tuple.
+        """
+        record, client = privacy_levels(
+            privacy,
+            DPFedAvg,
+            "fedstats.RecordDP(...) (DP-SGD at every site), fedstats.DPFedAvg(...) "
+            "(client-level DP at the coordinator), or one of each in a tuple",
+        )
+        self._check_options(record, client, secure_aggregation, federation)
+        if client is not None:  # before any message: the whole training must fit the budget
+            client_dp.preview_training(federation, client, self.rounds)
         started = datetime.now(UTC)
         analysis = federation.new_analysis("deep")
         rng = np.random.default_rng(self.seed)
-        bounds = {**self.bounds, **(dict(privacy.bounds) if privacy else {})}
+        bounds = {**self.bounds, **(dict(record.bounds) if record else {})}
         schedule: DpSgdSchedule | None = None
-        if privacy is not None and self.sample_rate is not None:
-            schedule = self._schedule(privacy, self.sample_rate)
-            preview_sites(federation, schedule.planned_event(), analysis, list(federation.sites))
+        if record is not None and self.sample_rate is not None:
+            schedule = self._schedule(record, self.sample_rate)
+            preview_site_budgets(federation, schedule.planned_event(), analysis, what="training")
         counts_dp = None
-        if privacy is not None:
+        if record is not None:
             counts_dp = DpRequest(
                 {"n_obs": COUNTS_NOISE_MULTIPLIER}, federation.study, analysis, "counts"
             )
@@ -221,15 +263,10 @@ class FederatedTrainer:
             outcome_kind=self.kind,
         )
         n_obs = dict(agreement.counts.n_obs)
-        if privacy is not None and schedule is None:
-            schedule = self._schedule(privacy, default_sample_rate(self.batch_size, n_obs))
+        if record is not None and schedule is None:
+            schedule = self._schedule(record, default_sample_rate(self.batch_size, n_obs))
             training_only = schedule.planned_event()  # counts are in the ledgers already
-            preview_sites(
-                federation,
-                training_only.events[1],
-                analysis,
-                list(federation.sites),
-            )
+            preview_site_budgets(federation, training_only.events[1], analysis, what="training")
         spec = agreement.spec
         scaling = feature_scaling(agreement.layout, spec.columns, bounds, federation.sites)
         columns = tuple(input_columns(spec))
@@ -243,6 +280,7 @@ class FederatedTrainer:
             except ModelSpecError as error:
                 raise StudyConfigurationError(str(error)) from None
         global_weights = flatten(shapes)
+        n_params = global_weights.size
         control = np.zeros_like(global_weights) if self.algorithm == "scaffold" else None
         server = ServerOptimizer(*self.server)
         history: list[dict[str, Any]] = []
@@ -250,16 +288,19 @@ class FederatedTrainer:
         dp_steps = dict.fromkeys(federation.sites, 0)
         sessions: list[SecureSum] = []
         participation = dict.fromkeys(federation.sites, 0)
+        noise_rng = federation.noise_rng() if client is not None else None
+        clip = client.clip if client is not None else math.nan
         base = self._base_args(spec.to_wire(), scaling, analysis, schedule, federation.study)
         bar = tqdm(range(1, self.rounds + 1), desc="rounds", disable=not self.progress)
         for round_no in bar:
             tick = time.perf_counter()
             sampled = sample_sites(federation.sites, self.sample_rate_sites, rng)
-            if not sampled:
+            if not sampled and client is None:
                 history.append({"round": round_no, "sites": 0, "train_loss": math.nan,
                                 "update_norm": 0.0, "seconds": 0.0})  # fmt: skip
                 continue
-            weights = client_weights(n_obs, sampled, self.sample_rate_sites)
+            row: dict[str, Any] = {"round": round_no}
+            weights = client_weights(n_obs, sampled, self.sample_rate_sites) if sampled else {}
             args = {
                 **base,
                 "weights": unflatten(global_weights, shapes),
@@ -275,7 +316,7 @@ class FederatedTrainer:
             if control is not None:
                 args["control"] = control
             part = federation if len(sampled) == len(federation.sites) else (
-                federation.subset(sampled)
+                federation.subset(sampled) if sampled else None
             )  # fmt: skip
             if secure_aggregation is not None:
                 args["scale"] = weights
@@ -291,14 +332,21 @@ class FederatedTrainer:
                 loss = loss / sum(weights[s] for s in contributed) if schedule is None else loss
                 last_public.update(summed.public)
             else:
-                replies = part.request(TRAIN_TASK, args, analysis=analysis)
+                replies = {} if part is None else part.request(TRAIN_TASK, args, analysis=analysis)
                 contributed = list(replies)
-                updates = [replies[s]["update"] for s in contributed]
-                if self.client_privacy is not None:
-                    updates = self.client_privacy.clip(updates, round_no)
-                aggregate = self.aggregator(updates, [weights[s] for s in contributed])
-                if self.client_privacy is not None:
-                    aggregate = self.client_privacy.noise(aggregate, len(contributed), round_no)
+                updates = self._received_updates(replies, n_params, row)
+                if client is not None:
+                    # charged before the noisy aggregate exists, let alone moves the model
+                    client_dp.charge_round(federation, client, clip, analysis=analysis,
+                                           task=TRAIN_TASK, round_no=round_no)  # fmt: skip
+                    released = client.aggregate(updates, clip, noise_rng, dimension=n_params)
+                    aggregate = released.update
+                    row["clip"] = clip
+                    if client.adaptive:
+                        row["unclipped_fraction"] = released.clipped_fraction
+                    clip = released.next_clip
+                else:
+                    aggregate = self.aggregator(updates, [weights[s] for s in contributed])
                 control_step = (
                     None
                     if control is None
@@ -307,7 +355,7 @@ class FederatedTrainer:
                 )
                 loss = (
                     math.nan
-                    if schedule is not None
+                    if schedule is not None or client is not None
                     else sum(weights[s] * replies[s]["train_loss"] for s in contributed)
                     / sum(weights[s] for s in contributed)
                 )
@@ -321,14 +369,14 @@ class FederatedTrainer:
                 control = (control + np.asarray(control_step, dtype=np.float64)).astype(np.float32)
             history.append(
                 {
-                    "round": round_no,
+                    **row,
                     "sites": len(contributed),
                     "train_loss": float(loss),
                     "update_norm": float(np.linalg.norm(aggregate)),
                     "seconds": time.perf_counter() - tick,
                 }
             )
-            if self.progress and schedule is None and math.isfinite(loss):
+            if self.progress and math.isfinite(loss):
                 bar.set_postfix(loss=f"{loss:.4f}")
         final = unflatten(global_weights, shapes)
         evaluated = None
@@ -336,14 +384,17 @@ class FederatedTrainer:
             target = federation if evaluation is True else evaluation
             evaluated = self.evaluate(target, final, spec_wire=spec.to_wire(), scaling=scaling,
                                       analysis=analysis)  # fmt: skip
-        account = None
+        scopes = []
         if schedule is not None:
-            account = _account(federation, privacy, schedule, participation, last_public)
-            if secure_aggregation is not None:
-                account = account.with_secure_aggregation(
-                    secure_record(secure_aggregation, len(federation.sites), sessions)
-                )
-        notes = self._notes(agreement, schedule, secure_aggregation, account)
+            scopes += _site_scopes(federation, record, schedule, participation, last_public)
+        if client is not None:
+            scopes.append(client_dp.coordinator_spending(federation, client, self.rounds))
+        account = PrivacyAccount(tuple(scopes), self.rounds, None) if scopes else None
+        if account is not None and secure_aggregation is not None:
+            account = account.with_secure_aggregation(
+                secure_record(secure_aggregation, len(federation.sites), sessions)
+            )
+        notes = self._notes(agreement, schedule, client, secure_aggregation, account, federation)
         return DeepModelResults(
             model=self.model,
             hyper=dict(self.hyper),
@@ -396,13 +447,15 @@ class FederatedTrainer:
 
     # ------------------------------------------------------------ internals
 
-    def _check_options(self, privacy: RecordDP | None, secure: SecureAggregation | None) -> None:
-        if privacy is not None:
-            if not isinstance(privacy, RecordDP):
-                raise StudyConfigurationError(
-                    "privacy must be fedstats.RecordDP(...) (record-level DP-SGD at every site)"
-                )
-            if privacy.row_norm is not None:
+    def _check_options(
+        self,
+        record: RecordDP | None,
+        client: DPFedAvg | None,
+        secure: SecureAggregation | None,
+        federation: Federation,
+    ) -> None:
+        if record is not None:
+            if record.row_norm is not None:
                 raise StudyConfigurationError(
                     "RecordDP.row_norm bounds design rows of Newton fits; DP-SGD clips each "
                     "patient's gradient instead: set max_grad_norm on the trainer"
@@ -413,13 +466,18 @@ class FederatedTrainer:
                     "partial likelihood couples patients through risk sets, so survival "
                     "networks train without record-level DP"
                 )
-        if secure is not None and (
-            self.aggregator is not weighted_sum or self.client_privacy is not None
-        ):
+        if secure is not None and (self.aggregator is not weighted_sum or client is not None):
             raise StudyConfigurationError(
                 "secure aggregation shows the coordinator only the weighted sum of updates; "
-                "a custom aggregator or client-level privacy hook needs each update"
+                "a custom aggregator or client-level DP-FedAvg needs each update"
             )
+        if secure is not None and self.quantize_bits is not None:
+            raise StudyConfigurationError(
+                "quantised updates cannot be summed by secure aggregation, which masks exact "
+                "fixed-point values: set quantize_bits=None or drop secure_aggregation"
+            )
+        if client is not None:
+            _check_client(self, client, federation)
 
     def _schedule(self, privacy: RecordDP, sample_rate: float) -> DpSgdSchedule:
         steps = self.local_steps or steps_for_epochs(self.local_epochs, sample_rate)
@@ -455,6 +513,8 @@ class FederatedTrainer:
             "mu": self.mu,
             "analysis": f"{study}/{analysis}",
         }
+        if self.quantize_bits is not None:
+            args["quantize_bits"] = self.quantize_bits
         if schedule is not None:
             args["local_steps"] = schedule.local_steps
             args["dp_sgd"] = schedule.round_plan().to_args()
@@ -464,12 +524,33 @@ class FederatedTrainer:
             args["local_epochs"] = self.local_epochs
         return args
 
+    def _received_updates(
+        self, replies: Mapping[str, Mapping[str, Any]], n_params: int, row: dict[str, Any]
+    ) -> list[np.ndarray]:
+        """The sites' flat updates (quantised ones decoded); records the bytes they took in
+        ``row`` (``update_bytes``) beside the bytes of float32 updates
+        (``update_bytes_unquantized``)."""
+        updates, sent = [], 0
+        for site, reply in replies.items():
+            if self.quantize_bits is None:
+                updates.append(np.asarray(reply["update"], dtype=np.float64))
+                sent += int(reply["update"].nbytes)
+            else:
+                received = _quantized_update(site, reply, self.quantize_bits, n_params)
+                updates.append(dequantize(received))
+                sent += received.nbytes
+        row["update_bytes"] = sent
+        row["update_bytes_unquantized"] = len(replies) * n_params * FLOAT32_BYTES
+        return updates
+
     def _notes(
         self,
         agreement: Agreement,
         schedule: DpSgdSchedule | None,
+        client: DPFedAvg | None,
         secure: SecureAggregation | None,
         account: PrivacyAccount | None,
+        federation: Federation,
     ) -> list[str]:
         notes = [
             f"{self.algorithm} over {self.rounds} rounds; local SGD lr {self.lr}; "
@@ -488,6 +569,13 @@ class FederatedTrainer:
                 f"{schedule.noise_multiplier:.4g}, {schedule.local_steps} steps per round; "
                 "counts and FedAvg weights are noisy"
             )
+        if client is not None:
+            notes.append(_client_note(client, len(federation.sites)))
+        if self.quantize_bits is not None:
+            notes.append(
+                f"the sites sent their updates stochastically rounded to {self.quantize_bits} "
+                "bits per entry (unbiased), bit-packed with one float64 scale"
+            )
         if account is not None:
             notes += account.notes()
         elif secure is not None:
@@ -495,32 +583,89 @@ class FederatedTrainer:
         return notes
 
 
-def _account(
+def _site_scopes(
     federation: Federation,
     privacy: RecordDP,
     schedule: DpSgdSchedule,
     participation: dict[str, int],
     public: dict[str, dict[str, Any]],
-) -> PrivacyAccount:
-    scopes = []
-    for site in federation.sites:
-        rdp, pld = fit_epsilon(schedule.planned_event(participation[site]), privacy.delta)
-        reply = public.get(site, {})
-        scopes.append(
-            ScopeSpending(
-                unit="patient",
-                owner=site,
-                epsilon=rdp,
-                epsilon_pld=pld,
-                delta=privacy.delta,
-                cumulative_epsilon=reply.get("dp_epsilon_spent"),
-                budget_epsilon=reply.get("dp_budget_epsilon"),
-                noise_multipliers=(COUNTS_NOISE_MULTIPLIER, schedule.noise_multiplier),
-                releases=1 + schedule.local_steps * participation[site],
-                fixed_seed=bool(reply.get("dp_fixed_seed", False)),
-            )
+) -> list[ScopeSpending]:
+    return [
+        site_spending(
+            site,
+            schedule.planned_event(participation[site]),
+            privacy.delta,
+            public.get(site, {}),
+            (COUNTS_NOISE_MULTIPLIER, schedule.noise_multiplier),
+            1 + schedule.local_steps * participation[site],
         )
-    return PrivacyAccount(tuple(scopes), schedule.rounds, None)
+        for site in federation.sites
+    ]
+
+
+def _check_client(trainer: FederatedTrainer, client: DPFedAvg, federation: Federation) -> None:
+    """DP-FedAvg's sampling and denominator must be the trainer's and the federation's."""
+    if trainer.aggregator is not weighted_sum:
+        raise StudyConfigurationError(
+            "client-level DP-FedAvg is itself the aggregation rule (clip, sum, noise, divide "
+            "by m); drop the custom aggregator"
+        )
+    if trainer.algorithm == "scaffold":
+        raise StudyConfigurationError(
+            "SCAFFOLD's control variates would leave the coordinator without client-level "
+            "noise; use fedavg or fedprox with DP-FedAvg"
+        )
+    if not math.isclose(client.sample_rate, trainer.sample_rate_sites, rel_tol=1e-12):
+        raise StudyConfigurationError(
+            f"DPFedAvg.sample_rate ({client.sample_rate:g}) is the site sampling its privacy "
+            f"amplification assumes; the trainer samples sites at sample_rate_sites="
+            f"{trainer.sample_rate_sites:g}. Make them equal."
+        )
+    expected = client.sample_rate * len(federation.sites)
+    if not math.isclose(client.expected_sites, expected, rel_tol=1e-9):
+        raise StudyConfigurationError(
+            f"DPFedAvg.expected_sites ({client.expected_sites:g}) must be q n = "
+            f"{client.sample_rate:g} x {len(federation.sites)} sites = {expected:g}; build it "
+            f"with DPFedAvg.for_budget(..., sites={len(federation.sites)}, "
+            f"sample_rate={client.sample_rate:g})"
+        )
+    if federation.ledger is None:
+        raise StudyConfigurationError(
+            "client-level privacy needs a coordinator ledger: Federation(..., ledger=Ledger(path))"
+        )
+
+
+def _client_note(client: DPFedAvg, n_sites: int) -> str:
+    """What DP-FedAvg did, and how little one site is hidden among few."""
+    m, z_u = client.expected_sites, client.update_noise_multiplier()
+    clipping = (
+        f"clip adapted from {client.clip:g} towards the {client.target_quantile:g} quantile of "
+        "update norms"
+        if client.adaptive
+        else f"clip {client.clip:g}"
+    )
+    return (
+        f"client-level DP-FedAvg at the coordinator: site updates clipped in L2 norm ({clipping}),"
+        f" summed, Gaussian noise of {z_u:.3g} x clip added, divided by m = {m:g} expected "
+        f"sites (site sampling rate {client.sample_rate:g}); one site moves a round's update by "
+        f"at most clip/m and the noise per coordinate has {z_u:.3g} times that standard "
+        f"deviation. With {n_sites} sites, hiding one hospital needs noise of the order of the "
+        "updates themselves. The training loss is not released; the design agreement's "
+        "counts and the evaluation are not covered by this guarantee"
+    )
+
+
+def _quantized_update(site: str, reply: Mapping[str, Any], bits: int, n_params: int) -> Quantized:
+    """A site's quantised update as sent, checked (the reply schema fixed its shape)."""
+    packed = reply["update_packed"]
+    try:
+        if packed.dtype != np.uint8:
+            raise ValueError(f"codes of dtype {packed.dtype}, not uint8")
+        return Quantized.from_wire(
+            {"packed": packed, "scale": reply["update_scale"], "bits": bits, "length": n_params}
+        )
+    except ValueError as error:
+        raise InvalidReplyError(f"site {site!r}, task {TRAIN_TASK!r}: {error}") from None
 
 
 def round_seed(seed: int | None, round_no: int) -> int | None:

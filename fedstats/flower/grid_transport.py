@@ -24,15 +24,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedstats import codec
 from fedstats.errors import FedstatsError
-from fedstats.federation import FINGERPRINT_TASK, Federation, Transport
+from fedstats.federation import Federation, Transport
 from fedstats.flower import messages
 from fedstats.site_journal import digest
 from fedstats.study_config import PolicySection
@@ -225,18 +224,6 @@ class GridFederation(Federation):
         )
         self.link = link
 
-    def gather(
-        self,
-        task: str,
-        args: Mapping[str, Any],
-        *,
-        analysis: str,
-        sites: Sequence[str] | None = None,
-    ) -> tuple[dict[str, dict[str, Any]], dict[str, FedstatsError]]:
-        """As :meth:`Federation.gather`, with the request pushed to every site first."""
-        if self._fingerprints_pending and task != FINGERPRINT_TASK:
-            self.verify_fingerprints()
-        targets = [s for s in (self.sites if sites is None else sites) if s in self.sites]
-        if self.registry.get(task) is not None:
-            self.link.prefetch(targets, codec.encode({"task": task, "args": dict(args)}))
-        return super().gather(task, args, analysis=analysis, sites=sites)
+    def _dispatch(self, sites: list[str], request_bytes: bytes) -> None:
+        """Push the request to every site before :meth:`Federation.gather` reads the replies."""
+        self.link.prefetch(sites, request_bytes)

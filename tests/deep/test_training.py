@@ -175,3 +175,33 @@ def test_survival_network_c_index_is_lifelines_concordance():
         assert result.evaluation.table.loc[site, "c_index"] == pytest.approx(oracle)
     assert result.evaluation.table.loc["pooled", "c_index"] > 0.6
     assert math.isfinite(result.history["train_loss"].iloc[-1])
+
+
+def test_evaluation_histograms_release_no_bin_of_fewer_than_k_patients():
+    """Every non-empty released logit bin holds at least k patients; none is lost."""
+    from fedstats import codec
+    from fedstats.deep.site_tasks import EVALUATE_TASK
+
+    frames = {"a": synthetic_frame(150, 9), "b": synthetic_frame(120, 10)}
+    base = fedstats.Federation.in_process(frames)
+    released: dict[str, list[dict]] = {site: [] for site in frames}
+
+    def recording(site, handle):
+        def send(request: bytes) -> bytes:
+            reply = handle(request)
+            if codec.decode(request)["task"] == EVALUATE_TASK:
+                released[site].append(codec.decode(reply)["result"])
+            return reply
+
+        return send
+
+    fed = fedstats.Federation({s: recording(s, silo.handle) for s, silo in base.silos.items()})
+    trainer(rounds=2, local_steps=5).fit(fed)
+    for site, replies in released.items():
+        assert replies
+        k = base.silos[site].policy.min_count
+        for reply in replies:
+            together = reply["logits_events"] + reply["logits_non_events"]
+            assert together.sum() == len(frames[site])
+            assert np.all((together == 0) | (together >= k))
+            assert reply["logits_events"].sum() == frames[site]["y"].sum()
