@@ -1,4 +1,5 @@
-"""Command-line interface: ``fedstats demo``, ``harmonize``, ``budget show`` and ``report``."""
+"""Command-line interface: ``fedstats demo``, ``harmonize``, ``budget show``, ``report``,
+``site run`` and ``study run``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import typer
 import accounting
 import fedstats
 from fedstats import datasets
+from fedstats.cli_jobs import site_app, study_app
 from fedstats.errors import FedstatsError
 from reports import budget_table, data_flows
 
@@ -27,6 +29,8 @@ app = typer.Typer(
 
 budget_app = typer.Typer(help="Privacy budgets kept in a ledger.", no_args_is_help=True)
 app.add_typer(budget_app, name="budget")
+app.add_typer(site_app, name="site")
+app.add_typer(study_app, name="study")
 
 
 @app.callback()

@@ -21,9 +21,9 @@ _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
 
 
-def _resolve(value: str | Path | None, info: ValidationInfo) -> Path | None:
-    if value is None:
-        return None
+def _resolve(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str | Path):
+        return value  # None, or a wrong type the field's own validation refuses
     path = Path(value)
     base = (info.context or {}).get("base")
     return path if path.is_absolute() or base is None else Path(base) / path
@@ -106,6 +106,8 @@ class CoordinatorSection(BaseModel):
     node_port: Annotated[int, Field(ge=1024, le=65535)] = 9094
     connect_timeout: Annotated[float, Field(gt=0, le=86400)] = 60.0
     serve_timeout: Annotated[float, Field(gt=0, le=7 * 86400)] = 3600.0
+    idle_timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    """``fedstats site run`` stops serving this long after the last request it answered."""
 
     _paths = field_validator("root_certificates", "auth_private_key", mode="before")(_resolve)
 

@@ -100,7 +100,14 @@ class CoxFit(BaseModel):
 
 
 class KaplanMeierFit(BaseModel):
-    """A ``[[fits]]`` entry of kind ``kaplan_meier`` (grid of ``width`` up to ``horizon``)."""
+    """A ``[[fits]]`` entry of kind ``kaplan_meier`` (grid of ``width`` up to ``horizon``).
+
+    ``group`` (optional) names a column whose levels, agreed across sites,
+    get a curve each. ``sparse_events``: what a site does at an interval
+    with fewer deaths than its disclosure threshold — ``"end"`` the curve
+    there, or ``"defer"`` the deaths to the next grid point
+    (:class:`fedstats.KaplanMeier`).
+    """
 
     model_config = _STRICT
     kind: Literal["kaplan_meier"]
@@ -109,9 +116,66 @@ class KaplanMeierFit(BaseModel):
     event: str
     width: Annotated[float, Field(gt=0)]
     horizon: Annotated[float, Field(gt=0)]
+    group: str | None = None
+    sparse_events: Literal["end", "defer"] = "end"
+
+    @model_validator(mode="after")
+    def _grid(self) -> KaplanMeierFit:
+        if self.width > self.horizon:
+            raise ValueError(f"width ({self.width:g}) must not exceed horizon ({self.horizon:g})")
+        return self
 
 
-Fit = Annotated[LogisticFit | CoxFit | KaplanMeierFit, Field(discriminator="kind")]
+HyperValue = bool | int | float | str | list[int] | list[float]
+Bound = Annotated[list[float], Field(min_length=2, max_length=2)]
+
+
+class DeepFit(BaseModel):
+    """A ``[[fits]]`` entry of kind ``deep``: a registered network trained by federated rounds.
+
+    The fields are :class:`fedstats.deep.FederatedTrainer`'s: ``model`` (a
+    registered architecture) with its ``hyper`` table; the design
+    (``formula``, and ``bounds``: ``column = [low, high]``, public limits of
+    every numeric design column); ``algorithm`` (``mu`` for FedProx);
+    ``rounds`` and the local work per round (exactly one of ``local_steps``
+    and ``local_epochs``); ``lr`` and ``batch_size``; ``seed`` (initial
+    weights, site sampling and batch order; without it, OS entropy).
+    """
+
+    model_config = _STRICT
+    kind: Literal["deep"]
+    name: Name
+    model: Annotated[str, Field(min_length=1)] = "mlp"
+    hyper: dict[str, HyperValue] = Field(default_factory=dict)
+    formula: Annotated[str, Field(min_length=3)]
+    bounds: dict[str, Bound]
+    algorithm: Literal["fedavg", "fedprox", "scaffold"] = "fedavg"
+    mu: Annotated[float, Field(ge=0)] = 0.0
+    rounds: Annotated[int, Field(ge=1, le=100_000)]
+    local_steps: Annotated[int, Field(ge=1)] | None = None
+    local_epochs: Annotated[int, Field(ge=1)] | None = None
+    lr: Annotated[float, Field(gt=0)] = 0.05
+    batch_size: Annotated[int, Field(ge=1)] = 32
+    seed: Annotated[int, Field(ge=0)] | None = None
+
+    @field_validator("bounds")
+    @classmethod
+    def _ordered(cls, bounds: dict[str, list[float]]) -> dict[str, list[float]]:
+        for column, (low, high) in bounds.items():
+            if not low < high:
+                raise ValueError(f"bounds of {column!r}: low ({low:g}) must be below high")
+        return bounds
+
+    @model_validator(mode="after")
+    def _local_work(self) -> DeepFit:
+        if (self.local_steps is None) == (self.local_epochs is None):
+            raise ValueError("give exactly one of local_steps and local_epochs")
+        if self.algorithm == "fedprox" and self.mu <= 0:
+            raise ValueError("fedprox needs mu > 0 (mu = 0 is fedavg)")
+        return self
+
+
+Fit = Annotated[LogisticFit | CoxFit | KaplanMeierFit | DeepFit, Field(discriminator="kind")]
 
 
 class StudyConfig(BaseModel):

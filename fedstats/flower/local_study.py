@@ -3,6 +3,12 @@
 For tests, benchmarks and trying a deployment out: every site gets a folder
 with its frame and site.toml, the coordinator a study.toml, and every process
 its own ``FLWR_HOME``. :meth:`LocalStudy.close` stops every process started.
+
+``LocalStudy(root, tls=True)`` makes a study CA and a SuperLink certificate
+for 127.0.0.1 (:mod:`fedstats.flower.study_pki`, under ``root/pki``) and runs
+every connection over TLS; ``node_auth=True`` adds SuperNode authentication:
+each site gets its own node key, registered with the SuperLink before its
+SuperNode starts.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fedstats.flower import processes
+from fedstats.flower import processes, study_pki
 
 STUDY_TEMPLATE = """
 [study]
@@ -27,7 +33,7 @@ out = "{out}"
 round_timeout = {round_timeout}
 on_site_lost = "{on_site_lost}"
 retries = {retries}
-discovery_timeout = 60
+discovery_timeout = {discovery_timeout}
 poll_interval = 0.005
 {fits}
 """
@@ -45,12 +51,29 @@ ledger = "{ledger}"
 
 [coordinator]
 superlink = "{superlink}"
-insecure = true
+{connection}
 """
 
 
-def write_site(root: Path, name: str, frame: pd.DataFrame, superlink: str) -> Path:
-    """A site folder with its frame and site.toml; returns the site.toml path."""
+def write_site(
+    root: Path,
+    name: str,
+    frame: pd.DataFrame,
+    superlink: str,
+    *,
+    root_certificates: Path | None = None,
+    auth_private_key: Path | None = None,
+) -> Path:
+    """A site folder with its frame and site.toml; returns the site.toml path.
+
+    Without ``root_certificates`` (the study CA) the site connects insecurely.
+    """
+    if root_certificates is None:
+        connection = "insecure = true"
+    else:
+        connection = f'root_certificates = "{root_certificates}"'
+        if auth_private_key is not None:
+            connection += f'\nauth_private_key = "{auth_private_key}"'
     folder = root / "sites" / name
     folder.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(folder / "frame.parquet")
@@ -62,6 +85,7 @@ def write_site(root: Path, name: str, frame: pd.DataFrame, superlink: str) -> Pa
             frame=folder / "frame.parquet",
             ledger=folder / "site.ledger",
             superlink=superlink,
+            connection=connection,
         ),
         encoding="utf-8",
     )
@@ -77,7 +101,9 @@ def write_study(
     round_timeout: float = 30,
     on_site_lost: str = "abort",
     retries: int = 0,
+    discovery_timeout: float = 60,
 ) -> Path:
+    """The coordinator's study.toml for ``sites`` and the ``[[fits]]`` text ``fits``."""
     path = root / f"study-{out.name}.toml"
     path.write_text(
         STUDY_TEMPLATE.format(
@@ -87,6 +113,7 @@ def write_study(
             round_timeout=round_timeout,
             on_site_lost=on_site_lost,
             retries=retries,
+            discovery_timeout=discovery_timeout,
             fits=fits,
         ),
         encoding="utf-8",
@@ -96,7 +123,21 @@ def write_study(
 
 @dataclass
 class LocalStudy:
-    """The processes of a local study; :meth:`close` stops every one of them."""
+    """The processes of a local study; :meth:`close` stops every one of them.
+
+    Parameters
+    ----------
+    root:
+        The folder of everything: sites, PKI, every process's ``FLWR_HOME``.
+    long_lived:
+        Sites run the long-lived ClientApp runner (see
+        :func:`~fedstats.flower.processes.start_supernode`).
+    tls:
+        Every connection over TLS with a study CA made under ``root/pki``.
+    node_auth:
+        SuperNode authentication (needs ``tls``): only nodes whose key was
+        registered with the SuperLink are served.
+    """
 
     root: Path
     port: int = 0
@@ -104,30 +145,90 @@ class LocalStudy:
     nodes: dict[str, list[subprocess.Popen]] = field(default_factory=dict)
     site_configs: dict[str, Path] = field(default_factory=dict)
     stopped: list[subprocess.Popen] = field(default_factory=list)
+    long_lived: bool = True
+    tls: bool = False
+    node_auth: bool = False
+    ca: study_pki.StudyCa | None = None
+    node_keys: dict[str, study_pki.NodeKey] = field(default_factory=dict)
+    registered: dict[str, int] = field(default_factory=dict)
+    """Node id the SuperLink gave each registered site's key."""
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
-    long_lived: bool = True
+    @property
+    def user_home(self) -> Path:
+        """The ``FLWR_HOME`` of the coordinator's ``flwr`` commands (run, register)."""
+        return self.root / "user"
 
     def start(self, frames: dict[str, pd.DataFrame]) -> LocalStudy:
+        """Start the SuperLink, then add every site of ``frames`` (registered, trusted)."""
+        if self.node_auth and not self.tls:
+            raise processes.FlowerProcessError(
+                "SuperNode authentication needs TLS: LocalStudy(root, tls=True, node_auth=True)"
+            )
         self.port = processes.free_port()
-        self.superlink = processes.start_superlink(self.root / "link", self.port)
+        tls = None
+        if self.tls:
+            pki = self.root / "pki"
+            self.ca = study_pki.make_study_ca(pki, "local-study")
+            server = study_pki.make_server_certificate(pki, self.ca, ["127.0.0.1", "localhost"])
+            tls = processes.Tls(self.ca.certificate, server.certificate, server.key)
+        self.superlink = processes.start_superlink(
+            self.root / "link", self.port, tls=tls, node_auth=self.node_auth
+        )
         processes.wait_for_port(self.port, 60, self.superlink)
-        processes.write_connection(self.root / "user", self.address)
+        processes.write_connection(
+            self.user_home, self.address, ca=None if self.ca is None else self.ca.certificate
+        )
         for name, frame in frames.items():
-            self.site_configs[name] = write_site(self.root, name, frame, self.address)
-            self.start_node(name)
+            self.add_site(name, frame)
         return self
 
-    def start_node(self, name: str) -> None:
+    def add_site(
+        self, name: str, frame: pd.DataFrame, *, registered: bool = True, trusted: bool = True
+    ) -> None:
+        """Write a site's folder and start its SuperNode.
+
+        With ``node_auth`` the site gets a node key of its own, registered with
+        the SuperLink unless ``registered=False`` (an unknown node, which the
+        SuperLink refuses). ``trusted=False`` starts the node without the
+        study CA (it then trusts only the system's certificates).
+        """
+        key = None
+        if self.node_auth:
+            key = study_pki.make_node_key(self.root / "sites" / name / "pki", name)
+            self.node_keys[name] = key
+            if registered:
+                self.registered[name] = processes.register_node(
+                    self.user_home, key.public_key, name=name
+                )
+        self.site_configs[name] = write_site(
+            self.root,
+            name,
+            frame,
+            self.address,
+            root_certificates=None if self.ca is None else self.ca.certificate,
+            auth_private_key=None if key is None else key.private_key,
+        )
+        self.start_node(name, trusted=trusted)
+
+    def start_node(self, name: str, *, trusted: bool = True) -> None:
+        """Start (or restart) the SuperNode of a site already added."""
+        ca = None
+        if self.ca is not None and trusted:
+            ca = self.ca.certificate
+        key = self.node_keys.get(name)
         self.nodes[name] = processes.start_supernode(
             self.root / "nodes" / f"{name}-{time.monotonic_ns()}",
             self.address,
             processes.free_port(),
             self.site_configs[name],
             long_lived=self.long_lived,
+            ca=ca,
+            auth_private_key=None if key is None else key.private_key,
+            insecure=not self.tls,
         )
 
     def kill_node(self, name: str) -> None:
@@ -139,7 +240,7 @@ class LocalStudy:
         """Submit the study and wait for its status.json to say completed or failed."""
         status_path = out / "status.json"
         status_path.unlink(missing_ok=True)
-        run_id = processes.submit_run(self.root / "user", study)
+        run_id = processes.submit_run(self.user_home, study)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if status_path.is_file():

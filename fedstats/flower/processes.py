@@ -42,7 +42,10 @@ class FlowerProcessError(RuntimeError):
 
 @dataclass(frozen=True)
 class Tls:
-    """TLS files: the study CA, and for the SuperLink its certificate and key."""
+    """TLS files: the study CA, and for the SuperLink its certificate and key.
+
+    :mod:`fedstats.flower.study_pki` makes all three.
+    """
 
     ca: Path
     certificate: Path | None = None
@@ -90,14 +93,28 @@ def start_superlink(
     node_auth: bool = False,
     database: Path | None = None,
 ) -> subprocess.Popen:
-    """Start a SuperLink serving every API on ``127.0.0.1:port``."""
+    """Start a SuperLink serving every API on ``127.0.0.1:port``.
+
+    With ``tls`` every API (Fleet, Control, Runtime) speaks HTTPS with the
+    SuperLink's certificate; the CA is what its own ServerApp runner trusts.
+    With ``node_auth`` (which needs ``tls``) only SuperNodes whose public key
+    was registered (:func:`register_node`) are served.
+    """
     command = [str(BIN / "flower-superlink"), "--port", str(port)]
     command += ["--disable-runtime-dependency-installation"]
     if tls is None:
+        if node_auth:
+            raise FlowerProcessError("SuperNode authentication needs TLS: pass tls=Tls(...)")
         command.append("--insecure")
     else:
-        command += ["--ssl-ca-certfile", str(tls.ca)]
-        command += ["--ssl-certfile", str(tls.certificate), "--ssl-keyfile", str(tls.key)]
+        if tls.certificate is None or tls.key is None:
+            raise FlowerProcessError(
+                "a SuperLink with TLS needs its certificate and key: "
+                "Tls(ca, certificate, key), e.g. from fedstats.flower.study_pki"
+            )
+        command += ["--ssl-ca-certfile", _absolute(tls.ca)]
+        command += ["--ssl-certfile", _absolute(tls.certificate)]
+        command += ["--ssl-keyfile", _absolute(tls.key)]
     if node_auth:
         command.append("--enable-supernode-auth")
     if database is not None:
@@ -114,6 +131,7 @@ def start_supernode(
     long_lived: bool = True,
     ca: Path | None = None,
     auth_private_key: Path | None = None,
+    insecure: bool | None = None,
 ) -> list[subprocess.Popen]:
     """Start a site's SuperNode; its ClientApp reads ``site_config`` (the site's site.toml).
 
@@ -122,7 +140,17 @@ def start_supernode(
     a long-lived fedstats ClientApp runner (:mod:`fedstats.flower.site_worker`)
     — two processes. Otherwise Flower's stock SuperNode, which starts one
     ``flwr-clientapp`` process per message — one process (and its children).
+
+    ``ca``: the study CA the SuperLink's certificate must chain to (TLS);
+    without it the connection is plain HTTP unless ``insecure=False``, which
+    makes the node trust the system's certificates instead.
+    ``auth_private_key``: the site's node key (OpenSSH, ECDSA), whose public
+    half the coordinator registered; the node signs its requests with it.
     """
+    if insecure is None:
+        insecure = ca is None
+    if insecure and ca is not None:
+        raise FlowerProcessError("a SuperNode given the study CA connects with TLS: drop insecure")
     if long_lived:
         # Run by path: the launcher needs only flwr, not the whole fedstats package.
         command = [sys.executable, str(Path(__file__).with_name("supernode.py"))]
@@ -131,9 +159,12 @@ def start_supernode(
         command = [str(BIN / "flower-supernode")]
     command += ["--superlink", superlink, "--port", str(port)]
     command += ["--node-config", f'site-config="{site_config}"']
-    command += ["--insecure"] if ca is None else ["--root-certificates", str(ca)]
+    if insecure:
+        command.append("--insecure")
+    elif ca is not None:
+        command += ["--root-certificates", _absolute(ca)]
     if auth_private_key is not None:
-        command += ["--auth-supernode-private-key", str(auth_private_key)]
+        command += ["--auth-supernode-private-key", _absolute(auth_private_key)]
     started = [_spawn(command, home, "supernode.log")]
     if long_lived:
         worker = [sys.executable, "-m", "fedstats.flower.site_worker"]
@@ -147,27 +178,47 @@ def write_connection(home: Path, address: str, *, ca: Path | None = None) -> Non
     home.mkdir(parents=True, exist_ok=True)
     lines = ["[superlink]", f'default = "{CONNECTION}"', "", f"[superlink.{CONNECTION}]"]
     lines.append(f'address = "{address}"')
-    lines.append("insecure = true" if ca is None else f'root-certificates = "{ca}"')
+    lines.append("insecure = true" if ca is None else f'root-certificates = "{_absolute(ca)}"')
     (home / "config.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def register_node(home: Path, public_key: Path, *, name: str | None = None) -> int:
+    """Register a site's node public key with the SuperLink of ``home``'s connection.
+
+    ``flwr supernode register``, for a SuperLink started with
+    ``--enable-supernode-auth``: only SuperNodes signing with the matching
+    private key are then served. Returns the node id the SuperLink gave it.
+    """
+    command = [str(BIN / "flwr"), "supernode", "register", _absolute(public_key), CONNECTION]
+    command += ["--format", "json"]
+    if name is not None:
+        command += ["--name", name]
+    return int(_flwr_json(command, home, f"flwr supernode register {public_key}")["node-id"])
 
 
 def submit_run(home: Path, study_config: Path, *, app_dir: Path = APP_DIR) -> int:
     """Submit the fedstats app with ``study-config`` through ``flwr run``; returns the run id."""
     command = [str(BIN / "flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
     command += ["--run-config", f'study-config="{study_config}"']
+    return int(_flwr_json(command, home, "flwr run")["run-id"])
+
+
+def _flwr_json(command: list[str], home: Path, what: str) -> dict:
+    """Run a ``flwr ... --format json`` command; its JSON reply, or FlowerProcessError.
+
+    ``flwr`` may exit with 0 when the operation failed (e.g. a refused
+    registration): its JSON ``success`` field decides.
+    """
     done = subprocess.run(
         command, env=flower_env(home), capture_output=True, text=True, timeout=120, check=False
     )
-    try:
-        reply = json.loads(done.stdout)
-    except json.JSONDecodeError:
-        reply = {}
+    reply = _json_reply(done.stdout)
     if done.returncode != 0 or not reply.get("success", False):
         raise FlowerProcessError(
-            f"flwr run failed (exit {done.returncode}): {done.stdout.strip()[-800:]} "
-            f"{done.stderr.strip()[-800:]}"
+            f"{what} failed (exit {done.returncode}): "
+            f"{reply.get('error-message', done.stdout.strip()[-800:])} {done.stderr.strip()[-800:]}"
         )
-    return int(reply["run-id"])
+    return reply
 
 
 def wait_for_port(port: int, timeout: float, process: subprocess.Popen | None = None) -> None:
@@ -200,6 +251,19 @@ def kill(process: subprocess.Popen) -> None:
     """Kill a process and its group at once (SIGKILL), as a crash would."""
     _signal_group(process, signal.SIGKILL)
     process.wait()
+
+
+def _json_reply(stdout: str) -> dict:
+    try:
+        reply = json.loads(stdout)
+    except json.JSONDecodeError:
+        return {}
+    return reply if isinstance(reply, dict) else {}
+
+
+def _absolute(path: Path) -> str:
+    """``path`` made absolute: every Flower process runs in its own ``FLWR_HOME`` folder."""
+    return str(Path(path).resolve())
 
 
 def _signal_group(process: subprocess.Popen, sig: signal.Signals) -> None:

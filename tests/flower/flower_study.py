@@ -1,0 +1,49 @@
+"""The study shared by the Flower equality tests: its sites and its fits, one of each kind."""
+
+from __future__ import annotations
+
+SITES = ["region_0", "region_1", "region_2"]
+COVARIATES = ["age_at_index", "ajcc_pathologic_n_n0_i", "prior_malignancy_yes"]
+TERMS = " + ".join(COVARIATES)
+FITS = f"""
+[[fits]]
+kind = "logistic"
+name = "event_logistic"
+formula = "event ~ {TERMS}"
+
+[[fits]]
+kind = "cox"
+name = "survival_cox"
+formula = "Surv(time, event) ~ {TERMS}"
+strata = "site"
+
+[[fits]]
+kind = "kaplan_meier"
+name = "survival_by_nodes"
+time = "time"
+event = "event"
+group = "ajcc_pathologic_n_n0_i"
+width = 365
+horizon = 3650
+sparse_events = "defer"
+
+[[fits]]
+kind = "deep"
+name = "event_mlp"
+model = "mlp"
+formula = "event ~ {TERMS}"
+algorithm = "fedavg"
+rounds = 3
+local_steps = 5
+lr = 0.1
+batch_size = 32
+seed = 20240611
+
+[fits.hyper]
+hidden = [8]
+
+[fits.bounds]
+age_at_index = [20, 95]
+ajcc_pathologic_n_n0_i = [0, 1]
+prior_malignancy_yes = [0, 1]
+"""
