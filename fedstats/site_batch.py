@@ -201,6 +201,10 @@ def _locked_run(
             return SiteRun(SiteExit.COORDINATOR_UNREACHABLE, str(error), record)
         except (SiteProcessesFailed, JobStopped) as error:
             _record_activity(record, journal, known, before, ledger)
+            record["serving"] = {
+                "ended": "failed" if isinstance(error, SiteProcessesFailed) else "stopped",
+                "processes": getattr(error, "processes", []),
+            }
             return SiteRun(SiteExit.SERVE_FAILED, str(error), record)
         done = _record_activity(record, journal, known, before, ledger)
         record["serving"] = {

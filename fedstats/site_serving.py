@@ -50,7 +50,11 @@ class CoordinatorUnreachable(FedstatsError):
 
 
 class SiteProcessesFailed(FedstatsError):
-    """The site's SuperNode or site worker ended by itself while serving."""
+    """The site's SuperNode or site worker ended by itself while serving.
+
+    :func:`serve_over_flower` sets ``processes``: the ids of the processes the
+    run had started (all stopped).
+    """
 
 
 @dataclass
@@ -114,6 +118,9 @@ def serve_over_flower(config: SiteConfig, config_path: Path, journal: SiteJourna
     )
     try:
         ended = _watch(config, coordinator, journal, started, home, started_at)
+    except SiteProcessesFailed as error:
+        error.processes = [p.pid for p in started]
+        raise
     finally:
         processes.stop(started)
     return ServeResult(ended, time.monotonic() - started_at, [p.pid for p in started])

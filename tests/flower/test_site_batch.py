@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
@@ -37,6 +39,7 @@ from fedstats.cli_jobs import site_app
 from fedstats.errors import FedstatsError
 from fedstats.flower import processes
 from fedstats.flower.local_study import write_study
+from fedstats.flower.study_pki import make_study_ca
 from fedstats.job_lock import JobLock
 from fedstats.site_batch import SiteExit, run_site_job
 from fedstats.site_config import load_site_config
@@ -308,6 +311,44 @@ def test_a_closed_superlink_port_is_coordinator_unreachable(tmp_path: Path) -> N
     assert f"127.0.0.1:{port}" in run.reason
     assert time.monotonic() - started < 20
     assert not (tmp_path / "work" / "flower" / "supernode.log").exists()  # nothing started
+
+
+def test_a_supernode_that_ends_by_itself_exits_flower_failed(tmp_path: Path) -> None:
+    """The SuperLink's port accepts connections but speaks no TLS: the site's SuperNode (TLS,
+    the study CA) fails its handshake and ends; the job names it and stops the worker too."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepting = threading.Thread(target=_accept_and_close, args=(listener,), daemon=True)
+    accepting.start()
+    try:
+        ca = make_study_ca(tmp_path / "pki", "study")
+        path = tcga_site(
+            tmp_path / "site",
+            superlink=f"127.0.0.1:{listener.getsockname()[1]}",
+            insecure=False,
+            root_certificates=str(ca.certificate),
+            node_port=processes.free_port(),
+            serve_timeout=60.0,
+        )
+        run = run_site_job(path)  # the real Flower serving step
+    finally:
+        listener.close()
+    assert run.exit_code == SiteExit.SERVE_FAILED == 8, run.reason
+    assert "the SuperNode ended by itself" in run.reason and "region_0" in run.reason
+    assert run.record["exit_code"] == 8 and run.record["served"]["count"] == 0
+    assert run.record["serving"]["ended"] == "failed"
+    assert len(run.record["serving"]["processes"]) == 2  # the SuperNode and the site worker
+    for pid in run.record["serving"]["processes"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def _accept_and_close(listener: socket.socket) -> None:
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        connection.close()
 
 
 # -------------------------------------------------------------------- lock and crashes
