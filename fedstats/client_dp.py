@@ -43,8 +43,15 @@ import dp_accounting
 import numpy as np
 
 import accounting
-from fedstats.errors import PlannedBudgetError, StudyConfigurationError
-from fedstats.privacy import COORDINATOR, ScopeSpending, coordinator_scope, fit_epsilon
+from fedstats.errors import StudyConfigurationError
+from fedstats.privacy import (
+    COORDINATOR,
+    ScopeSpending,
+    coordinator_ledger,
+    coordinator_scope,
+    fit_epsilon,
+    preview_coordinator_budget,
+)
 
 if TYPE_CHECKING:
     from fedstats.federation import Federation
@@ -190,14 +197,6 @@ def planned_training(options: DPFedAvg, rounds: int) -> dp_accounting.DpEvent:
     return dp_accounting.SelfComposedDpEvent(options.round_event(), rounds)
 
 
-def _ledger(federation: Federation) -> accounting.Ledger:
-    if federation.ledger is None:
-        raise StudyConfigurationError(
-            "client-level privacy needs a coordinator ledger: Federation(..., ledger=Ledger(path))"
-        )
-    return federation.ledger
-
-
 def preview_training(federation: Federation, options: DPFedAvg, rounds: int) -> None:
     """Refuse, before anything is sent or charged, a training the coordinator cannot pay for.
 
@@ -205,17 +204,13 @@ def preview_training(federation: Federation, options: DPFedAvg, rounds: int) -> 
     coordinator's client-level budget, what is spent and what the planned
     ``rounds`` would bring it to (RDP composition).
     """
-    scope = coordinator_scope(federation.study)
-    preview = _ledger(federation).preview(scope, planned_training(options, rounds))
-    if not preview.fits:
-        raise PlannedBudgetError(
-            f"the planned training ({rounds} rounds of client-level DP-FedAvg, noise multiplier "
-            f"{options.noise_multiplier:.4g}, epsilon {preview.epsilon_event:.4g} on its own) "
-            f"would take the coordinator's client-level budget for study {federation.study!r} "
-            f"from epsilon {preview.epsilon_before:.4g} to {preview.epsilon_after:.4g}, over its "
-            f"budget of {preview.budget_epsilon:.4g} at delta {preview.delta:g}; nothing was "
-            "charged or released. Train fewer rounds or raise the noise multiplier."
-        )
+    preview_coordinator_budget(
+        federation,
+        planned_training(options, rounds),
+        f"training ({rounds} rounds of client-level DP-FedAvg, noise multiplier "
+        f"{options.noise_multiplier:.4g})",
+        "Train fewer rounds or raise the noise multiplier.",
+    )
 
 
 def charge_round(
@@ -228,7 +223,7 @@ def charge_round(
     round_no: int,
 ) -> None:
     """Charge one round's event to the coordinator's ledger (call before using the aggregate)."""
-    _ledger(federation).charge(
+    coordinator_ledger(federation).charge(
         coordinator_scope(federation.study),
         options.round_event(),
         note=f"client-level DP-FedAvg round {round_no}",
@@ -251,7 +246,7 @@ def coordinator_spending(federation: Federation, options: DPFedAvg, rounds: int)
     The epsilon is stated at the delta of the coordinator's budget, the one
     its ledger enforces.
     """
-    ledger, scope = _ledger(federation), coordinator_scope(federation.study)
+    ledger, scope = coordinator_ledger(federation), coordinator_scope(federation.study)
     budget, entries = ledger.budget(scope), ledger.entries(scope)
     rdp, pld = fit_epsilon(planned_training(options, rounds), budget.delta)
     return ScopeSpending(

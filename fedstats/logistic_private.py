@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 import dp_accounting
 import numpy as np
 
-import accounting
 from fedstats.design import SITE_COLUMN
 from fedstats.errors import StudyConfigurationError
 from fedstats.federation import Federation
@@ -49,6 +48,7 @@ from fedstats.privacy import (
     feature_scaling,
     fit_epsilon,
     information_rounds,
+    preview_coordinator_budget,
     preview_site_budgets,
     site_spending,
     unscale,
@@ -304,23 +304,15 @@ def _plan(record: RecordDP | None, client: ClientDP | None) -> tuple[int, dict]:
 
 
 def _preview_coordinator(federation: Federation, client: ClientDP, sigma: float) -> None:
-    if federation.ledger is None:
-        raise StudyConfigurationError(
-            "client-level privacy needs a coordinator ledger: Federation(..., ledger=Ledger(path))"
-        )
     planned = dp_accounting.SelfComposedDpEvent(
         dp_accounting.GaussianDpEvent(sigma), client.releases
     )
-    preview = federation.ledger.preview(coordinator_scope(federation.study), planned)
-    if not preview.fits:
-        raise accounting.BudgetExceeded(
-            scope=coordinator_scope(federation.study),
-            budget_epsilon=preview.budget_epsilon,
-            spent=preview.epsilon_before,
-            requested=preview.epsilon_event,
-            would_total=preview.epsilon_after,
-            remaining=preview.budget_epsilon - preview.epsilon_before,
-        )
+    preview_coordinator_budget(
+        federation,
+        planned,
+        f"client-level fit ({client.releases} Gaussian releases, noise multiplier {sigma:.4g})",
+        "Lower the rounds or epsilon, or raise the coordinator's budget.",
+    )
 
 
 def _client_release(

@@ -241,6 +241,32 @@ def privacy_levels(privacy: Any, client_type: type, expected: str) -> tuple[Reco
     return (record[0] if record else None), (client[0] if client else None)
 
 
+def coordinator_ledger(federation: Any) -> accounting.Ledger:
+    """The federation's coordinator ledger, which client-level privacy needs."""
+    if federation.ledger is None:
+        raise StudyConfigurationError(
+            "client-level privacy needs a coordinator ledger: Federation(..., ledger=Ledger(path))"
+        )
+    return federation.ledger
+
+
+def preview_coordinator_budget(
+    federation: Any, planned: dp_accounting.DpEvent, what: str, remedy: str
+) -> None:
+    """Refuse, before anything is sent or charged, a ``planned`` client-level release sequence
+    the coordinator's budget cannot pay for (:class:`~fedstats.errors.PlannedBudgetError`,
+    naming the budget, what is spent and what the plan would bring it to)."""
+    preview = coordinator_ledger(federation).preview(coordinator_scope(federation.study), planned)
+    if not preview.fits:
+        raise PlannedBudgetError(
+            f"the planned {what} (epsilon {preview.epsilon_event:.4g} on its own) would take the "
+            f"coordinator's client-level budget for study {federation.study!r} from epsilon "
+            f"{preview.epsilon_before:.4g} to {preview.epsilon_after:.4g}, over its budget of "
+            f"{preview.budget_epsilon:.4g} at delta {preview.delta:g}; nothing was charged or "
+            f"released. {remedy}"
+        )
+
+
 @dataclass(frozen=True)
 class ScopeSpending:
     """What one privacy scope paid for a fit, and where it stands."""

@@ -562,6 +562,12 @@ class FederatedTrainer:
         dropped = agreement.counts.dropped_note()
         if dropped:
             notes.append(dropped)
+        if self.seed is not None:
+            notes.append(
+                f"FIXED SEED {self.seed}: initial weights, site sampling"
+                + (" and the sites' batch order" if schedule is None else "")
+                + " are reproducible; privacy noise is not drawn from it"
+            )
         if schedule is not None:
             notes.append(
                 f"record-level DP-SGD at every site: Poisson sampling q={schedule.sample_rate:.4g}"

@@ -93,6 +93,9 @@ def test_secure_aggregation_gives_the_clear_result_without_showing_updates():
     train_replies = [r for r in fed.inventory.records() if r.task == "deep.train"]
     assert train_replies and all(r.status == "ok" for r in train_replies)
     assert any("secure aggregation" in note for note in secure.notes)
+    assert any(note.startswith("FIXED SEED 7:") for note in secure.notes)
+    unseeded = trainer(seed=None).fit(fedstats.Federation.in_process(frames), evaluation=False)
+    assert not any("FIXED SEED" in note for note in unseeded.notes)
 
 
 def test_scaffold_keeps_each_sites_control_variate_between_rounds():

@@ -295,6 +295,22 @@ def test_client_dp_charges_the_coordinator_ledger(big_sites, tmp_path):
         )
 
 
+def test_a_client_level_plan_over_the_coordinators_budget_is_refused_before_any_message(
+    big_sites, tmp_path
+):
+    coordinator = accounting.Ledger(tmp_path / "coordinator.ledger")
+    client_scope = accounting.Scope(unit="site", owner="coordinator", study="study")
+    coordinator.set_budget(client_scope, epsilon=1.0, delta=1e-6)
+    fed = fedstats.Federation.in_process(big_sites, ledger=coordinator)
+    privacy = fedstats.ClientDP(
+        epsilon=5.0, rounds=3, gradient_clip=2000.0, hessian_clip=2000.0, bounds=BOUNDS
+    )
+    with pytest.raises(fedstats.PlannedBudgetError, match="coordinator's client-level budget"):
+        fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(fed, privacy=privacy)
+    assert coordinator.entries(client_scope) == []
+    assert len(fed.inventory) == 0
+
+
 def test_private_confidence_intervals_cover_the_non_private_estimate(tmp_path):
     """The reported SEs include the privacy noise: 95% intervals of repeated private fits
     cover the exact MLE (the quantity the noisy run estimates) about as often as they say."""
