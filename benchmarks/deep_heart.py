@@ -30,7 +30,6 @@ import json  # noqa: E402
 import tempfile  # noqa: E402
 
 import numpy as np  # noqa: E402
-from sklearn.model_selection import train_test_split  # noqa: E402
 
 import accounting  # noqa: E402
 import fedstats  # noqa: E402
@@ -47,18 +46,6 @@ SETTINGS = {
     "scaffold": {"algorithm": "scaffold"},
     "fedadam": {"algorithm": "fedavg", "server_optimizer": "adam", "server_lr": 0.05},
 }
-
-
-def heart_split() -> tuple[dict, dict]:
-    data = datasets.heart_disease()
-    train, test = {}, {}
-    for site, frame in data.frames.items():
-        both = frame["disease"].value_counts().min() >= 2
-        tr, te = train_test_split(
-            frame, test_size=0.34, random_state=43, stratify=frame["disease"] if both else None
-        )
-        train[site], test[site] = tr.reset_index(drop=True), te.reset_index(drop=True)
-    return train, test
 
 
 def trainer(seed: int, **options) -> FederatedTrainer:
@@ -110,7 +97,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    train, test = heart_split()
+    train, test = datasets.heart_disease_split()
     trainable = {s: f for s, f in train.items() if 0 < f["disease"].sum() < len(f)}
     test_fed = fedstats.Federation.in_process(test, disclosure=POLICY)
     scores: dict[str, list[float]] = {name: [] for name in [*SETTINGS, "dp_fedavg"]}

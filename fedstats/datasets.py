@@ -143,6 +143,27 @@ def heart_disease(data_dir: str | Path | None = None) -> SiteFrames:
     )
 
 
+def heart_disease_split(
+    data_dir: str | Path | None = None,
+) -> tuple[dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """FLamby's Fed-Heart-Disease train/test split of :func:`heart_disease` (du Terrail et
+    al., NeurIPS 2022): per site 66/34 with ``train_test_split(random_state=43)``, stratified
+    by ``disease`` where the site has at least two patients of each outcome.
+
+    Returns ``(train, test)``, each a frame per site with a fresh index.
+    """
+    from sklearn.model_selection import train_test_split
+
+    train, test = {}, {}
+    for site, frame in heart_disease(data_dir).frames.items():
+        both = frame["disease"].value_counts().min() >= 2
+        tr, te = train_test_split(
+            frame, test_size=0.34, random_state=43, stratify=frame["disease"] if both else None
+        )
+        train[site], test[site] = tr.reset_index(drop=True), te.reset_index(drop=True)
+    return train, test
+
+
 TCGA_CITATION = (
     "TCGA-BRCA clinical data (GDC open access; Liu et al., Cell 2018), six regions of "
     "tissue-source sites as in FLamby Fed-TCGA-BRCA (du Terrail et al., NeurIPS 2022)"

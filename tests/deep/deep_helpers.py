@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import train_test_split
 
 import accounting
 import fedstats
@@ -32,17 +31,8 @@ def ledgers(tmp_path, sites, epsilon: float, delta: float, study: str = "study")
 
 
 def heart_split():
-    """FLamby's Fed-Heart-Disease split: per site 66/34, random_state 43, stratified where
-    the site has at least two patients of each outcome."""
-    data = datasets.heart_disease()
-    train, test = {}, {}
-    for site, frame in data.frames.items():
-        both = frame["disease"].value_counts().min() >= 2
-        tr, te = train_test_split(
-            frame, test_size=0.34, random_state=43, stratify=frame["disease"] if both else None
-        )
-        train[site], test[site] = tr.reset_index(drop=True), te.reset_index(drop=True)
-    return train, test
+    """FLamby's Fed-Heart-Disease split (:func:`fedstats.datasets.heart_disease_split`)."""
+    return datasets.heart_disease_split()
 
 
 HEART_POLICY = fedstats.DisclosurePolicy(max_parameter_ratio=0.5)

@@ -12,9 +12,12 @@ collected until the load event, then ``Page.captureScreenshot`` writes a PNG.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -42,23 +45,36 @@ TIMEOUT = 60.0
 
 def load_page(page: Path, screenshot: Path) -> list[str]:
     """Load ``page`` in headless Chromium, write a screenshot; return every error it logged."""
-    with tempfile.TemporaryDirectory(prefix="chromium-profile-") as profile:
+    # Chromium's helper processes may still write to the profile for a moment after the
+    # browser exits: the whole process group is stopped, and a straggling file does not fail
+    # the cleanup of this throwaway profile.
+    with tempfile.TemporaryDirectory(
+        prefix="chromium-profile-", ignore_cleanup_errors=True
+    ) as profile:
         process = subprocess.Popen(
             [CHROMIUM, *FLAGS, f"--user-data-dir={profile}", "about:blank"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )
         try:
             port = _devtools_port(process)
             return _drive(port, page.resolve().as_uri(), screenshot)
         finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            _stop_group(process)
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    """SIGTERM to Chromium's process group, SIGKILL after 10 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        try:
+            process.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def _devtools_port(process: subprocess.Popen) -> int:
