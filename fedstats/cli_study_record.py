@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.durable_files import file_sha256
 from fedstats.inventory import MessageInventory
 from fedstats.study_config import StudyConfig
 from fedstats.study_run import Recorded, RunFailed
@@ -69,7 +70,7 @@ def record_study(
     inventory: MessageInventory,
 ) -> Path:
     """Write ``out/study`` from the run's results and inventory; returns the directory."""
-    from reports.recorder import StudyRecorder, sha256_file
+    from reports.recorder import StudyRecorder
 
     directory = Path(config.study.out) / STUDY_DIR
     if directory.exists():
@@ -83,7 +84,7 @@ def record_study(
         {
             "study": config.study.name,
             "study_toml": str(study_toml),
-            "study_toml_sha256": sha256_file(study_toml),
+            "study_toml_sha256": file_sha256(study_toml),
             "sites": list(config.study.sites),
             "fits": [fit.model_dump(mode="json") for fit in config.fits],
             "fits_not_in_report": others,

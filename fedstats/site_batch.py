@@ -45,8 +45,6 @@ harmonises nothing, answers nothing, and says so on stdout and in its record.
 
 from __future__ import annotations
 
-import json
-import os
 import signal
 import threading
 from collections.abc import Iterator
@@ -59,11 +57,12 @@ from types import FrameType
 from typing import Any
 
 import accounting
+from fedstats.durable_files import file_sha256, write_json_atomically
 from fedstats.errors import FedstatsError
 from fedstats.job_lock import JobAlreadyRunning, JobLock
 from fedstats.site_activity import Activity, activity, ledger_state, spent_scopes
 from fedstats.site_config import SiteConfig, load_site_config
-from fedstats.site_frame import PreparedFrame, SiteHarmonisationError, file_sha256, prepare_frame
+from fedstats.site_frame import PreparedFrame, SiteHarmonisationError, prepare_frame
 from fedstats.site_journal import JOURNAL_FILE, SiteJournal
 from fedstats.site_serving import (
     CoordinatorUnreachable,
@@ -282,14 +281,8 @@ def _finish(run: SiteRun, runs: Path, stamp: str) -> SiteRun:
         exit_name=run.exit_code.name.lower(),
         reason=run.reason,
     )
-    runs.mkdir(parents=True, exist_ok=True)
     path = runs / f"{stamp}.json"
-    temporary = runs / f".{stamp}.{os.getpid()}.tmp"
-    with temporary.open("w", encoding="utf-8") as handle:
-        json.dump(run.record, handle, indent=1, sort_keys=True, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
+    write_json_atomically(path, run.record, default=str)
     run.record_path = path
     return run
 

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import fedstats
+from fedstats.durable_files import file_sha256, replace_durably, write_json_atomically
 from fedstats.errors import FedstatsError
 from fedstats.site_config import SiteConfig
 from fedstats.site_service import CURRENT_FRAME
@@ -70,15 +71,6 @@ class PreparedFrame:
             "source_fingerprint": self.source_fingerprint,
             "harmonisation": self.harmonisation,
         }
-
-
-def file_sha256(path: Path) -> str:
-    """Hex SHA-256 of a file's bytes, read in blocks."""
-    hasher = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            hasher.update(block)
-    return hasher.hexdigest()
 
 
 def source_files(config: SiteConfig) -> list[Path]:
@@ -151,13 +143,9 @@ def prepare_frame(config: SiteConfig, *, failure_dir: Path) -> PreparedFrame:
         )
     summary = _harmonise(config, current, failure_dir)
     frame_sha = file_sha256(current)
-    _write_atomically(
+    write_json_atomically(
         current.parent / FINGERPRINT_FILE,
-        json.dumps(
-            {"source_fingerprint": fingerprint, "frame_sha256": frame_sha, "summary": summary},
-            indent=1,
-            sort_keys=True,
-        ).encode(),
+        {"source_fingerprint": fingerprint, "frame_sha256": frame_sha, "summary": summary},
     )
     return PreparedFrame(current, frame_sha, "harmonised", fingerprint, summary)
 
@@ -206,7 +194,7 @@ def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> dict[str
         leftover.unlink(missing_ok=True)
     temporary = folder / f".{current.name}.{os.getpid()}.tmp"
     result.frame.to_parquet(temporary)
-    _fsync_and_replace(temporary, current)
+    replace_durably(temporary, current)
     write_report(report, folder)
     result.quarantine.to_csv(folder / "quarantine.csv", index=False)
     return {
@@ -225,20 +213,3 @@ def _recorded(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return value if isinstance(value, dict) else {}
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
-    _fsync_and_replace(temporary, path)
-
-
-def _fsync_and_replace(temporary: Path, path: Path) -> None:
-    with temporary.open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 import fedstats
+from fedstats.durable_files import write_json_atomically
 from fedstats.federation import Federation
 from fedstats.study_config import CoxFit, DeepFit, Fit, KaplanMeierFit, LogisticFit, StudyConfig
 
@@ -151,17 +151,6 @@ def _numbers(values: Iterable[Any]) -> list[Any]:
 def result_path(out: Path, name: str) -> Path:
     """Where the result of fit ``name`` is written."""
     return out / RESULTS_DIR / f"{name}.json"
-
-
-def write_json_atomically(path: Path, record: Any) -> None:
-    """Write JSON to a temporary file, flush it to disk, then rename it over ``path``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.tmp")
-    with temporary.open("w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=1, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
 
 
 def run_fits(

@@ -25,6 +25,7 @@ from typing import Any
 import pandas as pd
 
 import accounting
+from fedstats.durable_files import file_sha256
 from fedstats.inventory import MessageInventory
 from fedstats.results import LikelihoodResults
 from harmonize.report import HarmonizationReport
@@ -46,11 +47,6 @@ PACKAGES = (
     "matplotlib",
 )
 """Packages whose installed versions the manifest records."""
-
-
-def sha256_file(path: str | PathLike[str]) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def package_versions() -> dict[str, str]:
@@ -118,7 +114,7 @@ class StudyRecorder:
     def record_configuration(self, configuration: Mapping[str, Any]) -> str:
         """Write the run configuration (JSON values only); returns its SHA-256."""
         _write_json(self.layout.configuration, dict(configuration))
-        self._configuration_sha = sha256_file(self.layout.configuration)
+        self._configuration_sha = file_sha256(self.layout.configuration)
         return self._configuration_sha
 
     def record_harmonization(self, report: HarmonizationReport) -> Path:

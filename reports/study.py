@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import accounting
+from fedstats.durable_files import file_sha256
 from fedstats.inventory import InventoryFileError, MessageInventory
 from harmonize.errors import HarmonizationError
 from harmonize.report import HarmonizationReport
 from reports.errors import StudyDirectoryError, StudyRecordError
 from reports.layout import StudyLayout
-from reports.recorder import sha256_file
 from reports.records import AuditRecord, DiagnosticRecord, FitRecord, Manifest, parse_record
 
 
@@ -121,7 +121,7 @@ def _check_hash(path: Path, recorded: str | None, manifest: Path) -> None:
         raise StudyRecordError(manifest, f"field hashes.{path.name}: missing")
     if not path.is_file():
         raise StudyRecordError(path, "file missing")
-    actual = sha256_file(path)
+    actual = file_sha256(path)
     if actual != recorded:
         raise StudyRecordError(
             path,

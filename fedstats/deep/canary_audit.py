@@ -48,20 +48,19 @@ import pandas as pd
 import torch
 
 import accounting
+from fedstats.agree import agree_design
 from fedstats.audit import AuditResult, audit, draw_inclusion
 from fedstats.deep.losses import BINARY
 from fedstats.deep.results import DeepModelResults
 from fedstats.deep.site_data import site_tensors
 from fedstats.deep.trainer import FederatedTrainer
-from fedstats.design import DesignSpec, design_columns, normalise_level, parse_formula
+from fedstats.design import parse_formula
 from fedstats.disclosure import DisclosurePolicy
 from fedstats.errors import FedstatsError, StudyConfigurationError
 from fedstats.federation import Federation
 from fedstats.privacy import RecordDP
 from fedstats.task import SiteContext
 
-AUDITOR = "auditor"
-"""The name the auditor's own canary records go by when it builds their design."""
 SCORE = "log-likelihood of the canary's label under the final model"
 CANARY_KIND = "input-space canaries with random labels"
 
@@ -284,8 +283,7 @@ def audit_training(
     included = np.asarray(included)
     if included.shape != (m,) or included.dtype != bool:
         raise StudyConfigurationError(f"included must hold one boolean per canary ({m})")
-    spec = _canary_spec(trainer, canaries)
-    _canary_tensors(spec, None, canaries)  # the canaries build the design, before any training
+    _check_canary_design(trainer, canaries, site)
 
     inserted = int(included.sum())
     site_frame = pd.concat([frames[site], canaries[included]], ignore_index=True)
@@ -299,7 +297,7 @@ def audit_training(
         noise_seed=noise_seed,
     )
     fit = trainer.fit(federation, privacy=privacy, evaluation=False)
-    scores = _scores(fit, spec, canaries)
+    scores = _scores(fit, canaries, site)
     result = audit(
         scores,
         included,
@@ -424,16 +422,14 @@ def _as_frame_dtypes(canaries: pd.DataFrame, frame: pd.DataFrame, where: str) ->
     return out
 
 
-def _canary_spec(trainer: FederatedTrainer, canaries: pd.DataFrame) -> DesignSpec:
-    """The design the trainer's sites agree on, built without data from the declared levels."""
+def _check_canary_design(trainer: FederatedTrainer, canaries: pd.DataFrame, site: str) -> None:
+    """Before any training (and any charge): the trainer's design agreement, run on the
+    canaries alone — the auditor's own records, without a ledger — accepts them."""
     parsed = parse_formula(trainer.formula)
-    levels = {
-        k: tuple(normalise_level(v) for v in vals) for k, vals in (trainer.levels or {}).items()
-    }
     undeclared = sorted(
         v
         for v in parsed.covariates
-        if v not in levels
+        if v not in (trainer.levels or {})
         and (v in parsed.wrapped or not pd.api.types.is_numeric_dtype(canaries[v]))
     )
     if undeclared:
@@ -441,45 +437,27 @@ def _canary_spec(trainer: FederatedTrainer, canaries: pd.DataFrame) -> DesignSpe
             f"the audit scores canaries on the trained design: declare the levels of "
             f"{undeclared} with the trainer's levels={{...}}"
         )
-    agreed = {v: levels[v] for v in sorted(parsed.covariates) if v in levels}
-    layout = design_columns(parsed.formula, sorted(parsed.covariates), agreed)
-    return DesignSpec(
-        formula=trainer.formula,
-        outcome=parsed.outcome,
-        variables=tuple(sorted(parsed.outcome_variables | parsed.covariates)),
-        levels=agreed,
-        columns=tuple(layout.columns),
-        site_intercepts=False,
-        sites=(AUDITOR,),
-        missing="raise",
-        outcome_kind=BINARY,
-    )
-
-
-def _canary_tensors(spec: DesignSpec, scaling: np.ndarray | None, canaries: pd.DataFrame):
-    """The canaries' scaled inputs and labels, built by the sites' own design code."""
-    if scaling is None:
-        scaling = np.tile([0.0, 1.0], (len(spec.columns), 1))
-    context = SiteContext(name=AUDITOR, frame=canaries, policy=DisclosurePolicy())
+    auditor = Federation.in_process({site: canaries}, disclosure=DisclosurePolicy(min_count=1))
     try:
-        return site_tensors(
-            context, {"design": spec.to_wire(), "scaling": scaling}, evaluation=True
-        )
+        agree_design(auditor, trainer.formula, analysis="canary-design", levels=trainer.levels,
+                     missing=trainer.missing, outcome_kind=BINARY)  # fmt: skip
     except FedstatsError as error:
         raise StudyConfigurationError(
             f"the canaries do not fit the trained design: {error}"
         ) from None
 
 
-def _scores(fit: DeepModelResults, spec: DesignSpec, canaries: pd.DataFrame) -> np.ndarray:
-    """``log p(y | x) = y s - log(1 + e^s)`` of every canary under the final model."""
-    columns = [c for c in spec.columns if c != "Intercept"]
-    if columns != list(fit.columns) or fit.scaling.shape[0] != len(spec.columns):
+def _scores(fit: DeepModelResults, canaries: pd.DataFrame, site: str) -> np.ndarray:
+    """``log p(y | x) = y s - log(1 + e^s)`` of every canary under the final model, its inputs
+    built by the sites' own design code from the design they agreed on."""
+    context = SiteContext(name=site, frame=canaries, policy=DisclosurePolicy(min_count=1))
+    request = {"design": fit.design.to_wire(), "scaling": np.asarray(fit.scaling)}
+    try:
+        data = site_tensors(context, request, evaluation=True)
+    except FedstatsError as error:
         raise StudyConfigurationError(
-            f"the trained design has columns {list(fit.columns)}, the canaries' {columns}: "
-            "declare every categorical level with the trainer's levels={...}"
-        )
-    data = _canary_tensors(spec, np.asarray(fit.scaling, dtype=np.float64), canaries)
+            f"the canaries do not fit the trained design: {error}"
+        ) from None
     with torch.no_grad():
         logits = fit.module()(data.X).reshape(-1).double().numpy()
     labels = data.y.double().numpy()

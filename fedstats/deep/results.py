@@ -13,6 +13,7 @@ from fedstats.deep.evaluation import Evaluation
 from fedstats.deep.models import build_model
 from fedstats.deep.privacy_plan import DpSgdSchedule
 from fedstats.deep.weights import load_arrays
+from fedstats.design import DesignSpec
 from fedstats.privacy import PrivacyAccount
 from fedstats.results import Provenance
 
@@ -45,6 +46,9 @@ class DeepModelResults:
     notes: list[str] = field(default_factory=list)
     dp_schedule: DpSgdSchedule | None = None
     """Under record-level DP: sampling rate, noise multiplier, clipping norm, steps per round."""
+    design: DesignSpec | None = None
+    """The design the sites agreed on (formula, levels, columns): what builds the network's
+    inputs from a record."""
     dp_steps: dict[str, int] | None = None
     """Under record-level DP (without secure aggregation): the DP-SGD steps each site's Opacus
     accountant counted over the fit, as the sites reported them."""

@@ -410,6 +410,7 @@ class FederatedTrainer:
             privacy=account,
             notes=notes,
             dp_schedule=schedule,
+            design=spec,
             dp_steps=dp_steps if schedule is not None and secure_aggregation is None else None,
         )
 
@@ -634,10 +635,6 @@ def _check_client(trainer: FederatedTrainer, client: DPFedAvg, federation: Feder
             f"{client.sample_rate:g} x {len(federation.sites)} sites = {expected:g}; build it "
             f"with DPFedAvg.for_budget(..., sites={len(federation.sites)}, "
             f"sample_rate={client.sample_rate:g})"
-        )
-    if federation.ledger is None:
-        raise StudyConfigurationError(
-            "client-level privacy needs a coordinator ledger: Federation(..., ledger=Ledger(path))"
         )
 
 
