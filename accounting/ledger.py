@@ -497,23 +497,31 @@ class Ledger:
 
     # -- reading ------------------------------------------------------------
 
-    def spent(self, scope: Scope) -> Spent:
+    def spent(self, scope: Scope, *, pld: bool = True) -> Spent:
         """The scope's RDP epsilon (enforced) and PLD epsilon (reported beside it).
 
         The PLD figure composes the scope's events with dp_accounting's
         ``PLDAccountant``, identical events grouped into one
-        ``SelfComposedDpEvent`` each.
+        ``SelfComposedDpEvent`` each. It can take minutes for many events of
+        small noise; ``pld=False`` skips it (``epsilon_pld`` is ``None``, with
+        a note) for callers that need only the enforced RDP figures.
         """
         with self._transaction("DEFERRED", "reading spending") as conn:
             row = self._scope_row(conn, scope)
-            groups = conn.execute(
-                "SELECT event_json, COUNT(*) FROM entries WHERE scope_id = ? "
-                "GROUP BY event_json ORDER BY MIN(seq)",
-                (row.id,),
-            ).fetchall()
+            groups = (
+                conn.execute(
+                    "SELECT event_json, COUNT(*) FROM entries WHERE scope_id = ? "
+                    "GROUP BY event_json ORDER BY MIN(seq)",
+                    (row.id,),
+                ).fetchall()
+                if pld
+                else []
+            )
         epsilon_pld: float | None = 0.0
         note = None
-        if groups:
+        if not pld:
+            epsilon_pld, note = None, "PLD accountant: not computed (pld=False)"
+        elif groups:
             events = [
                 dp_accounting.SelfComposedDpEvent(_decoded(text), count) for text, count in groups
             ]

@@ -25,7 +25,7 @@ With few sites this guarantee is weak: hiding one hospital among four
 needs noise of the order of the updates themselves.
 
 At the coordinator (:func:`preview_training`, :func:`charge_round`,
-:func:`coordinator_spending`): the whole planned training,
+:func:`fedstats.privacy.coordinator_spending`): the whole planned training,
 ``SelfComposedDpEvent(round_event, rounds)``, is previewed against the
 coordinator's client-level budget (unit ``site``) before anything is sent;
 every round is charged to that ledger before its aggregate is used; a fit
@@ -45,11 +45,8 @@ import numpy as np
 import accounting
 from fedstats.errors import StudyConfigurationError
 from fedstats.privacy import (
-    COORDINATOR,
-    ScopeSpending,
     coordinator_ledger,
     coordinator_scope,
-    fit_epsilon,
     preview_coordinator_budget,
 )
 
@@ -237,27 +234,4 @@ def charge_round(
             "sample_rate": options.sample_rate,
             "adaptive": options.adaptive,
         },
-    )
-
-
-def coordinator_spending(federation: Federation, options: DPFedAvg, rounds: int) -> ScopeSpending:
-    """What the coordinator's client-level scope paid for ``rounds`` rounds, and where it stands.
-
-    The epsilon is stated at the delta of the coordinator's budget, the one
-    its ledger enforces.
-    """
-    ledger, scope = coordinator_ledger(federation), coordinator_scope(federation.study)
-    budget, entries = ledger.budget(scope), ledger.entries(scope)
-    rdp, pld = fit_epsilon(planned_training(options, rounds), budget.delta)
-    return ScopeSpending(
-        unit="site",
-        owner=COORDINATOR,
-        epsilon=rdp,
-        epsilon_pld=pld,
-        delta=budget.delta,
-        cumulative_epsilon=entries[-1].epsilon_after if entries else 0.0,
-        budget_epsilon=budget.epsilon,
-        noise_multipliers=(options.noise_multiplier,),
-        releases=rounds,
-        fixed_seed=federation.noise_seed is not None,
     )

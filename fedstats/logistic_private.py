@@ -39,14 +39,12 @@ from fedstats.design import SITE_COLUMN
 from fedstats.errors import StudyConfigurationError
 from fedstats.federation import Federation
 from fedstats.privacy import (
-    COORDINATOR,
     ClientDP,
     PrivacyAccount,
     RecordDP,
-    ScopeSpending,
     coordinator_scope,
+    coordinator_spending,
     feature_scaling,
-    fit_epsilon,
     information_rounds,
     preview_coordinator_budget,
     preview_site_budgets,
@@ -426,20 +424,7 @@ def _account(
         event = dp_accounting.SelfComposedDpEvent(
             dp_accounting.GaussianDpEvent(sigma_c), client.releases
         )
-        rdp, pld = fit_epsilon(event, client.delta)
-        spent = federation.ledger.spent(coordinator_scope(federation.study))
         scopes.append(
-            ScopeSpending(
-                unit="site",
-                owner=COORDINATOR,
-                epsilon=rdp,
-                epsilon_pld=pld,
-                delta=client.delta,
-                cumulative_epsilon=spent.epsilon,
-                budget_epsilon=spent.budget_epsilon,
-                noise_multipliers=(sigma_c,),
-                releases=client.releases,
-                fixed_seed=federation.noise_seed is not None,
-            )
+            coordinator_spending(federation, event, (sigma_c,), client.releases, client.delta)
         )
     return PrivacyAccount(tuple(scopes), rounds, row_norm if record else None)

@@ -311,6 +311,33 @@ def site_spending(
     )
 
 
+def coordinator_spending(
+    federation: Any,
+    event: dp_accounting.DpEvent,
+    noise_multipliers: tuple[float, ...],
+    releases: int,
+    delta: float | None = None,
+) -> ScopeSpending:
+    """What the coordinator's client-level scope paid for a fit's ``event``, and where it now
+    stands (its ledger's RDP figures). ``delta`` defaults to the delta of the coordinator's
+    budget, the one its ledger enforces."""
+    spent = coordinator_ledger(federation).spent(coordinator_scope(federation.study), pld=False)
+    delta = spent.delta if delta is None else delta
+    rdp, pld = fit_epsilon(event, delta)
+    return ScopeSpending(
+        unit="site",
+        owner=COORDINATOR,
+        epsilon=rdp,
+        epsilon_pld=pld,
+        delta=delta,
+        cumulative_epsilon=spent.epsilon,
+        budget_epsilon=spent.budget_epsilon,
+        noise_multipliers=noise_multipliers,
+        releases=releases,
+        fixed_seed=federation.noise_seed is not None,
+    )
+
+
 def preview_site_budgets(
     federation: Any,
     planned: dp_accounting.DpEvent,

@@ -33,10 +33,10 @@ class ScopeState:
 
 
 def ledger_state(ledger: accounting.Ledger) -> dict[accounting.Scope, ScopeState]:
-    """Every scope of ``ledger`` with its entries, spending and what is left."""
+    """Every scope of ``ledger`` with its entries, RDP spending and what is left."""
     state = {}
     for scope in ledger.scopes():
-        spent = ledger.spent(scope)
+        spent = ledger.spent(scope, pld=False)
         state[scope] = ScopeState(spent.entries, spent.epsilon, spent.remaining)
     return state
 

@@ -78,6 +78,7 @@ from fedstats.privacy import (
     PrivacyAccount,
     RecordDP,
     ScopeSpending,
+    coordinator_spending,
     feature_scaling,
     preview_site_budgets,
     privacy_levels,
@@ -388,7 +389,14 @@ class FederatedTrainer:
         if schedule is not None:
             scopes += _site_scopes(federation, record, schedule, participation, last_public)
         if client is not None:
-            scopes.append(client_dp.coordinator_spending(federation, client, self.rounds))
+            scopes.append(
+                coordinator_spending(
+                    federation,
+                    client_dp.planned_training(client, self.rounds),
+                    (client.noise_multiplier,),
+                    self.rounds,
+                )
+            )
         account = PrivacyAccount(tuple(scopes), self.rounds, None) if scopes else None
         if account is not None and secure_aggregation is not None:
             account = account.with_secure_aggregation(

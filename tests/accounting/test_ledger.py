@@ -173,6 +173,26 @@ def test_preview_writes_nothing(ledger, path):
     )
 
 
+def test_spent_without_pld_gives_the_same_enforced_figures(ledger):
+    for _ in range(3):
+        ledger.charge(SITE_A, STEP)
+    ledger.charge(SITE_A, ROUND)
+    full, quick = ledger.spent(SITE_A), ledger.spent(SITE_A, pld=False)
+    assert (
+        quick.epsilon
+        == full.epsilon
+        == pytest.approx(rdp_reference([STEP, STEP, STEP, ROUND], 1e-6), abs=1e-9)
+    )
+    assert (quick.remaining, quick.entries, quick.budget_epsilon, quick.delta) == (
+        full.remaining,
+        full.entries,
+        full.budget_epsilon,
+        full.delta,
+    )
+    assert full.epsilon_pld is not None and quick.epsilon_pld is None
+    assert "not computed" in quick.pld_note
+
+
 def test_two_scopes_are_independent(ledger):
     s2 = Scope(unit="patient", owner="site_a", study="s2")
     ledger.set_budget(s2, epsilon=1.0, delta=1e-5)
