@@ -23,6 +23,11 @@ from fedstats.errors import DisclosureError, StudyConfigurationError
 from fedstats.schema import ReplySchema, schema_mismatch
 
 
+DEFAULT_K_CELL = 5
+"""The default small-cell threshold (capped by ``min_count``): the "rule of five" many
+registries publish tables under, above DataSHIELD's default of 3."""
+
+
 @dataclass(frozen=True)
 class DisclosurePolicy:
     """A site's disclosure-control settings (defaults suit most clinical studies).
@@ -30,19 +35,34 @@ class DisclosurePolicy:
     ``require_privacy``: the site answers aggregate tasks only as charged,
     differentially private releases, and lists no categorical levels; exact
     requests are refused (a privacy officer's "private only" switch).
+
+    ``k_cell``: the small-cell threshold of :mod:`fedstats.cell_rules` and
+    :mod:`fedstats.differencing` (default: 5, or ``min_count`` if smaller).
+    ``max_rounds_per_analysis`` and ``max_analyses_per_study`` cap the exact
+    requests one agreed design may take (a TPR-fairness penalty search takes
+    about 750) and how many designs a study may ask a site for.
     """
 
     min_count: int = 10
+    k_cell: int | None = None
     max_levels: int = 50
     max_level_density: float = 0.33
     max_parameter_ratio: float = 0.33
     require_privacy: bool = False
+    max_rounds_per_analysis: int = 2_000
+    max_analyses_per_study: int = 1_000
 
     def __post_init__(self) -> None:
         if type(self.min_count) is not int or self.min_count < 1:
             raise StudyConfigurationError(
                 f"min_count must be a positive integer, got {self.min_count!r}"
             )
+        if self.k_cell is None:
+            object.__setattr__(self, "k_cell", min(DEFAULT_K_CELL, self.min_count))
+        for name in ("k_cell", "max_rounds_per_analysis", "max_analyses_per_study"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise StudyConfigurationError(f"{name} must be a positive integer, got {value!r}")
         if type(self.max_levels) is not int or self.max_levels < 2:
             raise StudyConfigurationError(
                 f"max_levels must be an integer >= 2, got {self.max_levels!r}"
@@ -56,10 +76,13 @@ class DisclosurePolicy:
         """The settings as plain values, for reports and run records."""
         return {
             "min_count": self.min_count,
+            "k_cell": self.k_cell,
             "max_levels": self.max_levels,
             "max_level_density": self.max_level_density,
             "max_parameter_ratio": self.max_parameter_ratio,
             "require_privacy": self.require_privacy,
+            "max_rounds_per_analysis": self.max_rounds_per_analysis,
+            "max_analyses_per_study": self.max_analyses_per_study,
         }
 
 
@@ -84,15 +107,17 @@ def check_reply(
             site=site,
             task=task,
             reason=f"the reply does not match the shape declared for the task ({problem})",
+            rule="shape",
         )
     if contributors is not None and contributors < policy.min_count:
         raise DisclosureError(
             site=site,
             task=task,
             reason=(
-                f"the aggregate covers {contributors} patient(s), fewer than the disclosure "
-                f"threshold of {policy.min_count}"
+                f"the aggregate covers fewer patients than the disclosure threshold of "
+                f"{policy.min_count}"
             ),
+            rule="threshold",
         )
 
 
@@ -108,6 +133,7 @@ def check_levels(
                 f"column {column!r} has {n_levels} levels, more than the limit of "
                 f"{policy.max_levels}; group its levels during harmonisation"
             ),
+            rule="levels",
         )
     if n_levels > policy.max_level_density * n_patients:
         raise DisclosureError(
@@ -117,6 +143,7 @@ def check_levels(
                 f"column {column!r} has {n_levels} levels for {n_patients} patients (more than "
                 f"{policy.max_level_density:g} per patient), so its levels could identify patients"
             ),
+            rule="levels",
         )
 
 
@@ -133,4 +160,5 @@ def check_saturation(
                 f"{n_patients} patients (more than {policy.max_parameter_ratio:g} per patient), "
                 "so its aggregates could reproduce individual rows"
             ),
+            rule="saturation",
         )

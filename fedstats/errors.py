@@ -94,13 +94,72 @@ class SiteError(FedstatsError):
 
 
 class DisclosureError(SiteError):
-    """A reply was refused by the site's disclosure control."""
+    """A reply was refused by the site's disclosure control.
 
-    fields = ("site", "task", "reason")
+    ``rule`` names the rule that refused it (see :data:`DISCLOSURE_RULES`), so a
+    site's log and the compliance report can count refusals by reason.
+    """
+
+    fields = ("site", "task", "reason", "rule")
 
     def describe(self) -> str:
         return (
             f"site {self.site!r} refused task {self.task!r}: {self.reason}. Nothing was released."
+        )
+
+
+DISCLOSURE_RULES = (
+    "threshold",
+    "shape",
+    "cells",
+    "differencing",
+    "levels",
+    "saturation",
+    "privacy-required",
+    "secure-aggregation",
+    "rounds",
+    "grid",
+)
+"""The disclosure rules a site applies; a refusal names one of them."""
+
+
+class ProtocolError(SiteError):
+    """An exact request falls outside the protocol the site approved."""
+
+    fields = ("site", "task", "analysis", "term", "reason")
+
+    def describe(self) -> str:
+        where = f" (term {self.term!r})" if self.term else ""
+        return (
+            f"site {self.site!r} refused task {self.task!r}: analysis {self.analysis!r}{where} "
+            f"is outside the protocol the site approved: {self.reason}. Nothing was released; "
+            "ask the site's privacy officer to approve it, or request it with differential "
+            "privacy where the protocol allows."
+        )
+
+
+class ResourceLimitError(SiteError):
+    """A request asks for more work or memory than the site allows per request."""
+
+    fields = ("site", "task", "limit", "reason")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} refused task {self.task!r} before any work: {self.reason} "
+            f"(limit {self.limit!r}). Split the work into smaller requests."
+        )
+
+
+class FormulaRefusedError(SiteError, FormulaError):
+    """A site refused a formula its grammar does not allow; nothing was evaluated."""
+
+    fields = ("site", "task", "term", "reason")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} refused the formula of task {self.task!r}: {self.term!r} "
+            f"{self.reason}. Formulas may use column names, numbers, + - * / **, comparisons, "
+            "& | ~, C() and the functions listed in fedstats.formula_grammar."
         )
 
 
@@ -147,7 +206,7 @@ class BudgetExceededError(SiteError):
             f"site {self.site!r} refused task {self.task!r}: its privacy budget for study "
             f"{self.study!r} would be exceeded (spent epsilon {_num(self.spent)}, this release "
             f"needs {_num(self.requested)}, remaining {_num(self.remaining)} of "
-            f"{_num(self.budget)}). Nothing was released and no row was read."
+            f"{_num(self.budget)}). Nothing was released."
         )
 
 
@@ -184,8 +243,8 @@ class NonBinaryOutcomeError(SiteDataError):
 
     def describe(self) -> str:
         return (
-            f"site {self.site!r}: outcome {self.column!r} has {self.count} value(s) other than "
-            "0 and 1; code the outcome as 0/1 (or True/False) before fitting."
+            f"site {self.site!r}: outcome {self.column!r} has {_count(self.count)} value(s) "
+            "other than 0 and 1; code the outcome as 0/1 (or True/False) before fitting."
         )
 
 
@@ -194,9 +253,9 @@ class MissingValuesError(SiteDataError):
 
     def describe(self) -> str:
         return (
-            f"site {self.site!r}: column {self.column!r} has {self.count} missing value(s); "
-            "impute or exclude them during harmonisation, or fit with missing='drop' to use "
-            "complete cases (the dropped counts are reported)."
+            f"site {self.site!r}: column {self.column!r} has {_count(self.count)} missing "
+            "value(s); impute or exclude them during harmonisation, or fit with missing='drop' "
+            "to use complete cases (the dropped counts are reported)."
         )
 
 
@@ -205,8 +264,9 @@ class UnknownLevelError(SiteDataError):
 
     def describe(self) -> str:
         return (
-            f"site {self.site!r}: column {self.column!r} has {self.count} value(s) of level "
-            f"{self.level!r}, which is not among the levels agreed for the study; add it to "
+            f"site {self.site!r}: column {self.column!r} has {_count(self.count)} value(s) of "
+            f"{'a level' if self.level is None else f'level {self.level!r}'}, which is not "
+            "among the levels agreed for the study; add it to "
             "the agreed levels or recode it during harmonisation."
         )
 
@@ -228,6 +288,11 @@ class NoEventsError(SiteDataError):
             "no information on it; leave the site out of this analysis or check the outcome "
             "definition."
         )
+
+
+def _count(value: object) -> str:
+    """A count from a site; ``None`` when the site withheld a count below its cell threshold."""
+    return "a few (fewer than the site's small-cell threshold)" if value is None else str(value)
 
 
 def _num(value: object) -> str:
@@ -254,6 +319,9 @@ SITE_ERRORS: dict[str, type[SiteError]] = {
         UnknownLevelError,
         InconsistentColumnError,
         NoEventsError,
+        ProtocolError,
+        ResourceLimitError,
+        FormulaRefusedError,
     )
 }
 

@@ -35,6 +35,7 @@ from fedstats.errors import (
 )
 from fedstats.inventory import MessageInventory, MessageRecord
 from fedstats.private_release import reply_schema
+from fedstats.protocol import Protocol
 from fedstats.schema import schema_mismatch
 from fedstats.silo import Silo
 from fedstats.task import TaskRegistry
@@ -136,6 +137,7 @@ class Federation:
         ledgers: Mapping[str, accounting.Ledger] | None = None,
         ledger: accounting.Ledger | None = None,
         noise_seed: int | None = None,
+        protocols: Mapping[str, Protocol] | None = None,
     ) -> Federation:
         """All sites in this process, each behind its own :class:`Silo` and the codec.
 
@@ -144,7 +146,8 @@ class Federation:
         own privacy ledger (record-level budgets, set by the site); ``ledger``
         is the coordinator's (client-level). ``noise_seed`` fixes every
         party's privacy noise for tests and reproducibility runs (site ``i``
-        uses ``noise_seed + i + 1``); fits then report it.
+        uses ``noise_seed + i + 1``); fits then report it. ``protocols``
+        gives sites the protocol their privacy officer approved (optional here).
         """
         if not isinstance(frames, Mapping) or not frames:
             raise StudyConfigurationError(
@@ -158,9 +161,10 @@ class Federation:
             }
         )
         ledgers = dict(ledgers or {})
-        unknown = sorted(set(ledgers) - set(frames))
+        protocols = dict(protocols or {})
+        unknown = sorted((set(ledgers) | set(protocols)) - set(frames))
         if unknown:
-            raise StudyConfigurationError(f"ledgers given for unknown sites {unknown}")
+            raise StudyConfigurationError(f"ledgers or protocols given for unknown sites {unknown}")
         silos = {
             name: Silo(
                 name,
@@ -169,6 +173,7 @@ class Federation:
                 registry=registry,
                 ledger=ledgers.get(name),
                 noise_seed=None if noise_seed is None else noise_seed + i + 1,
+                protocol=protocols.get(name),
             )
             for i, (name, frame) in enumerate(frames.items())
         }

@@ -8,9 +8,12 @@ leaves through :meth:`Silo.handle`, so the check happens in this one place.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import dp_accounting
@@ -19,14 +22,19 @@ import pandas as pd
 
 import accounting
 from fedstats import codec
+from fedstats.differencing import DifferencingGuard
 from fedstats.disclosure import DisclosurePolicy, check_reply
+from fedstats.error_replies import checked_error, refusal_reason
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
     DisclosureError,
+    FormulaRefusedError,
     InternalSiteError,
     MalformedRequestError,
     NoBudgetError,
+    ProtocolError,
+    ResourceLimitError,
     SiteError,
     StudyConfigurationError,
     UnknownTaskError,
@@ -41,8 +49,11 @@ from fedstats.private_release import (
     reply_schema,
     training_event,
 )
+from fedstats.protocol import Protocol
+from fedstats.resource_limits import RequestLimits
+from fedstats.secagg_roster import RosterPin
 from fedstats.secagg_site import MaskBlock, mask_reply, noise_multipliers, open_shares
-from fedstats.task import SiteContext, TaskRegistry
+from fedstats.task import SiteContext, Task, TaskRegistry
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +67,9 @@ class SiteLogEntry:
     reply_bytes: int
     at: datetime
     detail: str = ""
+    reason: str = ""
+    """Why a request was refused or failed (a disclosure rule, "protocol", "resources",
+    "formula", or the error's type); empty for released replies."""
 
 
 class Silo:
@@ -79,6 +93,20 @@ class Silo:
         A fixed seed for the privacy noise, for tests and reproducibility runs
         only; every private reply then declares it. By default the noise
         generator is seeded from OS entropy for every release.
+    protocol:
+        The protocol the site's privacy officer approved
+        (:class:`fedstats.protocol.Protocol`): exact requests outside it are
+        refused with :class:`~fedstats.errors.ProtocolError`.
+    secure_aggregation:
+        The secure-aggregation roster and signing key the site pinned
+        (:class:`fedstats.secagg_roster.RosterPin`); sessions whose roster or
+        keys differ are refused. Without one, a site charges its ledger for
+        the noise it adds itself, not for the noise of the sum.
+    limits:
+        Resource limits per request (:class:`fedstats.resource_limits.RequestLimits`).
+    guard_path:
+        Where the differencing guard keeps the row sets this site answered
+        (kept in memory when ``None``).
     """
 
     def __init__(
@@ -90,6 +118,10 @@ class Silo:
         registry: TaskRegistry | None = None,
         ledger: accounting.Ledger | None = None,
         noise_seed: int | None = None,
+        protocol: Protocol | None = None,
+        secure_aggregation: RosterPin | None = None,
+        limits: RequestLimits | None = None,
+        guard_path: Path | None = None,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise StudyConfigurationError(f"a site needs a non-empty name, got {name!r}")
@@ -105,7 +137,17 @@ class Silo:
         self.name = name
         self.policy = policy or DisclosurePolicy()
         self._registry = registry
-        self._context = SiteContext(name=name, frame=frame, policy=self.policy, ledger=ledger)
+        self.protocol = protocol
+        self.limits = limits or RequestLimits()
+        self._context = SiteContext(
+            name=name,
+            frame=frame,
+            policy=self.policy,
+            ledger=ledger,
+            protocol=protocol,
+            secure_aggregation=secure_aggregation,
+            guard=DifferencingGuard(self.policy, frame, path=guard_path),
+        )
         self.ledger = ledger
         self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)
         self.log: list[SiteLogEntry] = []
@@ -114,9 +156,22 @@ class Silo:
         return f"Silo({self.name!r}, {len(self._context.frame)} patients, {self.policy})"
 
     def handle(self, request: bytes) -> bytes:
-        """Answer one request; the reply is always bytes, an error reply included."""
+        """Answer one request; the reply is always bytes, an error reply included.
+
+        In order, before any row is read: the request's size, its arguments
+        (the task's schema), the site's resource limits, its approved
+        protocol, whether it requires privacy or secure aggregation, and the
+        rounds of the analysis. Then the handler computes the reply (data
+        checks and small-cell rules refuse here, before any charge); a private
+        release is charged to the site's ledger, and only then noised and
+        released. Every reply and every error reply is checked before it
+        leaves (:func:`~fedstats.disclosure.check_reply`,
+        :func:`~fedstats.error_replies.checked_error`).
+        """
         task_name = "?"
+        context = self._context
         try:
+            self.limits.check_request(self.name, task_name, request)
             task_name, args = self._parse(request)
             task = self._registry.get(task_name)
             if task is None:
@@ -125,33 +180,30 @@ class Silo:
             schema = reply_schema(task, args, plain)
             dp = DpRequest.from_args(args)
             secure = MaskBlock.from_args(args)
-            session = None if secure is None else open_shares(self._context, secure, task_name)
+            self._admit(task, task_name, args, private=dp is not None, secure=secure is not None)
+            context.deadline = self.limits.deadline()
+            context.exact = dp is None
+            session = None if secure is None else open_shares(context, secure, task_name)
             noise = None
             facts: dict = {}
             if dp is None:
-                if self.policy.require_privacy and task.about_patients:
-                    raise DisclosureError(
-                        site=self.name,
-                        task=task_name,
-                        reason="this site answers it only as a differentially private release",
-                    )
-                reply = task.handler(self._context, args)
+                reply = task.handler(context, args)
             elif task.private_training is not None:
-                # The handler runs the mechanism (e.g. DP-SGD); charge its event first.
+                # The handler runs the mechanism (e.g. DP-SGD): data checks, then the charge.
+                if task.validate is not None:
+                    task.validate(context, args)
                 event = training_event(task, args, self.name)
                 spent, budget = self._charge(task_name, dp, event, {})
-                reply = task.handler(self._context, {**args, "noise_seed": self._training_seed()})
-                facts = {
-                    "dp_epsilon_spent": spent,
-                    "dp_budget_epsilon": budget,
-                    "dp_fixed_seed": self._seeded_rng is not None,
-                }
+                reply = task.handler(context, {**args, "noise_seed": self._training_seed()})
+                facts = self._private_facts(spent, budget)
             else:
                 groups = noisy_groups(task, args, self.name)
                 sigmas = dp.sigmas_for(groups, self.name, task_name)
                 site_sigmas = (
                     sigmas if session is None else noise_multipliers(session, groups, sigmas, plain)
                 )
+                # Computed (and every data check passed) before the charge; released after it.
+                reply = task.handler(context, args)
                 spent, budget = self._charge(
                     task_name,
                     dp,
@@ -166,7 +218,6 @@ class Silo:
                         },
                     },
                 )
-                reply = task.handler(self._context, args)
                 noise = draw_noise(
                     reply.payload,
                     groups,
@@ -175,11 +226,7 @@ class Silo:
                     site=self.name,
                     task=task_name,
                 )
-                facts = {
-                    "dp_epsilon_spent": spent,
-                    "dp_budget_epsilon": budget,
-                    "dp_fixed_seed": self._seeded_rng is not None,
-                }
+                facts = self._private_facts(spent, budget)
             if session is None:
                 payload = reply.payload if noise is None else add_noise(reply.payload, noise)
             else:
@@ -204,10 +251,14 @@ class Silo:
             )
             out = codec.encode({"status": "ok", "result": payload})
         except SiteError as error:
-            error = error.located(self.name, task_name)
-            status = "refused" if isinstance(error, DisclosureError) else "error"
+            error = checked_error(error.located(self.name, task_name), self.policy)
+            status = "refused" if isinstance(error, REFUSALS) else "error"
             return self._record(
-                task_name, status, {"status": "error", "error": to_wire(error)}, detail=str(error)
+                task_name,
+                status,
+                {"status": "error", "error": to_wire(error)},
+                detail=str(error),
+                reason=refusal_reason(error),
             )
         except Exception as error:
             log.exception("site %s: task %s failed", self.name, task_name)
@@ -215,10 +266,52 @@ class Silo:
                 InternalSiteError(site=self.name, task=task_name, error_type=type(error).__name__)
             )
             return self._record(
-                task_name, "error", {"status": "error", "error": wire}, detail=repr(error)
+                task_name,
+                "error",
+                {"status": "error", "error": wire},
+                detail=repr(error),
+                reason="InternalSiteError",
             )
+        finally:
+            context.deadline, context.exact = None, True
         self.log.append(SiteLogEntry(task_name, "released", len(out), _now()))
         return out
+
+    def _admit(
+        self, task: Task, task_name: str, args: dict[str, Any], *, private: bool, secure: bool
+    ) -> None:
+        """Every check that needs no row: limits, protocol, required privacy, rounds."""
+        self.limits.check_arguments(self.name, task_name, args)
+        if task.cost is not None:
+            self.limits.check_work(self.name, task_name, task.cost(self._context, args))
+        if self.protocol is not None:
+            self.protocol.admit(self.name, task_name, args, private=private)
+        if not task.about_patients:
+            return
+        if not private and self.policy.require_privacy:
+            raise DisclosureError(
+                site=self.name,
+                task=task_name,
+                reason="this site answers it only as a differentially private release",
+                rule="privacy-required",
+            )
+        pin = self._context.secure_aggregation
+        if pin is not None and getattr(pin, "require", False) and not secure:
+            raise DisclosureError(
+                site=self.name,
+                task=task_name,
+                reason="this site answers it only inside secure aggregation with its pinned roster",
+                rule="secure-aggregation",
+            )
+        if not private:
+            self._context.guard.count_round(self.name, task_name, analysis_key(task_name, args))
+
+    def _private_facts(self, spent: float, budget: float) -> dict[str, Any]:
+        return {
+            "dp_epsilon_spent": spent,
+            "dp_budget_epsilon": budget,
+            "dp_fixed_seed": self._seeded_rng is not None,
+        }
 
     def _charge(
         self,
@@ -300,10 +393,28 @@ class Silo:
             )
         return task, args
 
-    def _record(self, task: str, status: str, message: dict, detail: str) -> bytes:
+    def _record(self, task: str, status: str, message: dict, detail: str, reason: str) -> bytes:
         out = codec.encode(message)
-        self.log.append(SiteLogEntry(task, status, len(out), _now(), detail))
+        self.log.append(SiteLogEntry(task, status, len(out), _now(), detail, reason))
         return out
+
+
+REFUSALS = (DisclosureError, ProtocolError, ResourceLimitError, FormulaRefusedError)
+"""Errors that are refusals by the site's rules (logged as "refused", not "error")."""
+
+
+def analysis_key(task: str, args: dict[str, Any]) -> str:
+    """What the site counts as one analysis: the agreed design, or the survival outcome.
+
+    Derived from the request's content, never from a label the coordinator
+    chooses, so renaming an analysis does not reset its rounds.
+    """
+    if isinstance(args.get("design"), dict):
+        what: Any = args["design"]
+    else:
+        what = [task, *(args.get(k) for k in ("time", "event", "group", "variables"))]
+    canonical = json.dumps(what, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
 def _now() -> datetime:

@@ -79,11 +79,35 @@ class DisclosureSection(BaseModel):
 
     model_config = _STRICT
     min_count: Annotated[int, Field(ge=1)] = 10
+    k_cell: Annotated[int, Field(ge=1)] | None = None
     require_privacy: bool = False
+    protocol: Path | None = None
+    """The protocol the site's privacy officer approved (TOML); exact requests outside it
+    are refused."""
+
+    _paths = field_validator("protocol", mode="before")(_resolve)
 
     def policy(self) -> DisclosurePolicy:
         """The :class:`~fedstats.disclosure.DisclosurePolicy` these settings give."""
-        return DisclosurePolicy(min_count=self.min_count, require_privacy=self.require_privacy)
+        return DisclosurePolicy(
+            min_count=self.min_count, k_cell=self.k_cell, require_privacy=self.require_privacy
+        )
+
+
+class SecureAggregationSection(BaseModel):
+    """``[secure_aggregation]``: the roster this site pins and its own signing key.
+
+    ``roster`` lists the study's sites and their signing public keys (issued by
+    the study PKI); a session whose roster or keys differ is refused.
+    ``require``: answer patient-level tasks only inside secure aggregation.
+    """
+
+    model_config = _STRICT
+    roster: Path
+    signing_key: Path
+    require: bool = False
+
+    _paths = field_validator("roster", "signing_key", mode="before")(_resolve)
 
 
 class PrivacySection(BaseModel):
@@ -130,6 +154,7 @@ class SiteConfig(BaseModel):
     data: DataSection
     privacy: PrivacySection
     disclosure: DisclosureSection = DisclosureSection()
+    secure_aggregation: SecureAggregationSection | None = None
     coordinator: CoordinatorSection | None = None
 
     @property

@@ -17,6 +17,8 @@ import pandas as pd
 import accounting
 from fedstats import codec
 from fedstats.errors import CodecError, StudyConfigurationError
+from fedstats.protocol import load_protocol
+from fedstats.secagg_roster import load_roster_pin
 from fedstats.silo import Silo
 from fedstats.site_config import SiteConfig, load_site_config
 from fedstats.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
@@ -43,6 +45,10 @@ def read_frame(path: Path) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
+GUARD_FILE = "differencing-guard.sqlite"
+"""The differencing guard's record of answered row sets, in the site's working folder."""
+
+
 class SiteService:
     """One site's silo, ledger and journal, built from its ``site.toml``."""
 
@@ -56,6 +62,13 @@ class SiteService:
             policy=config.disclosure.policy(),
             ledger=self.ledger,
             noise_seed=noise_seed,
+            protocol=None
+            if config.disclosure.protocol is None
+            else load_protocol(config.disclosure.protocol),
+            secure_aggregation=None
+            if config.secure_aggregation is None
+            else load_roster_pin(config.secure_aggregation, site=config.name),
+            guard_path=config.workdir / GUARD_FILE,
         )
         self.journal = SiteJournal(config.workdir / JOURNAL_FILE)
         self.journal.roll_forward(self.ledger)

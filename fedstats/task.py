@@ -26,6 +26,18 @@ class SiteContext:
     policy: DisclosurePolicy
     ledger: Any = None
     cache: dict[str, Any] = field(default_factory=dict)
+    protocol: Any = None
+    """The protocol the site approved (:class:`fedstats.protocol.Protocol`), or ``None``."""
+    secure_aggregation: Any = None
+    """The site's pinned secure-aggregation roster and signing key
+    (:class:`fedstats.secagg_roster.RosterPin`), or ``None`` when not pinned."""
+    guard: Any = None
+    """The site's differencing guard (:class:`fedstats.differencing.DifferencingGuard`)."""
+    deadline: float | None = None
+    """``time.monotonic()`` value by which the current request must be answered."""
+    exact: bool = True
+    """Whether the current request asks for an exact (not differentially private) release:
+    the small-cell rules and the differencing guard apply to exact releases."""
 
     def private(self, args: dict[str, Any]) -> bool:
         """Whether this request asks for a differentially private release."""
@@ -74,6 +86,7 @@ class Task:
     event the handler will run — e.g. ``steps`` Poisson-sampled Gaussian
     steps — which the silo charges before calling the handler; the handler
     must run exactly that mechanism and release only its output.
+    ``cost`` declares the work a request asks for, refused over the site's limit.
     ``about_patients`` is false only for tasks whose reply describes no
     patient (a schema, a budget); a site that requires privacy answers
     every other task only as a charged private release.
@@ -86,6 +99,12 @@ class Task:
     private_release: Callable[[dict[str, Any]], list[NoisyGroup]] | None = None
     about_patients: bool = True
     private_training: Callable[[dict[str, Any]], Any] | None = None
+    validate: Callable[[SiteContext, dict[str, Any]], None] | None = None
+    """For ``private_training`` tasks: every data check the handler will make, run before
+    the charge, so a request that fails is refused before any budget is spent."""
+    cost: Callable[[SiteContext, dict[str, Any]], float] | None = None
+    """The work the request asks for (for training: local steps x parameters), checked
+    against the site's :class:`~fedstats.resource_limits.RequestLimits` before any work."""
 
 
 class TaskRegistry:

@@ -121,6 +121,8 @@ REGISTRY = TaskRegistry(
             schema=deep_site.train_schema,
             description="one round of local training of a registered network; the flat update",
             private_training=deep_site.training_event,
+            cost=deep_site.train_cost,
+            validate=deep_site.validate_train,
         ),
         Task(
             name=deep_site.EVALUATE_TASK,

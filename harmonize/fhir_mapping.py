@@ -147,6 +147,11 @@ def validate(resource_type: str, resource: dict[str, Any]) -> FHIRAbstractModel 
         return Rejection(_error_field(first["loc"], message), clip(f"not valid FHIR: {message}"))
     except RecursionError:
         return Rejection(None, "not valid FHIR: nested too deeply")
+    except (AttributeError, TypeError) as error:
+        # fhir.resources' own validators can fail on input of an unexpected JSON type
+        # (e.g. a number where a primitive's extension object belongs) instead of raising
+        # a ValidationError; such a record is rejected like any other invalid one.
+        return Rejection(None, clip(f"not valid FHIR: {type(error).__name__} in a validator"))
 
 
 def _error_field(loc: tuple[int | str, ...], message: str) -> str | None:

@@ -31,6 +31,7 @@ from fedstats.deep.dp_sgd import DpSgdPlan, PrivateGradient, generators, poisson
 from fedstats.deep.losses import BINARY, binary_loss, cox_loss
 from fedstats.deep.site_data import SiteTensors
 from fedstats.deep.weights import flatten, parameter_arrays
+from fedstats.resource_limits import check_deadline
 
 ALGORITHMS = ("fedavg", "fedprox", "scaffold")
 
@@ -75,8 +76,13 @@ def train_locally(
     private: DpSgdPlan | None = None,
     global_control: np.ndarray | None = None,
     local_control: np.ndarray | None = None,
+    deadline: float | None = None,
 ) -> LocalOutcome:
-    """Run one round of local training from the model's current weights (see module doc)."""
+    """Run one round of local training from the model's current weights (see module doc).
+
+    ``deadline`` (a ``time.monotonic()`` value) stops the round with a
+    :class:`~fedstats.errors.ResourceLimitError` once passed; nothing is released.
+    """
     params = list(model.parameters())
     start = [p.detach().clone() for p in params]
     optimizer = torch.optim.SGD(params, lr=plan.lr)
@@ -98,6 +104,7 @@ def train_locally(
     steps = 0
     try:
         for index in batches:
+            check_deadline(deadline, task="deep.train")
             index = torch.as_tensor(np.asarray(index), dtype=torch.long)
             if private_gradient is not None:
                 losses.append(private_gradient.noisy_gradient(data.X[index], data.y[index]))

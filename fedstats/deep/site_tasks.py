@@ -191,6 +191,17 @@ def train_request(args: dict[str, Any]) -> TrainRequest:
     return TrainRequest(model, local, analysis, seed, private, control, scale, control_scale, bits)
 
 
+def validate_train(ctx: SiteContext, args: dict[str, Any]) -> None:
+    """Build the site's design for a training request (data checks and cell rules), nothing else."""
+    site_tensors(ctx, args)
+
+
+def train_cost(ctx: SiteContext, args: dict[str, Any]) -> float:
+    """Local steps times the network's parameters (epochs count passes over the site's rows)."""
+    request = train_request(args)
+    return float(request.local.steps_for(len(ctx.frame))) * request.model.n_params
+
+
 def train_schema(args: dict[str, Any]) -> dict:
     request = train_request(args)
     p = request.model.n_params
@@ -235,6 +246,7 @@ def train(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         private=request.private,
         global_control=request.control,
         local_control=local_control,
+        deadline=ctx.deadline,
     )
     if request.private is not None and outcome.steps_accounted != request.private.steps:
         raise MalformedRequestError(

@@ -92,7 +92,8 @@ def test_site_below_threshold_is_refused_naming_site_and_task():
         fedstats.LogisticRegression("y ~ x").fit(fed)
     error = info.value
     assert error.site == "tiny" and error.task == "describe"
-    assert "8 patient(s), fewer than the disclosure threshold of 10" in str(error)
+    assert "fewer patients than the disclosure threshold of 10" in str(error)
+    assert "8" not in str(error)  # the site's size below the threshold is not disclosed
 
 
 def test_threshold_is_configurable_per_study():

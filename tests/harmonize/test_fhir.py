@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from fedstats.datasets import default_data_dir
 from harmonize.errors import HarmonizationError
 from harmonize.fhir import read_fhir
-from harmonize.fhir_mapping import MODELS
+from harmonize.fhir_mapping import MODELS, Rejection, validate
 from harmonize.records import RecordStore
 
 FHIR = default_data_dir() / "fhir"
@@ -590,6 +590,13 @@ def fuzzed(draw: st.DrawFn) -> dict:
             path.append(draw(st.sampled_from(sorted(inner))))
         put(record, path, draw(json_values))
     return record
+
+
+def test_a_primitive_extension_given_as_json_text_is_rejected_not_a_crash():
+    """fhir.resources parses a string in ``_gender`` as JSON and its validator then fails with
+    AttributeError on the number it finds (found by the fuzz test below)."""
+    rejection = validate("Patient", {"resourceType": "Patient", "id": "x", "_gender": "0"})
+    assert isinstance(rejection, Rejection) and "not valid FHIR" in rejection.reason
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

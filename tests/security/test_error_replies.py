@@ -1,0 +1,184 @@
+"""Error replies pass the same check as results.
+
+The attacks: an unknown level came back with its count; a crafted outcome
+gave "non-binary, count 1"; a request that passed the charge and then failed
+validation leaked the data through its error (a site with
+``require_privacy=True`` gave 5 of 5 outcomes for epsilon 0.0035 in all).
+Now no error reply holds a data value or a count below ``k_cell``, data
+checks run before any charge, and a site that requires privacy says what is
+wrong with the request, never what is in its data.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import accounting
+import fedstats
+from fedstats import codec
+from fedstats.design import DesignSpec
+from fedstats.errors import DisclosureError
+from fedstats.silo import Silo
+
+K_CELL = fedstats.DisclosurePolicy().k_cell
+
+
+def frame(n: int = 120, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "age": rng.integers(30, 80, n).astype(float),
+            "sex": rng.choice(["female", "male"], n),
+            "y": (rng.random(n) < 0.4).astype(int),
+        }
+    )
+
+
+def spec(formula: str, outcome: str, variables, columns, levels=None) -> dict:
+    return DesignSpec(
+        formula=formula,
+        outcome=outcome,
+        variables=tuple(variables),
+        levels=levels or {},
+        columns=tuple(columns),
+        site_intercepts=False,
+        sites=("s",),
+    ).to_wire()
+
+
+def ask(silo: Silo, task: str, args: dict) -> dict:
+    return codec.decode(silo.handle(codec.encode({"task": task, "args": args})))
+
+
+def numbers_in(values: dict) -> list[float]:
+    return [v for v in values.values() if isinstance(v, int | float) and not isinstance(v, bool)]
+
+
+def ledger_for(tmp_path, site: str = "s") -> accounting.Ledger:
+    ledger = accounting.Ledger(tmp_path / f"{site}.db")
+    ledger.set_budget(
+        accounting.Scope(unit="patient", owner=site, study="st"), epsilon=5, delta=1e-5
+    )
+    return ledger
+
+
+PREPARE_DP = {"noise_multipliers": {"n_obs": 50.0}, "study": "st", "analysis": "a", "note": ""}
+
+
+def test_an_unknown_level_on_one_row_is_neither_named_nor_counted():
+    data = frame()
+    data.loc[7, "sex"] = "patient-7-secret"
+    silo = Silo("s", data)
+    design = spec(
+        "y ~ C(sex)", "y", ["sex", "y"], ["Intercept", "C(sex)[T.male]"],
+        levels={"sex": ["female", "male"]},
+    )  # fmt: skip
+    reply = ask(silo, "prepare", {"design": design})
+    assert reply["status"] == "error" and reply["error"]["type"] == "UnknownLevelError"
+    values = reply["error"]["values"]
+    assert values["level"] is None and values["count"] is None
+    assert "patient-7-secret" not in repr(reply)
+
+
+def test_a_crafted_outcome_with_one_odd_value_gives_no_count():
+    data = frame()
+    data["crafted"] = data["y"]
+    data.loc[3, "crafted"] = 2  # one patient's value, as a crafted outcome would expose it
+    silo = Silo("s", data)
+    reply = ask(silo, "prepare", {"design": spec("crafted ~ age", "crafted", ["crafted", "age"],
+                                                 ["Intercept", "age"])})  # fmt: skip
+    assert reply["error"]["type"] == "NonBinaryOutcomeError"
+    assert reply["error"]["values"]["count"] is None
+    assert all(v >= K_CELL for v in numbers_in(reply["error"]["values"]))
+
+
+def test_a_site_requiring_privacy_reports_no_data_in_errors_and_charges_nothing(tmp_path):
+    """The require_privacy attack: five private requests, each failing a data check after the
+    charge, gave five outcomes. Now each fails before the charge, and the error says only that
+    the data do not fit."""
+    data = frame()
+    for i in range(5):
+        data[f"probe{i}"] = data["y"]
+        data.loc[i, f"probe{i}"] = 2 + data.loc[i, "y"]  # odd value encodes patient i's outcome
+    ledger = ledger_for(tmp_path)
+    silo = Silo("s", data, policy=fedstats.DisclosurePolicy(require_privacy=True), ledger=ledger)
+    replies = []
+    for i in range(5):
+        design = spec(f"probe{i} ~ age", f"probe{i}", [f"probe{i}", "age"], ["Intercept", "age"])
+        replies.append(ask(silo, "prepare", {"design": design, "dp": PREPARE_DP}))
+    for reply in replies:
+        assert reply["error"]["type"] == "DisclosureError"
+        assert reply["error"]["values"]["rule"] == "privacy-required"
+        assert "probe" not in repr(reply)
+    assert len({repr(r) for r in replies}) == 1  # every patient's reply is the same
+    scope = accounting.Scope(unit="patient", owner="s", study="st")
+    assert ledger.spent(scope, pld=False).epsilon == 0  # nothing was charged
+
+
+def test_validation_happens_before_the_charge_for_exact_tolerant_sites_too(tmp_path):
+    data = frame()
+    data.loc[[1, 2, 3, 4, 5, 6], "age"] = np.nan
+    ledger = ledger_for(tmp_path)
+    silo = Silo("s", data, ledger=ledger)
+    design = spec("y ~ age", "y", ["y", "age"], ["Intercept", "age"])
+    reply = ask(silo, "prepare", {"design": design, "dp": PREPARE_DP})
+    assert reply["error"]["type"] == "MissingValuesError"
+    assert reply["error"]["values"]["count"] == 6  # >= k_cell: a count the rules allow
+    scope = accounting.Scope(unit="patient", owner="s", study="st")
+    assert ledger.spent(scope, pld=False).epsilon == 0
+
+
+problems = st.sampled_from(["missing", "odd_outcome", "unknown_level", "none"])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    problem=problems,
+    affected=st.integers(1, 12),
+    n=st.integers(30, 80),
+    seed=st.integers(0, 2**16),
+    require_privacy=st.booleans(),
+)
+def test_no_error_reply_holds_a_count_below_k_or_a_data_value(
+    problem, affected, n, seed, require_privacy
+):
+    data = frame(n, seed)
+    rows = list(range(affected))
+    if problem == "missing":
+        data.loc[rows, "age"] = np.nan
+    elif problem == "odd_outcome":
+        data.loc[rows, "y"] = 7
+    elif problem == "unknown_level":
+        data.loc[rows, "sex"] = "secret-level"
+    silo = Silo("s", data, policy=fedstats.DisclosurePolicy(require_privacy=require_privacy))
+    design = spec(
+        "y ~ age + C(sex)",
+        "y",
+        ["age", "sex", "y"],
+        ["Intercept", "C(sex)[T.male]", "age"],
+        levels={"sex": ["female", "male"]},
+    )
+    reply = ask(silo, "prepare", {"design": design})
+    if reply["status"] == "ok":
+        return
+    values = reply["error"]["values"]
+    assert all(v >= K_CELL for v in numbers_in(values)), values
+    if affected < K_CELL or require_privacy:  # a level on k or more rows may be named
+        assert "secret-level" not in repr(reply)
+    if require_privacy:
+        assert reply["error"]["type"] == "DisclosureError"
+
+
+def test_the_threshold_refusal_does_not_say_how_many_patients_a_site_has():
+    silo = Silo("s", frame(7))
+    reply = ask(silo, "describe", {"variables": ["age"], "levels_for": [], "levels_known": [],
+                                   "list_levels": True})  # fmt: skip
+    assert reply["error"]["type"] == "DisclosureError"
+    assert reply["error"]["values"]["rule"] == "threshold"
+    assert "7" not in repr(reply["error"]["values"])
+    with pytest.raises(DisclosureError):
+        fedstats.LogisticRegression("y ~ age").fit(fedstats.Federation.in_process({"s": frame(7)}))
