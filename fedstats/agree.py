@@ -136,7 +136,7 @@ def agree_design(
     overlap = sorted(parsed.outcome_variables & parsed.covariates)
     if overlap:
         raise FormulaError(f"{overlap} appear on both sides of the formula")
-    layout = design_columns(parsed.formula, sorted(parsed.covariates), agreed)
+    layout = design_columns(parsed, sorted(parsed.covariates), agreed)
     columns = list(layout.columns)
     if outcome_kind == "survival":
         if "Intercept" not in columns:

@@ -38,7 +38,7 @@ from fedstats.errors import DisclosureError
 
 
 def check_indicator(
-    policy: DisclosurePolicy, *, site: str, task: str, term: str, mask: np.ndarray
+    policy: DisclosurePolicy, *, site: str, task: str | None, term: str, mask: np.ndarray
 ) -> None:
     """Refuse a true/false value that holds, or fails, on 1 to ``k_cell - 1`` rows."""
     k = policy.k_cell
@@ -82,7 +82,7 @@ def check_columns(
     policy: DisclosurePolicy,
     *,
     site: str,
-    task: str,
+    task: str | None,
     names: Sequence[str],
     X: np.ndarray,
 ) -> None:
@@ -99,7 +99,7 @@ def check_columns(
 
 
 def check_groups(
-    policy: DisclosurePolicy, *, site: str, task: str, what: str, codes: np.ndarray
+    policy: DisclosurePolicy, *, site: str, task: str | None, what: str, codes: np.ndarray
 ) -> None:
     """Refuse groups (outcome values, strata, levels) present on 1 to ``k_cell - 1`` rows."""
     k = policy.k_cell

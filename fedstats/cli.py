@@ -17,7 +17,7 @@ import accounting
 import fedstats
 from fedstats import datasets
 from fedstats.cli_jobs import site_app, study_app
-from fedstats.errors import FedstatsError
+from fedstats.errors import DisclosureError, FedstatsError
 from reports import budget_table, data_flows
 
 app = typer.Typer(
@@ -232,10 +232,9 @@ def demo(
     OUT_DIR/compliance-report.html and .pdf.
     """
     try:
-        data = datasets.heart_disease(data_dir)
-        federation = fedstats.Federation.in_process(data.frames, study="heart-disease-demo")
+        everyone = datasets.heart_disease(data_dir)
         model = fedstats.LogisticRegression(datasets.HEART_FORMULA, site_intercepts=site_intercepts)
-        result = model.fit(federation)
+        data, federation, result = _fit_where_answered(everyone, model)
     except FedstatsError as error:
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2) from None
@@ -256,7 +255,7 @@ def demo(
     flows = data_flows(federation.inventory)
     typer.echo(flows[["messages", "refused", "bytes_out", "bytes_in"]].to_string())
     if private:
-        _private_demo(data.frames, result, site_intercepts)
+        _private_demo(everyone.frames, result, site_intercepts)
         _study_demo(out_dir)
 
 
@@ -298,6 +297,26 @@ def _study_demo(out_dir: Path) -> None:
     typer.echo(f"Compliance report (HTML): {html.resolve()}")
     typer.echo(f"Compliance report (PDF):  {pdf.resolve()}")
     typer.echo(f"(study and report in {time.perf_counter() - started:.0f} s)")
+
+
+def _fit_where_answered(
+    data: datasets.SiteFrames, model: fedstats.LogisticRegression
+) -> tuple[datasets.SiteFrames, fedstats.Federation, fedstats.LogisticRegressionResults]:
+    """Fit at every hospital that answers; a hospital whose disclosure rules refuse the exact
+    fit (Switzerland's cells are too small) is named with its reason and left out."""
+    while True:
+        federation = fedstats.Federation.in_process(data.frames, study="heart-disease-demo")
+        try:
+            return data, federation, model.fit(federation)
+        except DisclosureError as refusal:
+            if refusal.site not in data.frames or len(data.frames) == 1:
+                raise
+            typer.secho(
+                f"{refusal}\nThe exact fit goes on without {refusal.site!r} (it can take part "
+                "in private analyses, where noise protects its small cells).\n",
+                fg=typer.colors.YELLOW,
+            )
+            data = data.only([s for s in data.frames if s != refusal.site])
 
 
 def _private_demo(

@@ -57,6 +57,12 @@ HEART_FORMULA = (
     "disease ~ age + sex + C(cp) + trestbps + chol + fbs + C(restecg) + thalach + exang + oldpeak"
 )
 
+HEART_EXACT_SITES = ("cleveland", "hungary", "va")
+"""The hospitals whose exact aggregates pass the default small-cell rules. Switzerland's 46
+complete cases hold one patient without disease (a cell of one) and two with atypical angina,
+so it refuses exact heart-disease analyses (``DisclosureError``, rule ``cells``) and takes part
+in private ones."""
+
 HEART_LEVELS = {"cp": [1, 2, 3, 4], "restecg": [0, 1, 2]}
 """The categorical codes of the UCI data dictionary (public; a private fit declares them)."""
 HEART_BOUNDS = {
@@ -85,6 +91,19 @@ class SiteFrames:
     excluded: dict[str, int]
     exclusion_reason: str
     source: str
+
+    def only(self, sites: tuple[str, ...] | list[str]) -> SiteFrames:
+        """The same data, for these sites only (e.g. :data:`HEART_EXACT_SITES`)."""
+        unknown = sorted(set(sites) - set(self.frames))
+        if unknown:
+            raise DataFileError(f"no sites {unknown} here; the sites are {list(self.frames)}")
+        return SiteFrames(
+            {s: self.frames[s] for s in sites},
+            {s: self.read[s] for s in sites},
+            {s: self.excluded[s] for s in sites},
+            self.exclusion_reason,
+            self.source,
+        )
 
     def counts(self) -> pd.DataFrame:
         """Rows read, excluded and kept per site."""

@@ -13,7 +13,6 @@ columns or refuses with a typed error.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -26,8 +25,10 @@ import numpy as np
 import pandas as pd
 from formulaic import Formula, model_matrix
 from formulaic.errors import FormulaicError
+from formulaic.parser.types import Term
 
 from fedstats.errors import FormulaError, InconsistentColumnError
+from fedstats.formula_grammar import Factor, UnsafeTermError, parse_factor, plain_message
 
 Level = int | float | str
 
@@ -169,74 +170,100 @@ class DesignSpec:
 
 @dataclass(frozen=True)
 class ParsedFormula:
-    """A formula with the variables each side reads."""
+    """A formula read by the grammar (:mod:`fedstats.formula_grammar`), never evaluated.
 
-    formula: Formula
+    ``terms`` are the right-hand side's terms other than the intercept, each a
+    tuple of factors, in the order written; ``intercept`` whether the
+    right-hand side keeps one; ``outcome_factor`` the left-hand side's factor
+    (``None`` for ``Surv(time, event)``, which is read by name).
+    """
+
+    text: str
     outcome: str
     outcome_variables: frozenset[str]
     covariates: frozenset[str]
     wrapped: frozenset[str]
     """Covariates written inside ``C()``: categorical whatever their type."""
+    terms: tuple[tuple[Factor, ...], ...]
+    intercept: bool
+    outcome_factor: Factor | None
+
+    @property
+    def factors(self) -> tuple[Factor, ...]:
+        """The distinct right-hand-side factors, in order of appearance."""
+        seen: dict[str, Factor] = {}
+        for term in self.terms:
+            for factor in term:
+                seen.setdefault(factor.name, factor)
+        return tuple(seen.values())
 
 
 def parse_formula(formula: str) -> ParsedFormula:
-    """Parse ``formula`` with formulaic and list the variables it reads."""
+    """Read ``formula`` with the project's grammar and list the variables it reads.
+
+    formulaic's parser splits the Wilkinson structure (it tokenises, it does
+    not evaluate); :func:`fedstats.formula_grammar.parse_factor` checks every
+    factor. Raises :class:`~fedstats.errors.FormulaError` (for a term the
+    grammar refuses, :class:`~fedstats.formula_grammar.UnsafeTermError`
+    naming it).
+    """
     if not isinstance(formula, str) or "~" not in formula:
         raise FormulaError(f"a model formula needs an outcome and '~', got {formula!r}")
+    if len(formula) > MAX_FORMULA_CHARS:
+        raise FormulaError(f"a model formula may have at most {MAX_FORMULA_CHARS} characters")
     try:
         parsed = Formula(formula)
-    except (FormulaicError, SyntaxError, ValueError) as exc:
-        raise FormulaError(f"cannot parse formula {formula!r}: {exc}") from None
-    lhs_terms = list(parsed.lhs)
-    if len(lhs_terms) != 1:
+        lhs_terms, rhs_terms = list(parsed.lhs), list(parsed.rhs)
+        if not all(isinstance(t, Term) for t in lhs_terms + rhs_terms):
+            raise FormulaError(
+                f"a model formula has one outcome and one right-hand side: {formula!r}"
+            )
+    except (UnsafeTermError, FormulaError):
+        raise
+    except (FormulaicError, SyntaxError, ValueError, TypeError, RecursionError) as exc:
+        raise FormulaError(f"cannot parse formula {formula!r}: {plain_message(str(exc))}") from None
+    except AttributeError:  # formulaic read no two-sided formula (e.g. a lone '~')
+        raise FormulaError(f"a model formula needs an outcome and '~', got {formula!r}") from None
+    if len(lhs_terms) != 1 or len(lhs_terms[0].factors) != 1:
         raise FormulaError(f"the formula's left-hand side must be one outcome, got {parsed.lhs}")
-    outcome_vars = {v for f in lhs_terms[0].factors for v in _factor_variables(f)}
-    survival = survival_outcome(str(lhs_terms[0]))
+    outcome = str(lhs_terms[0])
+    survival = survival_outcome(outcome)
+    outcome_factor: Factor | None = None
     if survival is not None:  # Surv() is read by name, not evaluated
         outcome_vars = set(survival)
-    covariates: set[str] = set()
-    wrapped: set[str] = set()
-    for term in parsed.rhs:
-        for factor in term.factors:
-            covariates |= _factor_variables(factor)
-            if factor.expr.replace(" ", "").startswith("C("):
-                wrapped |= set(factor.required_variables)
+    else:
+        lhs = lhs_terms[0].factors[0]
+        outcome_factor = parse_factor(lhs.expr, lhs.eval_method.value)
+        if outcome_factor.kind == "categorical":
+            raise UnsafeTermError(outcome, "is not an outcome: write the 0/1 column, or I(...)")
+        outcome_vars = set(outcome_factor.variables)
+    terms: list[tuple[Factor, ...]] = []
+    intercept = False
+    for term in rhs_terms:
+        factors = list(term.factors)
+        if len(factors) == 1 and factors[0].eval_method.value == "literal":
+            if factors[0].expr != "1":
+                raise UnsafeTermError(factors[0].expr, "is a number where a term belongs")
+            intercept = True
+            continue
+        terms.append(tuple(parse_factor(f.expr, f.eval_method.value) for f in factors))
+    if len(terms) > MAX_TERMS:
+        raise FormulaError(f"a model formula may have at most {MAX_TERMS} terms")
+    factors = [f for term in terms for f in term]
     return ParsedFormula(
-        parsed,
-        str(lhs_terms[0]),
-        frozenset(outcome_vars),
-        frozenset(covariates),
-        frozenset(wrapped),
+        text=formula,
+        outcome=outcome,
+        outcome_variables=frozenset(outcome_vars),
+        covariates=frozenset(v for f in factors for v in f.variables),
+        wrapped=frozenset(f.column for f in factors if f.kind == "categorical"),
+        terms=tuple(terms),
+        intercept=intercept,
+        outcome_factor=outcome_factor,
     )
 
 
-def _factor_variables(factor: Any) -> set[str]:
-    """Data columns a factor reads: formulaic's list, plus names inside stateful transforms.
-
-    formulaic does not list the arguments of stateful transforms such as
-    ``center(age)``; those are found in the expression's syntax tree (names
-    that are not called and are not modules).
-    """
-    names = set(factor.required_variables)
-    if factor.eval_method.value == "python":
-        try:
-            tree = ast.parse(factor.expr, mode="eval")
-        except SyntaxError:
-            return names
-        called = {
-            n.func.id
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
-        }
-        attribute_roots = {
-            n.value.id
-            for n in ast.walk(tree)
-            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
-        }
-        names |= (
-            {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - called - attribute_roots
-        )
-    return names
+MAX_FORMULA_CHARS = 20_000
+MAX_TERMS = 500
 
 
 def normalise_level(level: Level) -> Level:
@@ -274,40 +301,74 @@ class DesignLayout:
 
 
 def design_columns(
-    formula: Formula,
+    parsed: ParsedFormula,
     variables: Sequence[str],
     levels: Mapping[str, Sequence[Level]],
 ) -> DesignLayout:
-    """Design columns of the formula's right-hand side, found on a data-free skeleton frame.
+    """Design columns of the formula's right-hand side, found on a data-free skeleton.
 
-    The skeleton has one row per level of the most-levelled categorical
-    variable, every level present, and 1.0 in numeric columns. Stateful
-    transforms (``center``, ``scale``, splines, ...) are refused: each site
-    would learn their state from its own rows, so sites would disagree.
+    Nothing is evaluated: every categorical factor takes each agreed level
+    once (and the skeleton has one row per level of the most-levelled one),
+    every numeric factor the value 1. ``variables`` are the columns the
+    formula reads (kept for the callers' records).
     """
+    del variables
     n_rows = max([len(v) for v in levels.values()] + [1])
-    skeleton = {}
-    for var in variables:
-        if var in levels:
-            values = [levels[var][i % len(levels[var])] for i in range(n_rows)]
-            skeleton[var] = pd.Categorical(values, categories=list(levels[var]))
+    values: dict[str, Any] = {}
+    for factor in parsed.factors:
+        if categorical_factor(factor, levels):
+            agreed = list(levels[factor.column]) if factor.column in levels else None
+            if agreed is None:
+                raise FormulaError(f"{factor.name} needs agreed levels for {factor.column!r}")
+            values[factor.name] = pd.Categorical(
+                [agreed[i % len(agreed)] for i in range(n_rows)], categories=agreed
+            )
         else:
-            skeleton[var] = np.ones(n_rows)
-    try:
-        matrix = model_matrix(formula.rhs, pd.DataFrame(skeleton), ensure_full_rank=True)
-    except Exception as exc:  # noqa: BLE001 - formulaic raises many types
-        raise FormulaError(f"cannot build the design of {formula.rhs}: {exc}") from None
-    state = matrix.model_spec.transform_state
-    if state:
-        raise FormulaError(
-            f"stateful transform(s) {sorted(state)} would be fitted to each site's own rows; "
-            "compute such covariates during harmonisation with study-wide constants instead"
-        )
+            values[factor.name] = np.ones(n_rows)
+    matrix, structure = model_frame(parsed, values, n_rows)
     categorical: set[str] = set()
-    for structure in matrix.model_spec.structure:
-        names = {str(v) for factor in structure.term.factors for v in _factor_variables(factor)}
-        if names and names <= set(levels):
-            categorical |= set(structure.columns)
-    return DesignLayout(
-        tuple(matrix.columns), len(matrix.model_spec.structure), frozenset(categorical)
+    for term_factors, columns in structure:
+        if term_factors and all(categorical_factor(f, levels) for f in term_factors):
+            categorical |= set(columns)
+    return DesignLayout(tuple(matrix.columns), len(structure), frozenset(categorical))
+
+
+def categorical_factor(factor: Factor, levels: Mapping[str, Sequence[Level]]) -> bool:
+    """Whether a factor enters the design as dummies: ``C(x)``, or a column with agreed levels."""
+    return factor.kind == "categorical" or (factor.kind == "column" and factor.column in levels)
+
+
+def model_frame(
+    parsed: ParsedFormula, values: Mapping[str, Any], n_rows: int
+) -> tuple[pd.DataFrame, list[tuple[tuple[Factor, ...], list[str]]]]:
+    """The design matrix of ``parsed``'s right-hand side from each factor's values.
+
+    formulaic builds it (treatment coding, full rank, its column order and
+    names), but only from a formula the project writes itself, whose factors
+    are synthetic names of the frame's columns: no text of the request is
+    evaluated. Returns the matrix, with the factors' own names in its column
+    names, and per term its factors and columns (the intercept's factors are
+    empty).
+    """
+    tokens = {factor.name: f"zq{i}zq" for i, factor in enumerate(parsed.factors)}
+    frame = pd.DataFrame(
+        {tokens[name]: value for name, value in values.items()}, index=range(n_rows)
     )
+    terms = [":".join(tokens[f.name] for f in term) for term in parsed.terms]
+    text = " + ".join((["1"] if parsed.intercept else ["0"]) + terms)
+    try:
+        matrix = model_matrix(text, frame, ensure_full_rank=True, na_action="raise")
+    except Exception as exc:  # noqa: BLE001 - formulaic raises many types
+        raise FormulaError(
+            f"cannot build the design of {parsed.text!r}: {plain_message(str(exc))}"
+        ) from None
+    back = {token: name for name, token in tokens.items()}
+    pattern = re.compile(r"zq[0-9]+zq")
+    rename = lambda column: pattern.sub(lambda m: back[m.group(0)], column)  # noqa: E731
+    by_token = {tokens[f.name]: f for f in parsed.factors}
+    structure = []
+    for part in matrix.model_spec.structure:
+        factors = tuple(by_token[str(f.expr)] for f in part.term.factors if str(f.expr) in by_token)
+        structure.append((factors, [rename(c) for c in part.columns]))
+    matrix.columns = [rename(c) for c in matrix.columns]
+    return matrix, structure

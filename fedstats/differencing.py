@@ -100,7 +100,9 @@ class DifferencingGuard:
 
     # ------------------------------------------------------------ row sets
 
-    def check_row_sets(self, site: str, task: str, sets: Iterable[tuple[str, np.ndarray]]) -> None:
+    def check_row_sets(
+        self, site: str, task: str | None, sets: Iterable[tuple[str, np.ndarray]]
+    ) -> None:
         """Refuse any row set near one answered before or another of this request; then keep them.
 
         ``sets`` holds ``(label, mask)`` pairs, each mask a boolean array over
@@ -165,7 +167,7 @@ class DifferencingGuard:
 
     # ------------------------------------------------------------ rounds
 
-    def count_round(self, site: str, task: str, analysis: str) -> None:
+    def count_round(self, site: str, task: str | None, analysis: str) -> None:
         """Count one exact request of ``analysis``; refuse beyond the policy's caps."""
         with self._lock:
             count = self._rounds.get(analysis, 0)

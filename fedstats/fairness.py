@@ -150,7 +150,7 @@ class _Problem:
     ) -> tuple[FairFit, np.ndarray]:
         beta = start.copy()
         state = self.evaluate(beta, gamma)
-        converged = False
+        converged = polished = False
         iterations = 0
         while iterations < maxiter:
             iterations += 1
@@ -165,8 +165,13 @@ class _Problem:
             change = state["objective"] - trial["objective"]
             beta, state = beta + size * step, trial
             if abs(change) <= tol * (1 + abs(state["objective"])):
-                converged = True
-                break
+                # one more Newton step after the first small change: the objective's change
+                # is quadratic in the remaining error, so stopping at it leaves the
+                # coefficients only ~sqrt(tol) from the optimum
+                if polished:
+                    converged = True
+                    break
+                polished = True
         tpr = pd.Series(state["tpr"], index=self.levels, name="tpr")
         fit = FairFit(
             gamma=float(gamma),

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fedstats.errors import FedstatsError, FedstatsWarning
+from fedstats.errors import DisclosureError, FedstatsError, FedstatsWarning
 from fedstats.federation import Federation
 
 
@@ -131,10 +131,20 @@ def heterogeneity(model, federation: Federation) -> HeterogeneityResults:
     from fedstats.logistic import LogisticRegression
 
     analysis = federation.new_analysis("heterogeneity")
-    agreement = model.agree(federation, analysis)
+    excluded: dict[str, str] = {}
+    answering = list(federation.sites)
+    while True:  # a site that refuses the design is listed with its reason
+        try:
+            agreement = model.agree(federation.subset(answering), analysis)
+            break
+        except DisclosureError as refusal:
+            if refusal.site not in answering or len(answering) == 1:
+                raise
+            excluded[refusal.site] = f"{type(refusal).__name__}: {refusal}"
+            answering.remove(refusal.site)
     counts = agreement.counts
     prevalence = pd.Series(
-        {s: float(counts.n_events[s]) / max(float(counts.n_obs[s]), 1.0) for s in federation.sites},
+        {s: float(counts.n_events[s]) / max(float(counts.n_obs[s]), 1.0) for s in answering},
         name="prevalence",
     )
     local = LogisticRegression(
@@ -145,8 +155,8 @@ def heterogeneity(model, federation: Federation) -> HeterogeneityResults:
         maxiter=model.maxiter,
         tol=model.tol,
     )
-    estimates, errors, excluded = {}, {}, {}
-    for site in federation.sites:
+    estimates, errors = {}, {}
+    for site in answering:
         try:
             with warnings.catch_warnings():
                 # separation or non-convergence: no estimate (other warnings pass through)

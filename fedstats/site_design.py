@@ -13,12 +13,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from formulaic import Formula, model_matrix
 
+from fedstats.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.design import (
     SITE_COLUMN,
     DesignSpec,
     ParsedFormula,
+    model_frame,
     normalise_level,
     parse_formula,
     survival_outcome,
@@ -27,6 +28,7 @@ from fedstats.disclosure import check_levels, check_saturation
 from fedstats.errors import (
     DisclosureError,
     FormulaError,
+    FormulaRefusedError,
     InconsistentColumnError,
     MalformedRequestError,
     MissingColumnError,
@@ -35,6 +37,7 @@ from fedstats.errors import (
     NonBinaryOutcomeError,
     UnknownLevelError,
 )
+from fedstats.formula_grammar import DomainError, Factor, Indicator, UnsafeTermError, evaluate
 from fedstats.schema import Number, Text, Values
 from fedstats.task import NoisyGroup, SiteContext, TaskReply
 
@@ -57,6 +60,8 @@ class SiteDesign:
     """Stratum codes (0, 1, ...) of a survival design's rows within this site."""
     rows: np.ndarray | None = None
     """Positions of the frame's rows the design holds, in order (complete cases)."""
+    indicators: tuple[tuple[str, np.ndarray], ...] = ()
+    """Every true/false value the formula computed, by its text (masks over the design's rows)."""
 
     @property
     def n_obs(self) -> int:
@@ -156,6 +161,8 @@ def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
     key = spec.key
     if key in cache:
         cache.move_to_end(key)
+        if ctx.exact:
+            check_exact_release(ctx, spec, cache[key])
         return cache[key]
     design = build_design(ctx, spec)
     cache[key] = design
@@ -192,24 +199,39 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         positions = np.flatnonzero(keep.to_numpy())
     else:
         positions = np.arange(len(data))
+    raw = data.copy()
     data = data.copy()
     for var, levels in spec.levels.items():
         data[var] = as_agreed_categorical(site, var, data[var], levels)
 
+    indicators: list[tuple[str, np.ndarray]] = []
+    collect = lambda term, mask: indicators.append((term, np.asarray(mask, bool)))  # noqa: E731
     survival = spec.outcome_kind == "survival"
     time = stratum = None
     if survival:
         time, y = _survival_outcome(site, spec, data)
         stratum = _strata_codes(data, spec.strata)
     else:
-        y = _binary_outcome(site, spec.outcome, parsed.formula, data)
+        y = _binary_outcome(site, spec.outcome, parsed, data, raw, collect)
+    values = {}
+    for factor in parsed.factors:
+        if factor.kind == "expression":
+            values[factor.name] = _evaluated(site, factor, raw, collect)
+        elif factor.kind == "categorical" and factor.column not in spec.levels:
+            raise MalformedRequestError(
+                site=None, task=None, reason=f"{factor.name} needs agreed levels in the design"
+            )
+        else:
+            values[factor.name] = (
+                data[factor.column].to_numpy()
+                if not isinstance(data[factor.column].dtype, pd.CategoricalDtype)
+                else data[factor.column].array
+            )
     try:
-        rhs = model_matrix(parsed.formula.rhs, data, ensure_full_rank=True, na_action="raise")
-    except Exception as exc:  # noqa: BLE001 - formulaic raises many types
+        rhs, _ = model_frame(parsed, values, len(data))
+    except FormulaError:
         raise InconsistentColumnError(
-            site=site,
-            column=spec.formula,
-            reason=f"cannot be evaluated here ({type(exc).__name__})",
+            site=site, column=spec.formula, reason="cannot be built from this site's columns"
         ) from None
     expected = [c for c in spec.columns if not (spec.site_intercepts and _is_site_column(spec, c))]
     got = [c for c in rhs.columns if not ((spec.site_intercepts or survival) and c == "Intercept")]
@@ -241,7 +263,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         check_saturation(
             ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
         )
-    return SiteDesign(
+    design = SiteDesign(
         X=np.ascontiguousarray(X),
         y=y,
         offset=offset,
@@ -249,7 +271,70 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         time=time,
         stratum=stratum,
         rows=positions,
+        indicators=tuple(indicators),
     )
+    if ctx.exact:
+        check_exact_release(ctx, spec, design)
+    return design
+
+
+def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) -> None:
+    """The small-cell rules and the differencing guard, before an exact release of ``design``.
+
+    Checked once per design (a later round of the same design releases sums
+    over the same rows): every indicator the formula computed, every design
+    column (:func:`fedstats.cell_rules.check_columns`), the outcome or event
+    indicator and the strata (:func:`fedstats.cell_rules.check_groups`); then
+    the row sets of the design — its rows, each indicator's, each 0/1
+    column's and each stratum's — go to the differencing guard.
+    """
+    checked: set = ctx.cache.setdefault("exact-checked designs", set())
+    if spec.key in checked:
+        return
+    policy, site = ctx.policy, ctx.name
+    for term, mask in design.indicators:
+        check_indicator(policy, site=site, task=None, term=term, mask=mask)
+    varying = [
+        j
+        for j, name in enumerate(spec.columns)
+        if name != "Intercept" and not _is_site_column(spec, name)
+    ]
+    check_columns(
+        policy,
+        site=site,
+        task=None,
+        names=[spec.columns[j] for j in varying],
+        X=design.X[:, varying],
+    )
+    what = (
+        "the event indicator"
+        if spec.outcome_kind == "survival"
+        else f"the outcome {spec.outcome!r}"
+    )
+    check_groups(policy, site=site, task=None, what=what, codes=design.y)
+    if design.stratum is not None and spec.strata:
+        check_groups(policy, site=site, task=None, what="the strata", codes=design.stratum)
+    n, rows = len(ctx.frame), design.rows
+    if rows is None:
+        rows = np.arange(design.n_obs)
+
+    def over_frame(mask: np.ndarray) -> np.ndarray:
+        full = np.zeros(n, dtype=bool)
+        full[rows[np.asarray(mask, bool)]] = True
+        return full
+
+    sets = [("the design's rows", over_frame(np.ones(design.n_obs, bool)))]
+    sets += [(term, over_frame(mask)) for term, mask in design.indicators]
+    for j in varying:
+        column = design.X[:, j]
+        if np.unique(column).size == 2:
+            sets.append((spec.columns[j], over_frame(column != column[0])))
+    if design.stratum is not None and spec.strata:
+        sets += [
+            (f"stratum {s}", over_frame(design.stratum == s)) for s in np.unique(design.stratum)
+        ]
+    ctx.guard.check_row_sets(site, None, sets)
+    checked.add(spec.key)
 
 
 def _survival_outcome(
@@ -285,21 +370,26 @@ def _strata_codes(data: pd.DataFrame, strata: tuple[str, ...]) -> np.ndarray:
     return data.groupby(list(strata), sort=True, observed=True).ngroup().to_numpy(np.int64)
 
 
-def _binary_outcome(site: str, outcome: str, parsed: Formula, data: pd.DataFrame) -> np.ndarray:
-    if outcome in data.columns:
-        raw = data[outcome]
+def _binary_outcome(
+    site: str,
+    outcome: str,
+    parsed: ParsedFormula,
+    data: pd.DataFrame,
+    raw: pd.DataFrame,
+    collect: Indicator,
+) -> np.ndarray:
+    factor = parsed.outcome_factor
+    if factor is None or factor.kind == "column":
+        raw_values = data[outcome]
+        if isinstance(raw_values.dtype, pd.CategoricalDtype):
+            raw_values = raw[outcome]
+        values = pd.to_numeric(
+            raw_values.astype("float64") if raw_values.dtype == bool else raw_values,
+            errors="coerce",
+        )
+        y = values.to_numpy(dtype=np.float64, na_value=np.nan)
     else:
-        try:
-            lhs = model_matrix(parsed.lhs, data, na_action="raise")
-        except Exception as exc:  # noqa: BLE001 - formulaic raises many types
-            raise InconsistentColumnError(
-                site=site, column=outcome, reason=f"cannot be evaluated here ({type(exc).__name__})"
-            ) from None
-        if lhs.shape[1] != 1:
-            raise NonBinaryOutcomeError(site=site, column=outcome, count=len(data))
-        raw = lhs.iloc[:, 0]
-    values = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
-    y = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        y = _evaluated(site, factor, raw, collect)
     other = int((~np.isin(y, (0.0, 1.0))).sum())
     if other:
         raise NonBinaryOutcomeError(site=site, column=outcome, count=other)
@@ -309,10 +399,31 @@ def _binary_outcome(site: str, outcome: str, parsed: Formula, data: pd.DataFrame
     return y
 
 
+def _evaluated(site: str, factor: Factor, raw: pd.DataFrame, collect: Indicator) -> np.ndarray:
+    """An expression factor's values on the design's rows (the site's own evaluator)."""
+    try:
+        return evaluate(factor, {v: raw[v] for v in factor.variables}, collect)
+    except UnsafeTermError as error:
+        raise FormulaRefusedError(
+            site=site, task=None, term=error.token, reason=error.reason
+        ) from None
+    except DomainError:
+        raise InconsistentColumnError(
+            site=site,
+            column=factor.name,
+            reason="cannot be computed for every row (a value outside the domain of a function, "
+            "a division by zero or an overflow); compute it during harmonisation",
+        ) from None
+
+
 def _checked_formula(spec: DesignSpec) -> ParsedFormula:
     """The site parses the formula itself and refuses a spec inconsistent with it."""
     try:
         parsed = parse_formula(spec.formula)
+    except UnsafeTermError as error:
+        raise FormulaRefusedError(
+            site=None, task=None, term=error.token, reason=error.reason
+        ) from None
     except FormulaError as error:
         raise MalformedRequestError(site=None, task=None, reason=str(error)) from None
     variables = parsed.outcome_variables | parsed.covariates

@@ -15,6 +15,13 @@ def heart() -> datasets.SiteFrames:
 
 
 @pytest.fixture(scope="session")
+def heart_exact(heart) -> datasets.SiteFrames:
+    """The hospitals that answer exact heart-disease analyses (Switzerland's cells are too
+    small: :data:`fedstats.datasets.HEART_EXACT_SITES`)."""
+    return heart.only(datasets.HEART_EXACT_SITES)
+
+
+@pytest.fixture(scope="session")
 def synthetic_sites() -> dict[str, pd.DataFrame]:
     sizes = [120, 800, 350, 60, 1000, 240, 500, 90, 700, 400]
     return datasets.synthetic_logistic(n_sites=10, n_per_site=sizes, n_covariates=4, seed=7)

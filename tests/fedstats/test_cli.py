@@ -14,6 +14,8 @@ def test_demo_prints_federated_fit_and_largest_difference(tmp_path):
     assert result.exit_code == 0, result.output
     out = result.output
     assert "Federated logistic regression" in out
+    assert "site 'switzerland' refused task 'prepare'" in out  # its cells are too small
+    assert "The exact fit goes on without 'switzerland'" in out
     assert "Federated vs pooled statsmodels GLM Binomial" in out
     largest = re.search(r"coefficients ([0-9.e+-]+), standard errors ([0-9.e+-]+)", out)
     assert largest and float(largest.group(1)) < 1e-8 and float(largest.group(2)) < 1e-8
@@ -27,7 +29,8 @@ def test_demo_prints_federated_fit_and_largest_difference(tmp_path):
 def test_demo_with_site_intercepts():
     result = CliRunner().invoke(app, ["demo", "--site-intercepts", "--no-private"])
     assert result.exit_code == 0, result.output
-    assert "site[switzerland]" in result.output
+    assert "site[cleveland]" in result.output and "site[va]" in result.output
+    assert "without 'switzerland'" in result.output
 
 
 def test_demo_reports_a_missing_data_folder_without_traceback(tmp_path):

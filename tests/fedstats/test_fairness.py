@@ -45,8 +45,9 @@ def test_synthetic_known_gap_is_closed_by_the_smallest_sufficient_penalty():
 
 
 def test_heart_disease_by_sex():
-    """Two sites have 3 women with disease: the study's threshold for this analysis is 3."""
-    heart = datasets.heart_disease()
+    """Two sites have 3 women with disease: the study's threshold for this analysis is 3.
+    Switzerland, whose cells are smaller still, refuses exact analyses."""
+    heart = datasets.heart_disease().only(datasets.HEART_EXACT_SITES)
     policy = fedstats.DisclosurePolicy(min_count=3)
     fed = fedstats.Federation.in_process(heart.frames, disclosure=policy)
     model = fedstats.LogisticRegression(datasets.HEART_FORMULA)
@@ -59,7 +60,7 @@ def test_heart_disease_by_sex():
     print(f"heart disease by sex: gamma* = {result.gamma:.4g}, disparity "
           f"{result.path['disparity'].iloc[0]:.3f} -> {result.fit.disparity:.3f}, "
           f"AUC {result.path['auc'].iloc[0]:.3f} -> {result.fit.auc:.3f}")  # fmt: skip
-    with pytest.raises(fedstats.DisclosureError, match=r"switzerland.*fewer than 10"):
+    with pytest.raises(fedstats.DisclosureError, match=r"va.*fewer than 10"):
         fairness.fit_penalized(model, fedstats.Federation.in_process(heart.frames),
                                groups="sex", gamma=1.0)  # fmt: skip
 

@@ -76,12 +76,14 @@ def test_prevalence_and_distances_between_outcome_distributions(sites):
 
 
 def test_sites_without_estimates_are_listed_with_the_reason():
-    """Heart disease: Switzerland's cholesterol is all 0; VA separates on chest pain."""
+    """Heart disease: Switzerland refuses (its cells are too small); VA separates on chest
+    pain."""
     heart = datasets.heart_disease()
     fed = fedstats.Federation.in_process(heart.frames)
     result = fedstats.heterogeneity(fedstats.LogisticRegression(datasets.HEART_FORMULA), fed)
     assert set(result.excluded) == {"switzerland", "va"}
-    assert "chol" in result.excluded["switzerland"]
+    assert "DisclosureError" in result.excluded["switzerland"]
+    assert "fewer than 3 rows" in result.excluded["switzerland"]
     assert "separation" in result.excluded["va"]
     meta = combine_effects(
         result.estimates["age"].to_numpy(), result.std_errors["age"].to_numpy() ** 2

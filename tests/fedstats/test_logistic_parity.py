@@ -20,6 +20,7 @@ from statsmodels.discrete.tests.results.results_discrete import Spector
 
 import fedstats
 from fedstats import datasets
+from fedstats.errors import DisclosureError
 from tests.conftest import pooled
 
 TOL = 1e-8
@@ -48,34 +49,49 @@ def assert_parity(result: fedstats.LogisticRegressionResults, reference) -> None
     assert result.converged
 
 
-def test_heart_disease_four_sites_equals_pooled_statsmodels_glm(heart):
-    fed = fedstats.Federation.in_process(heart.frames)
+def test_heart_disease_three_hospitals_equal_pooled_statsmodels_glm(heart_exact):
+    """Default disclosure rules: the three hospitals whose cells allow an exact fit."""
+    fed = fedstats.Federation.in_process(heart_exact.frames)
     result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
-    reference = reference_glm(datasets.HEART_FORMULA, pooled(heart.frames))
+    reference = reference_glm(datasets.HEART_FORMULA, pooled(heart_exact.frames))
     assert_parity(result, reference)
-    # the data README's figure for this model
-    assert result.llf == pytest.approx(-310.8922, abs=5e-5)
-    assert result.n_obs == 740
-    assert result.provenance.n_obs == {
-        "cleveland": 303,
-        "hungary": 261,
-        "switzerland": 46,
-        "va": 130,
-    }
-    cold = smf.glm(datasets.HEART_FORMULA, pooled(heart.frames), family=sm.families.Binomial()).fit(
-        tol=1e-12
-    )
+    assert result.n_obs == 694
+    assert result.provenance.n_obs == {"cleveland": 303, "hungary": 261, "va": 130}
+    cold = smf.glm(
+        datasets.HEART_FORMULA, pooled(heart_exact.frames), family=sm.families.Binomial()
+    ).fit(tol=1e-12)
     assert result.provenance.rounds <= cold.fit_history["iteration"] + 1
 
 
-def test_heart_disease_site_intercepts_equal_statsmodels_with_site_dummies(heart):
+def test_heart_disease_four_sites_equal_the_data_readme_where_small_cells_are_allowed(heart):
+    """A study whose approval allows exact small cells (``k_cell=1``) fits all four sites; the
+    fit equals statsmodels and the data README's figure for this model."""
+    fed = fedstats.Federation.in_process(
+        heart.frames, disclosure=fedstats.DisclosurePolicy(k_cell=1)
+    )
+    result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
+    assert_parity(result, reference_glm(datasets.HEART_FORMULA, pooled(heart.frames)))
+    assert result.llf == pytest.approx(-310.8922, abs=5e-5)
+    assert result.n_obs == 740
+
+
+def test_switzerland_refuses_an_exact_heart_disease_fit_under_the_default_rules(heart):
+    """Switzerland's 46 complete cases hold one patient without disease: a cell of one."""
     fed = fedstats.Federation.in_process(heart.frames)
+    with pytest.raises(DisclosureError) as info:
+        fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
+    assert info.value.site == "switzerland" and info.value.rule == "cells"
+    assert "fewer than 3 rows" in str(info.value) and "Nothing was released" in str(info.value)
+
+
+def test_heart_disease_site_intercepts_equal_statsmodels_with_site_dummies(heart_exact):
+    fed = fedstats.Federation.in_process(heart_exact.frames)
     result = fedstats.LogisticRegression(datasets.HEART_FORMULA, site_intercepts=True).fit(fed)
     formula = datasets.HEART_FORMULA.replace("~", "~ 0 + C(site) +")
-    reference = reference_glm(formula, pooled(heart.frames, with_site=True))
+    reference = reference_glm(formula, pooled(heart_exact.frames, with_site=True))
     assert_parity(result, reference)
     assert "Intercept" not in result.params.index
-    assert list(result.params.index[:4]) == [f"site[{s}]" for s in heart.frames]
+    assert list(result.params.index[:3]) == [f"site[{s}]" for s in heart_exact.frames]
 
 
 def test_synthetic_ten_sites_equals_pooled_statsmodels_glm(synthetic_sites):
@@ -150,7 +166,9 @@ def test_spector_split_over_two_sites_matches_stata_logit():
     and all coefficients to the exact MLE to 1e-9.
     """
     data = sm.datasets.spector.load_pandas().data
-    frames = {"a": data.iloc[:16], "b": data.iloc[16:]}
+    # alternate rows: a split by row order would leave site b two students without PSI,
+    # a cell its disclosure rules refuse
+    frames = {"a": data.iloc[::2], "b": data.iloc[1::2]}
     fed = fedstats.Federation.in_process(frames)
     result = fedstats.LogisticRegression("GRADE ~ GPA + TUCE + PSI").fit(fed)
     stata = Spector.logit
@@ -168,10 +186,10 @@ def test_spector_split_over_two_sites_matches_stata_logit():
     assert result.llf == pytest.approx(-12.889634222131, abs=1e-9)
 
 
-def test_inference_columns_follow_from_params_and_bse(heart):
-    fed = fedstats.Federation.in_process(heart.frames)
+def test_inference_columns_follow_from_params_and_bse(heart_exact):
+    fed = fedstats.Federation.in_process(heart_exact.frames)
     result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
-    reference = reference_glm(datasets.HEART_FORMULA, pooled(heart.frames))
+    reference = reference_glm(datasets.HEART_FORMULA, pooled(heart_exact.frames))
     idx = result.params.index
     np.testing.assert_allclose(result.pvalues, aligned(reference.pvalues, idx), rtol=1e-6)
     ci = reference.conf_int().rename(index=lambda n: n).loc[idx]
