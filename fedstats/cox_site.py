@@ -26,9 +26,11 @@ from fedstats.cox_math import (
     score_residuals,
     sort_survival,
 )
+from fedstats.design import survival_outcome
 from fedstats.errors import MalformedRequestError, MissingColumnError, MissingValuesError
 from fedstats.schema import Array, Number
 from fedstats.site_design import build_design, checked_beta, site_design, spec_from_args
+from fedstats.survival_grid import require_study_grid
 from fedstats.survival_site import checked_grid, coarsen, safe_horizon
 from fedstats.task import SiteContext, TaskReply
 
@@ -116,11 +118,16 @@ def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     Times are coarsened up to the next grid point and the site's follow-up
     ends at its safe horizon (:func:`fedstats.survival_site.safe_horizon`):
     every released sum covers 0 or at least ``k`` patients, and so does
-    every difference of two consecutive risk-set sums.
+    every difference of two consecutive risk-set sums. The grid is the
+    study's grid for the outcome (:func:`fedstats.survival_grid.require_study_grid`).
     """
     spec = spec_from_args(args)
     beta = checked_beta(ctx.name, args, spec.n_params)
     grid = checked_grid(args)
+    names = survival_outcome(spec.outcome)
+    if names is None:
+        raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
+    require_study_grid(ctx, names[0], names[1], grid, task=GRID_TASK)
     design = site_design(ctx, spec)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")

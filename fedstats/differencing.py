@@ -73,6 +73,7 @@ class DifferencingGuard:
         self._sets: list[np.ndarray] = []
         self._labels: list[str] = []
         self._rounds: dict[str, int] = {}
+        self._grids: dict[str, np.ndarray] = {}
         self._matrix: np.ndarray | None = None
         self._db: sqlite3.Connection | None = None
         if path is not None:
@@ -87,11 +88,21 @@ class DifferencingGuard:
                 "CREATE TABLE IF NOT EXISTS rounds "
                 "(frame TEXT, analysis TEXT, count INTEGER, PRIMARY KEY (frame, analysis))"
             )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS grids "
+                "(frame TEXT, outcome TEXT, grid BLOB, PRIMARY KEY (frame, outcome))"
+            )
             for label, bits in self._db.execute(
                 "SELECT label, bits FROM row_sets WHERE frame = ? ORDER BY rowid", (self._frame,)
             ):
                 self._sets.append(np.frombuffer(bits, dtype=np.uint8))
                 self._labels.append(label)
+            self._grids = {
+                outcome: np.frombuffer(grid, dtype=np.float64)
+                for outcome, grid in self._db.execute(
+                    "SELECT outcome, grid FROM grids WHERE frame = ?", (self._frame,)
+                )
+            }
             self._rounds = dict(
                 self._db.execute(
                     "SELECT analysis, count FROM rounds WHERE frame = ?", (self._frame,)
@@ -199,6 +210,22 @@ class DifferencingGuard:
                     "DO UPDATE SET count = count + 1",
                     (self._frame, analysis),
                 )
+
+    # ------------------------------------------------------------ study grids
+
+    def study_grid(self, outcome: str, grid: np.ndarray) -> np.ndarray:
+        """The time grid pinned for ``outcome``; the first grid asked for is pinned
+        (see :mod:`fedstats.survival_grid`)."""
+        with self._lock:
+            if outcome not in self._grids:
+                pinned = np.array(grid, dtype=np.float64)
+                self._grids[outcome] = pinned
+                if self._db is not None:
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO grids VALUES (?, ?, ?)",
+                        (self._frame, outcome, pinned.tobytes()),
+                    )
+            return self._grids[outcome]
 
     @property
     def row_sets(self) -> int:

@@ -43,6 +43,7 @@ from fedstats.errors import (
 )
 from fedstats.schema import Array, Number
 from fedstats.site_design import as_agreed_categorical, checked_group_levels
+from fedstats.survival_grid import require_study_grid
 from fedstats.task import NoisyGroup, SiteContext, TaskReply
 
 MAX_GRID = 5_000
@@ -65,6 +66,8 @@ def counts_schema(args: dict[str, Any]) -> dict:
 def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """At-risk and event counts per group and grid point, under the rules above."""
     grid, time_name, event_name, group_name, levels = _arguments(args)
+    if not ctx.private(args):
+        require_study_grid(ctx, time_name, event_name, grid, task=TASK)
     frame = ctx.frame
     needed = [time_name, event_name] + ([group_name] if group_name else [])
     for column in needed:
@@ -100,7 +103,7 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         return TaskReply({"events": events, "censored": censored}, contributors=len(time))
     at_risk, events, truncated = grid_counts(
         time, event.astype(bool), group, n_groups, grid, ctx.policy.min_count,
-        defer=args.get("sparse_events") == "defer",
+        defer=args.get("sparse_events") == "defer", common_horizon=group_name is not None,
     )  # fmt: skip
     return TaskReply(
         {"at_risk": at_risk, "events": events, "truncated": truncated, "n_obs": len(time)},
@@ -149,6 +152,7 @@ def grid_counts(
     k: int,
     *,
     defer: bool = False,
+    common_horizon: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """``(at_risk, events, truncated)`` per group and grid point, each group cut at its horizon.
 
@@ -156,12 +160,16 @@ def grid_counts(
     of them are moved to the next grid point by which ``k`` have accumulated
     (:func:`deferred_points`) instead of ending the curve there.
     ``truncated`` counts the patients still followed after their group's
-    horizon (all of a group's patients when no grid point qualifies).
+    horizon (all of a group's patients when no grid point qualifies). With
+    ``common_horizon`` every group is cut where the first one must end
+    (groups without patients aside), so no group's cells after that point can
+    be had from an ungrouped curve minus the other groups (secondary
+    suppression; :mod:`fedstats.survival_grid`).
     """
     coarse, event = coarsen(time, event, grid)
     at_risk = np.zeros((n_groups, len(grid)))
     events = np.zeros((n_groups, len(grid)))
-    truncated = 0
+    parts = []
     for g in range(n_groups):
         mine = group == g
         point = coarse.copy()
@@ -180,6 +188,18 @@ def grid_counts(
             unreleased = mine & event & ~kept
             if unreleased.any():
                 horizon = min(horizon, int(coarse[unreleased].min()) - 1)
+        if not (mine & ((point > horizon) | ~kept)).any():
+            horizon = len(grid) - 1  # nothing cut: every cell of this group is safe
+        parts.append((mine, point, kept, risk, died, horizon))
+    if common_horizon and parts:
+        shared = (
+            min(horizon for mine, *_, horizon in parts if mine.any())
+            if any(p[0].any() for p in parts)
+            else len(grid) - 1
+        )
+        parts = [(*p[:5], min(p[5], shared)) for p in parts]
+    truncated = 0
+    for g, (mine, point, kept, risk, died, horizon) in enumerate(parts):
         truncated += int((mine & ((point > horizon) | ~kept)).sum())
         if horizon >= 0:
             at_risk[g, : horizon + 1] = risk[: horizon + 1]
