@@ -327,8 +327,9 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     sets += [(term, over_frame(mask)) for term, mask in design.indicators]
     for j in varying:
         column = design.X[:, j]
-        if np.unique(column).size == 2:
-            sets.append((spec.columns[j], over_frame(column != column[0])))
+        differs = column != column[0]
+        if differs.any() and (column[differs] == column[differs][0]).all():  # two values
+            sets.append((spec.columns[j], over_frame(differs)))
     if design.stratum is not None and spec.strata:
         sets += [
             (f"stratum {s}", over_frame(design.stratum == s)) for s in np.unique(design.stratum)
