@@ -226,7 +226,11 @@ def heart(repeats: int, folder: Path) -> dict:
             per_site.append(float(((eta > 0).astype(int) == frame["disease"]).mean()))
         return float(np.mean(per_site))
 
-    exact = model.fit(fedstats.Federation.in_process(trainable, disclosure=policy))
+    # The non-private yardstick is the benchmark's own oracle on the training splits it holds;
+    # those splits have design cells of 1-2 rows (e.g. restecg = 1 at Cleveland) that a site's
+    # small-cell rule refuses for exact answers, so the oracle runs with k_cell = 1.
+    oracle = fedstats.DisclosurePolicy(max_parameter_ratio=0.5, k_cell=1)
+    exact = model.fit(fedstats.Federation.in_process(trainable, disclosure=oracle))
 
     def private_accuracies(secure: fedstats.SecureAggregation | None) -> list[float]:
         scores = []

@@ -59,6 +59,45 @@ def site_run(
     _fail(f"{run.exit_code.name.lower().replace('_', ' ')}: {run.reason}{where}", run.exit_code)
 
 
+@site_app.command(
+    "protocol",
+    help="""Check a protocol file and print what it approves and its SHA-256.
+
+A privacy officer approves the printed text: put the SHA-256 in site.toml as
+[disclosure] protocol_sha256 beside protocol = "FILE", and the site refuses
+the file once it changes. Exit code 2 when the file is not a valid protocol.""",
+)
+def site_protocol(
+    path: Annotated[Path, typer.Argument(help="The protocol file (TOML).")],
+) -> None:
+    from fedstats.errors import StudyConfigurationError
+    from fedstats.protocol import load_protocol
+
+    try:
+        protocol = load_protocol(path)
+    except StudyConfigurationError as error:
+        _fail(str(error), SiteExit.CONFIGURATION)
+    typer.echo(f"protocol: {protocol.title}")
+    if protocol.approved_by or protocol.approved_on:
+        typer.echo(f"approved by: {protocol.approved_by or '-'} on {protocol.approved_on or '-'}")
+    exploration = "answered and charged" if protocol.dp_exploration else "refused"
+    typer.echo(f"private requests outside these analyses: {exploration}")
+    for analysis in protocol.analyses:
+        terms = " + ".join(sorted(analysis.terms)) if analysis.terms else ""
+        what = f"{analysis.outcome} ~ {terms}" if terms else analysis.outcome
+        extras = [
+            f"strata {sorted(analysis.strata)}" if analysis.strata else "",
+            f"groups {sorted(analysis.groups)}" if analysis.groups else "",
+            f"time grid of {len(analysis.time_grid)} points" if analysis.time_grid else "",
+            f"at most {analysis.max_rounds} exact rounds" if analysis.max_rounds else "",
+            "private only" if analysis.privacy == "dp" else "exact or private",
+        ]
+        typer.echo(
+            f"- {analysis.name} ({analysis.model}): {what}; " + "; ".join(e for e in extras if e)
+        )
+    typer.echo(f'protocol_sha256 = "{protocol.digest}"')
+
+
 @study_app.command(
     "run",
     help=f"""Run the study over Flower and write its study directory and

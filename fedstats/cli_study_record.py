@@ -94,6 +94,7 @@ def record_study(
             "run_id": status.get("run_id"),
             "nodes": status.get("nodes", {}),
             "fingerprints_checked_before_fits": True,
+            "site_protocols": status.get("site_protocols", {}),
             "ledgers": LEDGERS_STATEMENT,
             "disclosure": DISCLOSURE_STATEMENT,
             "noise_seed": None,

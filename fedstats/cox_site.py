@@ -31,7 +31,7 @@ from fedstats.errors import MalformedRequestError, MissingColumnError, MissingVa
 from fedstats.schema import Array, Number
 from fedstats.site_design import build_design, checked_beta, site_design, spec_from_args
 from fedstats.survival_grid import require_study_grid
-from fedstats.survival_site import checked_grid, coarsen, safe_horizon
+from fedstats.survival_site import checked_grid, coarsen, protected_count, safe_horizon
 from fedstats.task import SiteContext, TaskReply
 
 _CACHE_SIZE = 4
@@ -145,7 +145,8 @@ def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 def _coarsened(
     ctx: SiteContext, time: np.ndarray, event: np.ndarray, grid: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, int]:
-    """Grid index of each row (-1: dropped), its event flag, and the patients censored early.
+    """Grid index of each row (-1: dropped), its event flag, and the patients censored early
+    (1 to ``k - 1`` released as ``k``: :func:`~fedstats.survival_site.protected_count`).
 
     Rows after the safe horizon are censored there; with no safe grid point
     at all, every row is dropped.
@@ -155,7 +156,7 @@ def _coarsened(
     died = np.bincount(coarse[event], minlength=len(grid)).astype(np.float64)
     horizon = safe_horizon(risk, died, ctx.policy.min_count, leavers=True)
     late = coarse > horizon
-    truncated = int(late.sum())
+    truncated = protected_count(int(late.sum()), ctx.policy.min_count)
     if horizon < 0:
         return np.full(len(time), -1), np.zeros(len(time), dtype=bool), truncated
     coarse = np.where(late, horizon, coarse)

@@ -178,8 +178,11 @@ class DifferencingGuard:
 
     # ------------------------------------------------------------ rounds
 
-    def count_round(self, site: str, task: str | None, analysis: str) -> None:
-        """Count one exact request of ``analysis``; refuse beyond the policy's caps."""
+    def count_round(
+        self, site: str, task: str | None, analysis: str, *, limit: int | None = None
+    ) -> None:
+        """Count one exact request of ``analysis``; refuse beyond the policy's caps
+        (or ``limit``, an approved protocol's rounds for the analysis)."""
         with self._lock:
             count = self._rounds.get(analysis, 0)
             if count == 0 and len(self._rounds) >= self.policy.max_analyses_per_study:
@@ -193,13 +196,14 @@ class DifferencingGuard:
                     ),
                     rule="rounds",
                 )
-            if count >= self.policy.max_rounds_per_analysis:
+            cap = self.policy.max_rounds_per_analysis if limit is None else limit
+            if count >= cap:
                 raise DisclosureError(
                     site=site,
                     task=task,
                     reason=(
                         f"this analysis has had {count} rounds, the most the site allows "
-                        "(max_rounds_per_analysis)"
+                        f"({'max_rounds_per_analysis' if limit is None else 'the protocol'})"
                     ),
                     rule="rounds",
                 )

@@ -59,6 +59,10 @@ def checked_error(error: SiteError, policy: DisclosurePolicy) -> SiteError:
     return type(error)(**values) if changed else error
 
 
+REFUSALS = (DisclosureError, ProtocolError, ResourceLimitError, FormulaRefusedError)
+"""Errors that are refusals by the site's rules (logged as "refused", not "error")."""
+
+
 def refusal_reason(error: SiteError) -> str:
     """The reason a site records for a refused or failed request (for its log and report)."""
     if isinstance(error, DisclosureError):

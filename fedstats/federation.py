@@ -22,9 +22,9 @@ import pandas as pd
 import accounting
 from fedstats import codec
 from fedstats.disclosure import DisclosurePolicy
+from fedstats.error_replies import REFUSALS, refusal_reason
 from fedstats.errors import (
     CodecError,
-    DisclosureError,
     FedstatsError,
     FingerprintMismatchError,
     InvalidReplyError,
@@ -37,6 +37,7 @@ from fedstats.inventory import MessageInventory, MessageRecord
 from fedstats.private_release import reply_schema
 from fedstats.protocol import Protocol
 from fedstats.schema import schema_mismatch
+from fedstats.secagg_roster import in_process_pins
 from fedstats.silo import Silo
 from fedstats.task import TaskRegistry
 from harmonize.fingerprint import FINGERPRINT_ATTR, SiteFingerprint
@@ -119,6 +120,8 @@ class Federation:
         self._registry = registry
         self.study = study
         self.inventory = MessageInventory()
+        self.site_protocols: dict[str, str | None] = {}
+        """Each site's approved protocol (SHA-256), as its fingerprint reply declared it."""
         self._seq = itertools.count(1)
         self._analysis_ids = itertools.count(1)
         self.silos: dict[str, Silo] = {}
@@ -165,6 +168,9 @@ class Federation:
         unknown = sorted((set(ledgers) | set(protocols)) - set(frames))
         if unknown:
             raise StudyConfigurationError(f"ledgers or protocols given for unknown sites {unknown}")
+        # The sites are the frames in hand: each pins the others' keys, so no session can
+        # name an invented site (fedstats.secagg_roster).
+        pins = in_process_pins(list(frames))
         silos = {
             name: Silo(
                 name,
@@ -174,6 +180,7 @@ class Federation:
                 ledger=ledgers.get(name),
                 noise_seed=None if noise_seed is None else noise_seed + i + 1,
                 protocol=protocols.get(name),
+                secure_aggregation=pins[name],
             )
             for i, (name, frame) in enumerate(frames.items())
         }
@@ -185,6 +192,10 @@ class Federation:
             noise_seed=noise_seed,
         )
         federation.silos = silos
+        federation.site_protocols = {
+            name: None if silo.protocol is None else silo.protocol.digest
+            for name, silo in silos.items()
+        }
         return federation
 
     @classmethod
@@ -254,6 +265,7 @@ class Federation:
             noise_seed=self.noise_seed,
         )
         part.inventory = self.inventory
+        part.site_protocols = self.site_protocols
         part._seq, part._analysis_ids = self._seq, self._analysis_ids
         part.silos = {s: self.silos[s] for s in sites if s in self.silos}
         part._fingerprints_pending = self._fingerprints_pending
@@ -325,16 +337,17 @@ class Federation:
         for site in targets:
             sent_at = datetime.now(UTC)
             start = time.perf_counter()
-            reply_bytes = b""
+            reply_bytes, reason = b"", ""
             try:
                 reply_bytes = self._transports[site](request_bytes)
                 status, payload = self._read_reply(site, task, reply_bytes)
             except FedstatsError as error:
-                status = "refused" if isinstance(error, DisclosureError) else "error"
+                status = "refused" if isinstance(error, REFUSALS) else "error"
+                reason = refusal_reason(error) if isinstance(error, SiteError) else ""
                 payload = None
                 failures[site] = error
             except Exception as error:  # noqa: BLE001 - any transport failure: no reply came
-                status, payload = "unreachable", None
+                status, payload, reason = "unreachable", None, "unreachable"
                 failures[site] = SiteUnreachableError(
                     f"site {site!r} could not be reached for task {task!r} "
                     f"({type(error).__name__}: {error})"
@@ -351,6 +364,7 @@ class Federation:
                     seconds=seconds,
                     status=status,
                     analysis=analysis,
+                    reason=reason,
                 )
             )
             if payload is None:
@@ -387,6 +401,9 @@ class Federation:
                     f"site {site!r}, task {FINGERPRINT_TASK!r}: not a fingerprint ({error})"
                 ) from None
         check_fingerprints(records)
+        self.site_protocols.update(
+            {site: reply["protocol_sha256"] or None for site, reply in replies.items()}
+        )
         self._fingerprints_pending = False
 
     def _read_reply(self, site: str, task: str, reply_bytes: bytes) -> tuple[str, dict | None]:

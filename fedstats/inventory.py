@@ -42,6 +42,9 @@ class MessageRecord:
     seconds: float
     status: str  # "ok", "refused", "error" or "unreachable"
     analysis: str  # the fit or query this message served
+    reason: str = ""
+    """Why a site refused or failed the request (a disclosure rule such as ``cells``,
+    ``protocol``, ``resources``, ``formula``, or the error's type); empty when answered."""
 
 
 class MessageInventory:
@@ -121,7 +124,7 @@ def _record_from_line(line: str, where: str) -> MessageRecord:
     if not isinstance(raw, dict):
         raise InventoryFileError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     expected = {f.name for f in fields(MessageRecord)}
-    if set(raw) != expected:
+    if set(raw) | {"reason"} != expected:
         missing, extra = sorted(expected - set(raw)), sorted(set(raw) - expected)
         raise InventoryFileError(
             f"{where}: a message record has the fields {sorted(expected)}; "
@@ -132,6 +135,10 @@ def _record_from_line(line: str, where: str) -> MessageRecord:
         if not isinstance(raw[name], str):
             raise InventoryFileError(f"{where}: field {name!r} must be a string")
         values[name] = raw[name]
+    reason = raw.get("reason", "")  # inventories written before refusals had reasons
+    if not isinstance(reason, str):
+        raise InventoryFileError(f"{where}: field 'reason' must be a string")
+    values["reason"] = reason
     if values["status"] not in STATUSES:
         raise InventoryFileError(f"{where}: field 'status' must be one of {list(STATUSES)}")
     for name in ("seq", "request_bytes", "reply_bytes"):

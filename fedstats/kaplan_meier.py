@@ -19,7 +19,8 @@ With a grid holding every distinct follow-up time (allowed only when the
 disclosure threshold is 1) the results are those of the pooled data. Each
 site ends each group's counts at its own horizon (see
 :mod:`fedstats.survival_site`); the patients so censored are reported per
-site (``counts.truncated``), and a grid too fine for the sites' events shows
+site (``counts.truncated``; a count below the site's threshold ``k`` is
+reported as ``k``, an upper bound), and a grid too fine for the sites' events shows
 as curves ending early.
 """
 
@@ -363,7 +364,14 @@ class KaplanMeierResults:
         cut = ", ".join(f"{s}={n}" for s, n in counts.truncated.items() if n)
         return [
             *secure,
-            *([f"patients censored at their site's safe horizon: {cut}"] if cut else []),
+            *(
+                [
+                    f"patients censored at their site's safe horizon: {cut} (a count below the "
+                    "site's threshold k is shown as k, an upper bound)"
+                ]
+                if cut
+                else []
+            ),
         ]
 
     def _table(self) -> pd.DataFrame:

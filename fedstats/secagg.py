@@ -6,9 +6,10 @@ machine learning", CCS 2017) over the federation's ordinary messages; the
 site side, and the threat model, are in :mod:`fedstats.secagg_site`.
 Four requests per sum:
 
-1. ``secagg.advertise`` — every site's fresh public keys (``U1``: the sites
-   that answered);
-2. ``secagg.share`` — the keys of ``U1``; each site's Shamir shares of its
+1. ``secagg.advertise`` — every site's fresh public keys, signed with its
+   long-term key (``U1``: the sites that answered);
+2. ``secagg.share`` — the signed keys of ``U1``, which each site checks
+   against the roster it pinned (:mod:`fedstats.secagg_roster`); each site's Shamir shares of its
    mask seed and masking key, sealed for their receivers (``U2``);
 3. the task itself, carrying every sealed share — each site's reply
    masked in ``Z_(2^64)`` (``U3``: the survivors);
@@ -125,7 +126,9 @@ def secure_sum(
         analysis=analysis,
     )
     u1 = keep(advertised, failures, "key advertisement")
-    keys = {s: [advertised[s]["encryption_key"], advertised[s]["masking_key"]] for s in u1}
+    keys = {
+        s: [advertised[s][k] for k in ("encryption_key", "masking_key", "signature")] for s in u1
+    }
     shared, failures = federation.gather(
         site_side.SHARE_TASK, {"session": session, "public_keys": keys}, analysis=analysis, sites=u1
     )

@@ -23,8 +23,12 @@ session's sites ``U`` (ordered; ``u`` is Shamir point ``index(u) + 1``):
    coordinator then removes every mask and learns the sum over survivors,
    nothing else.
 
-Threat model: the coordinator follows the protocol but may look at
-everything it relays (honest-but-curious); sites do not collude with it.
+Threat model: the coordinator may look at everything it relays; sites do
+not collude with it. A site with a pinned roster (:mod:`fedstats.secagg_roster`)
+refuses a session naming a site outside the roster or relaying a key pair not
+signed by the key it pinned for that site, so the coordinator can neither
+invent sites nor substitute keys; without a pinned roster it must be trusted
+to relay honestly, and the site charges for its own share of the noise only.
 ``t`` must be a majority of the session's sites, so two disjoint groups of
 survivors can never both be unmasked.
 
@@ -51,8 +55,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedstats import secagg_crypto as crypto
 from fedstats import secagg_ring as ring
+from fedstats import secagg_roster as roster
 from fedstats import secagg_shamir as shamir
-from fedstats.errors import MalformedRequestError, StudyConfigurationError
+from fedstats.errors import DisclosureError, MalformedRequestError, StudyConfigurationError
 from fedstats.schema import Array, Number, ReplySchema, Text, Values
 from fedstats.task import NoisyGroup, SiteContext, TaskReply
 
@@ -100,6 +105,9 @@ class SiteSession:
     senders: tuple[str, ...] = ()
     masked: bool = False
     unmasked: bool = False
+    pinned: bool = False
+    """Whether the site's pinned roster vouched for every key of the session; unpinned, the
+    site charges its ledger for the noise it adds itself (``sigma / sqrt(t)``)."""
 
     def point(self, site: str) -> int:
         return self.sites.index(site) + 1
@@ -127,7 +135,15 @@ def _refuse(context: SiteContext, task: str, reason: str) -> MalformedRequestErr
 
 
 def advertise_schema(args: dict[str, Any]) -> ReplySchema:
-    return {"encryption_key": Text(64), "masking_key": Text(64)}
+    return {
+        "encryption_key": Text(64),
+        "masking_key": Text(64),
+        "signature": Text(roster.SIGNATURE_HEX_CHARS),
+    }
+
+
+def _refuse_roster(context: SiteContext, task: str, reason: str) -> DisclosureError:
+    return DisclosureError(site=context.name, task=task, reason=reason, rule="roster")
 
 
 def advertise(context: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -152,6 +168,14 @@ def advertise(context: SiteContext, args: dict[str, Any]) -> TaskReply:
         ring.check_fraction_bits(bits)
     except StudyConfigurationError as error:
         raise _refuse(context, ADVERTISE_TASK, str(error)) from None
+    pin = context.secure_aggregation
+    if pin is not None and pin.unknown_sites(sites):
+        raise _refuse_roster(
+            context,
+            ADVERTISE_TASK,
+            f"the session names sites outside this site's pinned roster: "
+            f"{pin.unknown_sites(sites)[:5]}",
+        )
     state = SiteSession(
         session=session,
         sites=tuple(sites),
@@ -160,17 +184,28 @@ def advertise(context: SiteContext, args: dict[str, Any]) -> TaskReply:
         fraction_bits=bits,
         encryption_key=crypto.new_private_key(),
         masking_key=crypto.new_private_key(),
+        pinned=pin is not None,
     )
     open_sessions = _sessions(context)
     while len(open_sessions) >= MAX_OPEN_SESSIONS:
         del open_sessions[next(iter(open_sessions))]
     open_sessions[session] = state
+    encryption, masking = (
+        crypto.public_hex(state.encryption_key),
+        crypto.public_hex(state.masking_key),
+    )
+    signature = (
+        "" if pin is None else pin.sign_advert(_advert(state, context.name, encryption, masking))
+    )
     return TaskReply(
-        {
-            "encryption_key": crypto.public_hex(state.encryption_key),
-            "masking_key": crypto.public_hex(state.masking_key),
-        },
+        {"encryption_key": encryption, "masking_key": masking, "signature": signature},
         contributors=None,
+    )
+
+
+def _advert(state: SiteSession, site: str, encryption: str, masking: str) -> bytes:
+    return roster.advert_message(
+        state.session, site, state.sites, state.threshold, state.fraction_bits, encryption, masking
     )
 
 
@@ -197,16 +232,35 @@ def share(context: SiteContext, args: dict[str, Any]) -> TaskReply:
         and set(keys) <= set(state.sites)
         and state.me in keys
         and all(
-            isinstance(pair, list) and len(pair) == 2 and all(isinstance(k, str) for k in pair)
-            for pair in keys.values()
+            isinstance(entry, list)
+            and len(entry) in (2, 3)
+            and all(isinstance(k, str) for k in entry)
+            for entry in keys.values()
         )
     ):
         raise _refuse(
-            context, SHARE_TASK, "public_keys must map session sites to [encryption, masking] keys"
+            context,
+            SHARE_TASK,
+            "public_keys must map session sites to [encryption, masking, signature] keys",
         )
     own = [crypto.public_hex(state.encryption_key), crypto.public_hex(state.masking_key)]
-    if keys[state.me] != own:
+    if keys[state.me][:2] != own:
         raise _refuse(context, SHARE_TASK, "the keys relayed for this site are not its own")
+    pin = context.secure_aggregation
+    if state.pinned:
+        unsigned = [
+            site
+            for site, entry in keys.items()
+            if len(entry) != 3
+            or not pin.verify_advert(site, _advert(state, site, entry[0], entry[1]), entry[2])
+        ]
+        if unsigned:
+            raise _refuse_roster(
+                context,
+                SHARE_TASK,
+                f"the keys relayed for {unsigned[:5]} are not signed by the keys this site "
+                "pinned for them; the session is refused",
+            )
     if len(keys) < state.threshold:
         raise _refuse(
             context,
@@ -219,7 +273,7 @@ def share(context: SiteContext, args: dict[str, Any]) -> TaskReply:
     except ValueError as error:
         raise _refuse(context, SHARE_TASK, f"a relayed public key is invalid ({error})") from None
     receivers = [s for s in state.sites if s in keys]
-    state.public_keys = {s: (keys[s][0], keys[s][1]) for s in receivers}
+    state.public_keys = {s: (keys[s][0], keys[s][1]) for s in receivers}  # signatures checked
     state.self_seed = secrets.token_bytes(shamir.SECRET_BYTES)
     n = len(state.sites)
     key_shares = shamir.split(crypto.private_bytes(state.masking_key), state.threshold, n)

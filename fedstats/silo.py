@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,17 +25,14 @@ import accounting
 from fedstats import codec
 from fedstats.differencing import DifferencingGuard
 from fedstats.disclosure import DisclosurePolicy, check_reply
-from fedstats.error_replies import checked_error, refusal_reason
+from fedstats.error_replies import REFUSALS, checked_error, refusal_reason
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
     DisclosureError,
-    FormulaRefusedError,
     InternalSiteError,
     MalformedRequestError,
     NoBudgetError,
-    ProtocolError,
-    ResourceLimitError,
     SiteError,
     StudyConfigurationError,
     UnknownTaskError,
@@ -52,7 +50,13 @@ from fedstats.private_release import (
 from fedstats.protocol import Protocol
 from fedstats.resource_limits import RequestLimits
 from fedstats.secagg_roster import RosterPin
-from fedstats.secagg_site import MaskBlock, mask_reply, noise_multipliers, open_shares
+from fedstats.secagg_site import (
+    MaskBlock,
+    SiteSession,
+    mask_reply,
+    noise_multipliers,
+    open_shares,
+)
 from fedstats.task import SiteContext, Task, TaskRegistry
 
 log = logging.getLogger(__name__)
@@ -207,11 +211,12 @@ class Silo:
                 spent, budget = self._charge(
                     task_name,
                     dp,
-                    release_event(sigmas),
+                    release_event(charged_sigmas(sigmas, session)),
                     {}
                     if session is None
                     else {
                         "secure_aggregation_threshold": session.threshold,
+                        "secure_aggregation_roster": "pinned" if session.pinned else "unpinned",
                         **{
                             f"site_noise_multiplier[{g.fields[0]}]": v
                             for g, v in zip(groups, site_sigmas, strict=True)
@@ -284,10 +289,13 @@ class Silo:
         self.limits.check_arguments(self.name, task_name, args)
         if task.cost is not None:
             self.limits.check_work(self.name, task_name, task.cost(self._context, args))
-        if self.protocol is not None:
-            self.protocol.admit(self.name, task_name, args, private=private)
         if not task.about_patients:
             return
+        approved = (
+            None
+            if self.protocol is None
+            else self.protocol.admit(self.name, task_name, args, private=private)
+        )
         if not private and self.policy.require_privacy:
             raise DisclosureError(
                 site=self.name,
@@ -305,6 +313,10 @@ class Silo:
             )
         if not private:
             self._context.guard.count_round(self.name, task_name, analysis_key(task_name, args))
+            if approved is not None and approved.max_rounds is not None:
+                self._context.guard.count_round(
+                    self.name, task_name, f"protocol:{approved.name}", limit=approved.max_rounds
+                )
 
     def _private_facts(self, spent: float, budget: float) -> dict[str, Any]:
         return {
@@ -399,8 +411,19 @@ class Silo:
         return out
 
 
-REFUSALS = (DisclosureError, ProtocolError, ResourceLimitError, FormulaRefusedError)
-"""Errors that are refusals by the site's rules (logged as "refused", not "error")."""
+def charged_sigmas(sigmas: list[float], session: SiteSession | None) -> list[float]:
+    """The noise multipliers a release is charged for.
+
+    Alone, or inside secure aggregation with a pinned roster, the site is
+    charged for the release the coordinator can see: the sum's noise,
+    ``sigma`` per group. Inside a session the site could not check (no pinned
+    roster), the coordinator may be able to unmask this site's reply alone, so
+    the site is charged for the noise it adds itself, ``sigma / sqrt(t)`` of the
+    (rounding-inflated) sensitivity (:func:`fedstats.secagg_site.noise_multipliers`).
+    """
+    if session is None or session.pinned:
+        return sigmas
+    return [s / math.sqrt(session.threshold) for s in sigmas]
 
 
 def analysis_key(task: str, args: dict[str, Any]) -> str:

@@ -16,8 +16,11 @@ import accounting
 
 BUDGET_ERRORS = frozenset({"BudgetExceededError", "NoBudgetError"})
 """Error types of a reply refused because of the site's privacy budget."""
-DISCLOSURE_ERRORS = frozenset({"DisclosureError"})
-"""Error types of a reply refused by the site's disclosure control."""
+DISCLOSURE_ERRORS = frozenset(
+    {"DisclosureError", "ProtocolError", "FormulaRefusedError", "ResourceLimitError"}
+)
+"""Error types of a reply refused by the site's rules (disclosure control, its approved
+protocol, the formula grammar, its resource limits)."""
 
 EXHAUSTED = 1e-9
 """A scope with at most this much epsilon left is spent."""
@@ -117,6 +120,7 @@ def activity(
                     "task": task,
                     "status": record.get("status", "?"),
                     "error_type": record.get("error_type", ""),
+                    "reason": record.get("reason", ""),
                     "detail": record.get("detail", ""),
                 }
             )

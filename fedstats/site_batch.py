@@ -20,7 +20,8 @@ One run, for cron, a systemd timer or Airflow:
    served (count and bytes per task), charged (ledger entries and epsilon per
    scope) and refused (task, error type, detail) — derived from the journal
    lines added during the run and the ledger (:mod:`fedstats.site_activity`) —
-   and the exit code with its reason.
+   the approved protocol's SHA-256 when the site has one, and the exit code
+   with its reason.
 
 Exit codes (:class:`SiteExit`):
 
@@ -33,8 +34,9 @@ Exit codes (:class:`SiteExit`):
    or every budget the site holds was already spent (nothing served)
 5  coordinator unreachable: no connection to the SuperLink within
    ``connect_timeout``
-6  refused by disclosure control: a request asked for an aggregate over
-   too few patients (nothing was released for it)
+6  refused by the site's rules: disclosure control (an aggregate over too
+   few patients or cells), the approved protocol, the formula grammar or
+   the resource limits (nothing was released for it)
 7  already running: another run holds the lock (this one did nothing)
 8  the site's Flower processes failed, or the job was stopped (SIGTERM)
 == ======================================================================
@@ -58,8 +60,9 @@ from typing import Any
 
 import accounting
 from fedstats.durable_files import file_sha256, write_json_atomically
-from fedstats.errors import FedstatsError
+from fedstats.errors import FedstatsError, StudyConfigurationError
 from fedstats.job_lock import JobAlreadyRunning, JobLock
+from fedstats.protocol import load_protocol
 from fedstats.site_activity import Activity, activity, ledger_state, spent_scopes
 from fedstats.site_config import SiteConfig, load_site_config
 from fedstats.site_frame import PreparedFrame, SiteHarmonisationError, prepare_frame
@@ -181,6 +184,19 @@ def _locked_run(
         except SiteHarmonisationError as error:
             return SiteRun(SiteExit.HARMONISATION, str(error), record)
         record["frame"] = frame.as_record()
+        if config.disclosure.protocol is not None:
+            try:
+                protocol = load_protocol(
+                    config.disclosure.protocol, sha256=config.disclosure.protocol_sha256
+                )
+            except StudyConfigurationError as error:
+                return SiteRun(SiteExit.CONFIGURATION, f"{path}: [disclosure] {error}", record)
+            record["protocol"] = {
+                "path": str(config.disclosure.protocol),
+                "sha256": protocol.digest,
+                "title": protocol.title,
+                "analyses": [a.name for a in protocol.analyses],
+            }
         before = ledger_state(ledger)
         spent = spent_scopes(before, config.name)
         if spent:
@@ -244,8 +260,9 @@ def _judge(
         first = done.disclosure_refusals[0]
         return SiteRun(
             SiteExit.DISCLOSURE_REFUSED,
-            f"site {site!r}: {len(done.disclosure_refusals)} request(s) refused by disclosure "
-            f"control (first: task {first['task']!r}: {first['detail']})",
+            f"site {site!r}: {len(done.disclosure_refusals)} request(s) refused by the site's "
+            f"rules (first: task {first['task']!r}, reason {first['reason'] or '?'}: "
+            f"{first['detail']})",
             record,
         )
     frame_words = {

@@ -84,6 +84,9 @@ class DisclosureSection(BaseModel):
     protocol: Path | None = None
     """The protocol the site's privacy officer approved (TOML); exact requests outside it
     are refused."""
+    protocol_sha256: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")] | None = None
+    """The SHA-256 of the protocol text the privacy officer approved; a protocol file with
+    another digest is refused (``fedstats site protocol`` prints it)."""
 
     _paths = field_validator("protocol", mode="before")(_resolve)
 

@@ -64,7 +64,9 @@ class SiteService:
             noise_seed=noise_seed,
             protocol=None
             if config.disclosure.protocol is None
-            else load_protocol(config.disclosure.protocol),
+            else load_protocol(
+                config.disclosure.protocol, sha256=config.disclosure.protocol_sha256
+            ),
             secure_aggregation=None
             if config.secure_aggregation is None
             else load_roster_pin(config.secure_aggregation, site=config.name),
@@ -103,6 +105,7 @@ class SiteService:
                 "status": entry.status,
                 "private": private,
                 "error_type": error_type,
+                "reason": entry.reason,
                 "detail": entry.detail[:500],
                 "reply_sha256": digest(reply),
                 "reply_bytes": len(reply),

@@ -41,8 +41,13 @@ from fedstats.task import SiteContext
 def require_study_grid(
     ctx: SiteContext, time: str, event: str, grid: np.ndarray, *, task: str
 ) -> None:
-    """Refuse an exact request whose grid is neither the study's grid nor a prefix of it."""
-    pinned = ctx.guard.study_grid(f"{time}|{event}", grid)
+    """Refuse an exact request whose grid is neither the study's grid nor a prefix of it.
+
+    The study's grid is the approved protocol's ``time_grid`` for the outcome
+    when it fixes one, else the first grid this site answered.
+    """
+    approved = None if ctx.protocol is None else ctx.protocol.survival_grid(time, event)
+    pinned = approved if approved is not None else ctx.guard.study_grid(f"{time}|{event}", grid)
     if len(grid) <= len(pinned) and np.array_equal(grid, pinned[: len(grid)]):
         return
     raise DisclosureError(

@@ -158,9 +158,15 @@ def grid_counts(
 
     With ``defer``, a group's deaths in an interval holding fewer than ``k``
     of them are moved to the next grid point by which ``k`` have accumulated
-    (:func:`deferred_points`) instead of ending the curve there.
+    (:func:`deferred_points`) instead of ending the curve there; with
+    ``common_horizon`` (a grouped request) the points are those of all the
+    groups' deaths together, the ungrouped curve's, so an ungrouped deferred
+    curve minus the groups gives back no group's deaths more finely than
+    released, and a group whose released deaths at a point are 1 to ``k - 1``
+    ends every curve there.
     ``truncated`` counts the patients still followed after their group's
-    horizon (all of a group's patients when no grid point qualifies). With
+    horizon (all of a group's patients when no grid point qualifies); a
+    count of 1 to ``k - 1`` is released as ``k`` (:func:`protected_count`). With
     ``common_horizon`` every group is cut where the first one must end
     (groups without patients aside), so no group's cells after that point can
     be had from an ungrouped curve minus the other groups (secondary
@@ -170,12 +176,19 @@ def grid_counts(
     at_risk = np.zeros((n_groups, len(grid)))
     events = np.zeros((n_groups, len(grid)))
     parts = []
+    shared_release = None
+    if defer and common_horizon:
+        # One schedule for every group, the ungrouped curve's: the groups' released deaths then
+        # sum to the ungrouped release at every point, so nothing follows from a difference.
+        shared_release = deferred_points(
+            np.bincount(coarse[event], minlength=len(grid)).astype(np.float64), k
+        )
     for g in range(n_groups):
         mine = group == g
         point = coarse.copy()
         if defer:
             died = np.bincount(coarse[mine & event], minlength=len(grid)).astype(np.float64)
-            release = deferred_points(died, k)
+            release = deferred_points(died, k) if shared_release is None else shared_release
             moved = mine & event
             point[moved] = np.where(release[coarse[moved]] >= 0, release[coarse[moved]],
                                     len(grid))  # fmt: skip
@@ -204,7 +217,13 @@ def grid_counts(
         if horizon >= 0:
             at_risk[g, : horizon + 1] = risk[: horizon + 1]
             events[g, : horizon + 1] = died[: horizon + 1]
-    return at_risk, events, truncated
+    return at_risk, events, protected_count(truncated, k)
+
+
+def protected_count(count: int, k: int) -> int:
+    """A count of patients that may leave the site: 0 or ``count >= k`` as it is, and 1 to
+    ``k - 1`` as ``k`` (an upper bound: "at most ``k``"), so no small cell is released."""
+    return count if count == 0 or count >= k else k
 
 
 def deferred_points(died: np.ndarray, k: int) -> np.ndarray:

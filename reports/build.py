@@ -20,6 +20,7 @@ Each figure is copied from a recorded source:
 from __future__ import annotations
 
 import tomllib
+from collections import Counter
 
 import pandas as pd
 
@@ -43,6 +44,7 @@ from reports.model import (
     ScopeSummary,
     SeedUse,
     SiteFlow,
+    SiteRules,
 )
 from reports.plots import coefficient_comparison, epsilon_timeline
 from reports.records import FitRecord
@@ -97,6 +99,7 @@ def build_report(study: Study) -> ComplianceReport:
         fits_trust=tuple(_trust(fit) for fit in study.fits),
         disclosure=study.configuration.get("disclosure"),
         refused=tuple(m for m in messages or () if m.status != "ok"),
+        site_rules=_site_rules(study, messages),
         flows=() if inventory is None else tuple(_flows(study, inventory)),
         messages=messages,
         harmonization=tuple(study.harmonization.values()),
@@ -332,9 +335,33 @@ def _message_rows(inventory: MessageInventory) -> list[MessageRow]:
             r.request_bytes,
             r.reply_bytes,
             r.sent_at,
+            r.reason,
         )
         for r in inventory
     ]
+
+
+def _site_rules(study: Study, messages: tuple[MessageRow, ...] | None) -> tuple[SiteRules, ...]:
+    """Each site's protocol digest (recorded from its fingerprint reply) and its refusals
+    counted by reason (from the message inventory)."""
+    protocols = study.configuration.get("site_protocols")
+    recorded = isinstance(protocols, dict)
+    sites = dict.fromkeys([*(protocols or {}), *(m.site for m in messages or ())])
+    rows = []
+    for site in sites:
+        reasons = Counter(
+            m.reason or m.status for m in messages or () if m.site == site and m.status != "ok"
+        )
+        digest = protocols.get(site) if recorded else None
+        rows.append(
+            SiteRules(
+                site=site,
+                protocol_sha256=digest if isinstance(digest, str) else None,
+                protocol_recorded=recorded and site in protocols,
+                refusals=tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+            )
+        )
+    return tuple(rows)
 
 
 def _flows(study: Study, inventory: MessageInventory) -> list[SiteFlow]:

@@ -13,7 +13,9 @@ coordinator fits the same logistic regression three times on one federation:
 3. under client-level DP (:class:`fedstats.ClientDP`, epsilon 1 for the
    federation), whose noise covers a whole hospital's contribution.
 
-Site-by-site heterogeneity of the exact fit is recorded as a diagnostic.
+Every hospital answers only inside the protocol its privacy officer approved
+(``examples/demo/protocol.toml``; its SHA-256 is in the report). Site-by-site
+heterogeneity of the exact fit is recorded as a diagnostic.
 Everything is written with :class:`~reports.recorder.StudyRecorder`; noise
 comes from OS entropy unless ``noise_seed`` is given (then the report says so).
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 
 import accounting
 import fedstats
+from fedstats.protocol import load_protocol
 from fedstats.synthetic_ehr import synthetic_ehr, write_fhir_ndjson, write_omop_csv
 from harmonize.run import harmonize
 from harmonize.spec import load_spec
@@ -34,6 +37,8 @@ from reports.recorder import StudyRecorder
 
 SPEC = Path(__file__).resolve().parents[1] / "examples" / "demo" / "study.toml"
 """The demonstration study's specification."""
+PROTOCOL = SPEC.with_name("protocol.toml")
+"""The protocol every demonstration hospital approved (:mod:`fedstats.protocol`)."""
 
 FORMULA = "died ~ age + C(sex) + diabetes + hypertension + statin"
 LEVELS = {"sex": ["female", "male"]}
@@ -110,6 +115,7 @@ def run_demo_study(
         accounting.Scope(unit="site", owner="coordinator", study=study), *COORDINATOR_BUDGET
     )
     disclosure = fedstats.DisclosurePolicy()
+    protocol = load_protocol(PROTOCOL)
     federation = fedstats.Federation.in_process(
         frames,
         study=study,
@@ -117,6 +123,7 @@ def run_demo_study(
         ledger=coordinator,
         disclosure=disclosure,
         noise_seed=noise_seed,
+        protocols=dict.fromkeys(frames, protocol),
     )
     record_dp = fedstats.RecordDP(epsilon=1.0, delta=1e-5, bounds=BOUNDS)
     secure = fedstats.SecureAggregation()  # every site; each adds 1/sqrt(4) of the noise
@@ -143,6 +150,7 @@ def run_demo_study(
                 "logistic-client-dp": {"kind": "ClientDP", **_options(client_dp)},
             },
             "disclosure": disclosure.as_record(),
+            "site_protocols": dict(federation.site_protocols),
             "noise_seed": noise_seed,
             "runtime": "in-process federation (one codec, same checks as remote sites)",
         }

@@ -128,6 +128,20 @@ class MessageRow:
     request_bytes: int
     reply_bytes: int
     sent_at: datetime
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class SiteRules:
+    """One site's approved protocol and its refusals by reason (section 5)."""
+
+    site: str
+    protocol_sha256: str | None
+    """The SHA-256 of the protocol the site approved; ``None``: no protocol (every exact
+    request inside the site's cell rules and caps is answered)."""
+    protocol_recorded: bool
+    refusals: tuple[tuple[str, int], ...]
+    """``(reason, count)`` of the requests this site refused or failed, most frequent first."""
 
 
 @dataclass(frozen=True)
@@ -242,6 +256,7 @@ class ComplianceReport:
     fits_trust: tuple[FitTrust, ...]
     disclosure: dict[str, Any] | None
     refused: tuple[MessageRow, ...]
+    site_rules: tuple[SiteRules, ...]
     flows: tuple[SiteFlow, ...]
     messages: tuple[MessageRow, ...] | None
     harmonization: tuple[HarmonizationReport, ...]

@@ -21,6 +21,14 @@ Command line (writes into ``--out``; existing files are never overwritten)::
     python -m fedstats.flower.study_pki ca --out pki/ --study tcga-brca
     python -m fedstats.flower.study_pki superlink --out pki/ --host coordinator.example.org
     python -m fedstats.flower.study_pki node --out pki/region_0/ --site region_0
+    python -m fedstats.flower.study_pki roster --out roster.toml --study tcga-brca \
+        --node region_0=pki/region_0/node.pub --node region_1=pki/region_1/node.pub
+
+The **roster** lists every site's ``node.pub``: each site keeps a copy and
+names it in ``site.toml`` (``[secure_aggregation] roster = "roster.toml"``,
+``signing_key = "pki/node.key"``), so secure-aggregation sessions are signed
+with the SuperNode keys and a site refuses sites or keys not on its roster
+(:mod:`fedstats.secagg_roster`).
 """
 
 from __future__ import annotations
@@ -37,7 +45,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fedstats.errors import FedstatsError
+from fedstats.errors import FedstatsError, StudyConfigurationError
+from fedstats.secagg_roster import write_roster
 
 CURVE = ec.SECP256R1()
 """NIST P-256: accepted by Flower for node keys and by every TLS stack."""
@@ -218,7 +227,24 @@ def main(argv: Sequence[str] | None = None) -> None:
     node = commands.add_parser("node", help="make a site's SuperNode key pair")
     node.add_argument("--out", type=Path, required=True)
     node.add_argument("--site", required=True, help="the site's name (comment of node.pub)")
+    roster = commands.add_parser("roster", help="write the secure-aggregation roster")
+    roster.add_argument("--out", type=Path, required=True, help="the roster file to write")
+    roster.add_argument("--study", required=True)
+    roster.add_argument(
+        "--node", action="append", required=True, help="SITE=path/to/node.pub (repeat)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "roster":
+        try:
+            _refuse_existing(args.out)
+            keys = {}
+            for item in args.node:
+                site, _, path = item.partition("=")
+                keys[site] = Path(path).read_text(encoding="utf-8")
+            print(write_roster(args.out, args.study, keys))
+        except (StudyPkiError, StudyConfigurationError, OSError, ValueError) as error:
+            parser.exit(2, f"error: {error}\n")
+        return
     try:
         if args.command == "ca":
             made: object = make_study_ca(args.out, args.study)

@@ -173,7 +173,8 @@ def test_tail_is_censored_where_fewer_than_k_remain():
     table = result.event_table
     assert table[("all", "at_risk")].tolist() == [30, 20, 10, 0]  # 5 left at 30 < k: cut
     assert table[("all", "events")].tolist() == [10, 0, 0, 0]
-    assert result.counts.truncated == {"a": 5}
+    # 5 patients are censored early; a count of 1 to k - 1 leaves the site as k ("at most k")
+    assert result.counts.truncated == {"a": 10}
     assert np.isnan(result.survival_function_["all"].iloc[-1])
 
 

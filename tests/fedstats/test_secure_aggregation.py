@@ -233,7 +233,7 @@ def test_a_tampered_share_or_a_reused_session_is_refused():
     public = {}
     for s, raw in keys.items():
         result = codec.decode(raw)["result"]
-        public[s] = [result["encryption_key"], result["masking_key"]]
+        public[s] = [result["encryption_key"], result["masking_key"], result["signature"]]
     sealed = {}
     for s in sites:
         reply = codec.decode(

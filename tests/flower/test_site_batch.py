@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
@@ -36,6 +37,7 @@ import accounting
 import fedstats
 from fedstats import datasets
 from fedstats.cli_jobs import site_app
+from fedstats.durable_files import file_sha256
 from fedstats.errors import FedstatsError
 from fedstats.flower import processes
 from fedstats.flower.local_study import write_study
@@ -299,6 +301,59 @@ def test_an_aggregate_over_too_few_patients_exits_refused_by_disclosure(tmp_path
     assert run.exit_code == SiteExit.DISCLOSURE_REFUSED == 6, run.reason
     assert run.record["refused"][0]["error_type"] == "DisclosureError"
     assert "region_0" in run.reason
+
+
+def protocol_site(tmp_path: Path, formula: str, sha256: str | None = None) -> Path:
+    """The TCGA site with an approved protocol for ``formula`` (and its pinned digest)."""
+    path = tcga_site(tmp_path)
+    protocol = tmp_path / "protocol.toml"
+    protocol.write_text(
+        "[protocol]\ntitle = 'TCGA-BRCA mortality'\n\n[[protocol.analysis]]\n"
+        f"name = 'mortality'\nmodel = 'logistic'\nformula = '{formula}'\n",
+        encoding="utf-8",
+    )
+    config = tomllib.loads(path.read_text())
+    config["disclosure"]["protocol"] = str(protocol)
+    if sha256 is not None:
+        config["disclosure"]["protocol_sha256"] = sha256
+    path.write_text(tomli_w.dumps(config), encoding="utf-8")
+    return path
+
+
+def test_site_run_enforces_the_approved_protocol_and_records_its_hash(tmp_path: Path) -> None:
+    inside = run_site_job(
+        protocol_site(tmp_path / "a", FORMULA), serve=coordinator_in_process(logistic)
+    )
+    assert inside.exit_code == SiteExit.OK, inside.reason
+    digest = inside.record["protocol"]["sha256"]
+    assert digest == file_sha256(tmp_path / "a" / "protocol.toml")
+    outside = run_site_job(
+        protocol_site(tmp_path / "b", "event ~ age_at_index"),
+        serve=coordinator_in_process(logistic),
+    )
+    assert outside.exit_code == SiteExit.DISCLOSURE_REFUSED == 6, outside.reason
+    refusal = outside.record["refused"][0]
+    assert refusal["error_type"] == "ProtocolError" and refusal["reason"] == "protocol"
+    assert "reason protocol" in outside.reason
+    edited = run_site_job(
+        protocol_site(tmp_path / "c", FORMULA, sha256="0" * 64),
+        serve=coordinator_in_process(logistic),
+    )
+    assert edited.exit_code == SiteExit.CONFIGURATION == 2
+    assert "changed after approval" in edited.reason
+
+
+def test_site_protocol_prints_the_digest_to_approve(tmp_path: Path) -> None:
+    path = protocol_site(tmp_path, FORMULA).parent / "protocol.toml"
+    app = typer.Typer()
+    app.add_typer(site_app, name="site")
+    result = CliRunner().invoke(app, ["site", "protocol", str(path)])
+    assert result.exit_code == 0, result.output
+    assert f'protocol_sha256 = "{file_sha256(path)}"' in result.output
+    assert "mortality (logistic)" in result.output
+    path.write_text("[protocol]\n", encoding="utf-8")
+    broken = CliRunner().invoke(app, ["site", "protocol", str(path)])
+    assert broken.exit_code == 2 and "title" in broken.output
 
 
 # -------------------------------------------------------------------- coordinator

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -186,3 +188,27 @@ def test_mechanisms_as_run_match_the_ledger_events(demo_study, owner):
     report = build_report(Study.load(demo_study))
     scopes = [s for m in report.mechanisms for s in m.scopes if s.owner == owner]
     assert scopes and all(s.agree and s.ledger_entries > 0 for s in scopes)
+
+
+def test_each_sites_protocol_hash_and_refusals_by_reason_are_reported(study_copy):
+    from reports.demo import PROTOCOL
+
+    approved = hashlib.sha256(PROTOCOL.read_bytes()).hexdigest()
+    report = build_report(Study.load(study_copy))
+    rules = {r.site: r for r in report.site_rules}
+    assert set(rules) == {"north", "south", "east", "west"}
+    assert {r.protocol_sha256 for r in rules.values()} == {approved}
+    assert all(r.refusals == () for r in rules.values())
+    # two refusals at one site, as a site's typed error replies are recorded
+    path = study_copy / "inventory.jsonl"
+    last = json.loads(path.read_text().splitlines()[-1])
+    extra = [
+        {**last, "seq": last["seq"] + 1 + i, "site": "east", "status": "refused", "reason": why}
+        for i, why in enumerate(["protocol", "cells", "protocol"])
+    ]
+    path.write_text(path.read_text() + "".join(json.dumps(e) + "\n" for e in extra))
+    report = build_report(Study.load(study_copy))
+    east = {r.site: r for r in report.site_rules}["east"]
+    assert east.refusals == (("protocol", 2), ("cells", 1))
+    html = render_html(report)
+    assert approved in html and "protocol: 2; cells: 1" in html

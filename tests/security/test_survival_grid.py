@@ -138,3 +138,44 @@ def test_pooled_cox_grid_sums_take_the_study_grid_only(region_0):
     with pytest.raises(DisclosureError) as info:
         fedstats.CoxPH(formula, strata=None, grid=[1000.0, 2100.0, 3000.0]).fit(fed)
     assert info.value.rule == "grid" and info.value.task == "cox.grid_summaries"
+
+
+def deferred(silo: Silo, grid, group=None) -> dict:
+    args = {"grid": np.asarray(grid, float), "time": "time", "event": "event", "group": group}
+    if group is not None:
+        args["levels"] = [0, 1]
+    args["sparse_events"] = "defer"
+    return codec.decode(silo.handle(codec.encode({"task": TASK, "args": args})))
+
+
+def test_grouped_deferred_curves_minus_the_ungrouped_one_reveal_no_group_cell(region_0):
+    """Deferred deaths are released on one schedule for all groups, the ungrouped curve's:
+    per-group schedules (the oracle below, computed the old way) let the ungrouped curve minus
+    the groups give back a group's deaths at a point where that group released none."""
+    from fedstats.survival_site import grid_counts
+
+    k = 10
+    grid = np.arange(365.0, 3651.0, 365.0)
+    group = "ajcc_pathologic_n_n0_i"
+    silo = Silo("region_0", region_0)
+    alone = deferred(silo, grid)["result"]
+    grouped = deferred(silo, grid, group)["result"]
+    events = np.asarray(grouped["events"])
+    released = events.sum(axis=0) > 0
+    assert released.any()  # the check below is not vacuous
+    np.testing.assert_array_equal(np.asarray(alone["events"])[0][released], events.sum(0)[released])
+    assert set(np.unique(events)) <= {0.0} | set(range(k, 10**6))
+    # the oracle: with a schedule per group, differencing gives a cell of 1 to k - 1 deaths
+    time, event = region_0.time.to_numpy(float), region_0.event.to_numpy().astype(bool)
+    old = grid_counts(time, event, region_0[group].to_numpy().astype(int), 2, grid, k, defer=True)
+    difference = np.asarray(alone["events"])[0] - old[1].sum(axis=0)
+    assert any(0 < d < k for d, seen in zip(difference, old[1].sum(0) > 0, strict=True) if seen)
+
+
+def test_the_count_censored_early_is_never_a_small_cell():
+    """Patients still followed after the safe horizon: 1 to k - 1 leave the site as k."""
+    frame = pd.DataFrame({"time": np.arange(1, 31, dtype=float), "event": [1] * 10 + [0] * 20})
+    silo = Silo("small", frame)  # k = 10: at 30, 5 remain; the curve ends at 25
+    reply = counts(silo, [10.0, 20.0, 25.0, 30.0])["result"]
+    assert reply["at_risk"][0].tolist() == [30, 20, 10, 0]
+    assert reply["truncated"] == 10  # 5 patients, released as "at most 10"
