@@ -36,9 +36,9 @@ import pandas as pd  # noqa: E402
 
 import accounting  # noqa: E402
 import fedstats  # noqa: E402
-from fedstats.audit import draw_inclusion  # noqa: E402
 from fedstats.deep import FederatedTrainer  # noqa: E402
 from fedstats.deep.canary_audit import audit_training, draw_canaries  # noqa: E402
+from fedstats.models.audit import draw_inclusion  # noqa: E402
 
 COVARIATES = [f"x{j}" for j in range(1, 33)]
 BOUNDS = {c: (-4.0, 4.0) for c in COVARIATES}

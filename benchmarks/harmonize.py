@@ -1,6 +1,6 @@
 """Harmonisation at scale: 100,000 patients with 5,000,000 observations, FHIR and OMOP.
 
-The same synthetic patients (:mod:`fedstats.synthetic_ehr`, 50 measurements
+The same synthetic patients (:mod:`harmonize.synthetic_ehr`, 50 measurements
 each, plus visits, diagnoses, prescriptions and deaths) are written once as
 FHIR Bulk Data NDJSON and once as OMOP CDM 5.4 in a DuckDB file, then each
 is harmonised under the demo study (``examples/demo/study.toml``) by
@@ -42,7 +42,7 @@ import duckdb  # noqa: E402
 import pandas as pd  # noqa: E402
 import psutil  # noqa: E402
 
-from fedstats.synthetic_ehr import (  # noqa: E402
+from harmonize.synthetic_ehr import (  # noqa: E402
     person_keys,
     synthetic_ehr,
     write_fhir_ndjson,
@@ -80,7 +80,7 @@ def generate(folder: Path, patients: int, per_patient: int, seed: int) -> None:
 
 CHILD = """
 import json, resource, sys
-from fedstats.cli import app
+from fedstats.cli.main import app
 report, sys.argv = sys.argv[1], ["fedstats", *sys.argv[2:]]
 try:
     app()

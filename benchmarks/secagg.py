@@ -32,8 +32,8 @@ import pandas as pd  # noqa: E402
 import fedstats  # noqa: E402
 from fedstats import codec  # noqa: E402
 from fedstats.schema import Array  # noqa: E402
-from fedstats.task import Task, TaskRegistry, TaskReply  # noqa: E402
-from fedstats.tasks import REGISTRY  # noqa: E402
+from fedstats.site.registry import REGISTRY  # noqa: E402
+from fedstats.site.task import Task, TaskRegistry, TaskReply  # noqa: E402
 
 UPDATE = "benchmark.update"
 

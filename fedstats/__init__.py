@@ -7,11 +7,7 @@ pooled analysis would give.
 """
 
 from fedstats import deep
-from fedstats.client_dp import DPFedAvg
-from fedstats.cox import CoxPH
 from fedstats.deep import DeepModelResults, FederatedTrainer
-from fedstats.design import DesignSpec
-from fedstats.disclosure import DisclosurePolicy
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
@@ -38,20 +34,29 @@ from fedstats.errors import (
     StudyConfigurationError,
     UnknownLevelError,
 )
-from fedstats.federation import Federation
-from fedstats.heterogeneity import (
+from fedstats.models.client_dp import DPFedAvg
+from fedstats.models.cox import CoxPH
+from fedstats.models.federation import Federation
+from fedstats.models.heterogeneity import (
     HeterogeneityResults,
     SurvivalHeterogeneity,
     heterogeneity,
     survival_heterogeneity,
 )
-from fedstats.inventory import MessageInventory, MessageRecord
-from fedstats.kaplan_meier import KaplanMeier, KaplanMeierResults, LogRankResult, logrank_test
-from fedstats.logistic import LogisticRegression
-from fedstats.privacy import ClientDP, PrivacyAccount, RecordDP
-from fedstats.results import CoxPHResults, LogisticRegressionResults, Provenance
-from fedstats.secagg import SecureAggregation, SecureSum, secure_sum
-from fedstats.silo import Silo
+from fedstats.models.inventory import MessageInventory, MessageRecord
+from fedstats.models.kaplan_meier import (
+    KaplanMeier,
+    KaplanMeierResults,
+    LogRankResult,
+    logrank_test,
+)
+from fedstats.models.logistic import LogisticRegression
+from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
+from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
+from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_sum
+from fedstats.site.design import DesignSpec
+from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.silo import Silo
 
 __version__ = "0.1.0"
 

@@ -1,7 +1,7 @@
 """Domain errors and warnings of :mod:`fedstats`.
 
 Every error names where it happened (site, task, column) and what to do.
-Errors raised inside a :class:`~fedstats.silo.Silo` cross the silo boundary as
+Errors raised inside a :class:`~fedstats.site.silo.Silo` cross the silo boundary as
 a small, typed error reply (see :func:`to_wire` / :func:`from_wire`): only the
 error's type and its declared fields travel, never a traceback, which could
 quote row-level data.
@@ -159,7 +159,7 @@ class FormulaRefusedError(SiteError, FormulaError):
         return (
             f"site {self.site!r} refused the formula of task {self.task!r}: {self.term!r} "
             f"{self.reason}. Formulas may use column names, numbers, + - * / **, comparisons, "
-            "& | ~, C() and the functions listed in fedstats.formula_grammar."
+            "& | ~, C() and the functions listed in fedstats.site.formula_grammar."
         )
 
 
@@ -171,7 +171,7 @@ class UnknownTaskError(SiteError):
     def describe(self) -> str:
         return (
             f"site {self.site!r} does not answer task {self.task!r}: only tasks registered "
-            "in fedstats.tasks are served."
+            "in fedstats.site.registry are served."
         )
 
 

@@ -25,7 +25,7 @@ from collections import Counter
 import pandas as pd
 
 from accounting import describe_event
-from fedstats.inventory import MessageInventory
+from fedstats.models.inventory import MessageInventory
 from harmonize.fingerprint import SiteFingerprint
 from reports.flows import data_flows
 from reports.mechanisms import event_facts

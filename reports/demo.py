@@ -1,6 +1,6 @@
 """The demonstration study, from raw EHR extracts to a recorded study directory.
 
-Four synthetic hospitals (:mod:`fedstats.synthetic_ehr`; no real patient):
+Four synthetic hospitals (:mod:`harmonize.synthetic_ehr`; no real patient):
 two export FHIR R4 NDJSON, two OMOP CDM 5.4 CSV. Each is harmonised under
 ``examples/demo/study.toml`` (death within five years of a first visit),
 each keeps a record-level privacy ledger (budget epsilon 3 at delta 1e-5 per
@@ -28,17 +28,17 @@ from pathlib import Path
 
 import accounting
 import fedstats
-from fedstats.protocol import load_protocol
-from fedstats.synthetic_ehr import synthetic_ehr, write_fhir_ndjson, write_omop_csv
+from fedstats.site.protocol import load_protocol
 from harmonize.run import harmonize
 from harmonize.spec import load_spec
+from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson, write_omop_csv
 from reports.errors import RecordingError
 from reports.recorder import StudyRecorder
 
 SPEC = Path(__file__).resolve().parents[1] / "examples" / "demo" / "study.toml"
 """The demonstration study's specification."""
 PROTOCOL = SPEC.with_name("protocol.toml")
-"""The protocol every demonstration hospital approved (:mod:`fedstats.protocol`)."""
+"""The protocol every demonstration hospital approved (:mod:`fedstats.site.protocol`)."""
 
 FORMULA = "died ~ age + C(sex) + diabetes + hypertension + statin"
 LEVELS = {"sex": ["female", "male"]}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fedstats.inventory import MessageInventory
+from fedstats.models.inventory import MessageInventory
 
 COLUMNS = [
     "site",

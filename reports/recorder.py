@@ -26,8 +26,8 @@ import pandas as pd
 
 import accounting
 from fedstats.durable_files import file_sha256
-from fedstats.inventory import MessageInventory
-from fedstats.results import LikelihoodResults
+from fedstats.models.inventory import MessageInventory
+from fedstats.models.results import LikelihoodResults
 from harmonize.report import HarmonizationReport
 from reports.errors import RecordingError
 from reports.layout import FORMAT, StudyLayout, checked_name
@@ -156,7 +156,7 @@ class StudyRecorder:
         return inventory.save(self.layout.inventory)
 
     def record_audit(self, name: str, audit: Mapping[str, Any]) -> Path:
-        """An empirical privacy audit, e.g. ``fedstats.audit.AuditResult.to_record()``."""
+        """An empirical privacy audit, e.g. ``fedstats.models.audit.AuditResult.to_record()``."""
         return _write_json(self.layout.audits / f"{checked_name('audit', name)}.json", dict(audit))
 
     def record_diagnostic(self, name: str, title: str, table: pd.DataFrame) -> Path:

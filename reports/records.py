@@ -38,7 +38,7 @@ class Manifest(_Record):
 
 
 class ScopeSpendingRecord(_Record):
-    """One scope's spending for one fit (``fedstats.privacy.ScopeSpending``)."""
+    """One scope's spending for one fit (``fedstats.models.privacy.ScopeSpending``)."""
 
     unit: str
     owner: str
@@ -53,7 +53,7 @@ class ScopeSpendingRecord(_Record):
 
 
 class PrivacyRecord(_Record):
-    """A private fit's account (``fedstats.privacy.PrivacyAccount``)."""
+    """A private fit's account (``fedstats.models.privacy.PrivacyAccount``)."""
 
     scopes: list[ScopeSpendingRecord]
     rounds: int
@@ -100,7 +100,7 @@ class FitRecord(_Record):
 
 
 class AuditRecord(_Record):
-    """An empirical privacy audit (``fedstats.audit.AuditResult.to_record``)."""
+    """An empirical privacy audit (``fedstats.models.audit.AuditResult.to_record``)."""
 
     method: str
     epsilon_lower: Number

@@ -20,7 +20,7 @@ from typing import Any
 
 import accounting
 from fedstats.durable_files import file_sha256
-from fedstats.inventory import InventoryFileError, MessageInventory
+from fedstats.models.inventory import InventoryFileError, MessageInventory
 from harmonize.errors import HarmonizationError
 from harmonize.report import HarmonizationReport
 from reports.errors import StudyDirectoryError, StudyRecordError

@@ -11,7 +11,6 @@
 * :func:`register_model` — the model registry shared by sites and coordinator.
 """
 
-from fedstats.client_dp import DPFedAvg
 from fedstats.deep.aggregation import Aggregator, weighted_sum
 from fedstats.deep.canary_audit import (
     AuditReport,
@@ -25,6 +24,7 @@ from fedstats.deep.losses import binary_loss, cox_loss
 from fedstats.deep.models import ModelSpecError, build_model, register_model, registered_models
 from fedstats.deep.results import DeepModelResults
 from fedstats.deep.trainer import FederatedTrainer
+from fedstats.models.client_dp import DPFedAvg
 
 __all__ = [
     "Aggregator",

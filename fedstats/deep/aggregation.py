@@ -7,12 +7,12 @@ unbiased estimate of the full-participation FedAvg update
 ``sum_k (n_k / N) Delta_k`` (McMahan et al., AISTATS 2017; the unbiased
 weighting of Li, Sahu, Zaheer et al., MLSys 2020, Sec. 4).
 
-An :class:`~fedstats.aggregation.Aggregator` maps the sampled sites' flat
+An :class:`~fedstats.models.aggregation.Aggregator` maps the sampled sites' flat
 update vectors and their weights to one update; :func:`weighted_sum` is
-FedAvg's. A robust rule of :mod:`fedstats.aggregation` (coordinate-wise
+FedAvg's. A robust rule of :mod:`fedstats.models.aggregation` (coordinate-wise
 median, trimmed mean, norm bounding) can be passed in its place.
 Client-level privacy replaces the combination by DP-FedAvg's clipped, noised
-sum over the expected number of sites (:class:`fedstats.client_dp.DPFedAvg`,
+sum over the expected number of sites (:class:`fedstats.models.client_dp.DPFedAvg`,
 passed as ``fit(privacy=...)``).
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from fedstats.aggregation import Aggregator
+from fedstats.models.aggregation import Aggregator
 
 __all__ = ["Aggregator", "client_weights", "sample_sites", "weighted_sum"]
 

@@ -11,7 +11,7 @@ Jagielski ("Privacy auditing with one (1) training run", NeurIPS 2023):
    scales to ``[-1, 1]``) and each with a random 0/1 label, so that only
    training on a canary can teach the model its label.
 2. Each canary goes into one site's frame independently with probability
-   1/2 (:func:`fedstats.audit.draw_inclusion`, OS entropy by default). The
+   1/2 (:func:`fedstats.models.audit.draw_inclusion`, OS entropy by default). The
    inserted canaries are patients of that site like any other: they count
    for its disclosure control, and its ledger pays for them.
 3. One normal fit runs, with record-level privacy (:class:`fedstats.RecordDP`)
@@ -23,7 +23,7 @@ Jagielski ("Privacy auditing with one (1) training run", NeurIPS 2023):
    synthetic records, not patient data, and the final weights are what every
    fit releases to the coordinator, so scoring them outside the silo
    releases nothing about patients.
-5. :func:`fedstats.audit.audit` turns the scores into a lower bound on
+5. :func:`fedstats.models.audit.audit` turns the scores into a lower bound on
    epsilon at the chosen confidence, reported beside the site's accounted
    epsilon for the fit (its RDP epsilon at the same ``delta``).
 
@@ -48,18 +48,18 @@ import pandas as pd
 import torch
 
 import accounting
-from fedstats.agree import agree_design
-from fedstats.audit import AuditResult, audit, draw_inclusion
 from fedstats.deep.losses import BINARY
 from fedstats.deep.results import DeepModelResults
 from fedstats.deep.site_data import site_tensors
 from fedstats.deep.trainer import FederatedTrainer
-from fedstats.design import parse_formula
-from fedstats.disclosure import DisclosurePolicy
 from fedstats.errors import FedstatsError, StudyConfigurationError
-from fedstats.federation import Federation
-from fedstats.privacy import RecordDP
-from fedstats.task import SiteContext
+from fedstats.models.agree import agree_design
+from fedstats.models.audit import AuditResult, audit, draw_inclusion
+from fedstats.models.federation import Federation
+from fedstats.models.privacy import RecordDP
+from fedstats.site.design import parse_formula
+from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.task import SiteContext
 
 SCORE = "log-likelihood of the canary's label under the final model"
 CANARY_KIND = "input-space canaries with random labels"
@@ -245,9 +245,9 @@ def audit_training(
     guess_grid, delta, confidence:
         Guess counts tried (each at most the number of canaries), the ``delta``
         of the guarantee tested (default ``privacy.delta``; required for the
-        control) and the bound's confidence (:func:`fedstats.audit.audit`).
+        control) and the bound's confidence (:func:`fedstats.models.audit.audit`).
     included:
-        Which canaries to insert; default :func:`fedstats.audit.draw_inclusion`
+        Which canaries to insert; default :func:`fedstats.models.audit.draw_inclusion`
         with ``rng`` (OS entropy when ``rng`` is ``None``).
     ledgers, disclosure, study, noise_seed:
         The federation's options (:meth:`fedstats.Federation.in_process`).

@@ -31,7 +31,7 @@ from fedstats.deep.dp_sgd import DpSgdPlan, PrivateGradient, generators, poisson
 from fedstats.deep.losses import BINARY, binary_loss, cox_loss
 from fedstats.deep.site_data import SiteTensors
 from fedstats.deep.weights import flatten, parameter_arrays
-from fedstats.resource_limits import check_deadline
+from fedstats.site.resource_limits import check_deadline
 
 ALGORITHMS = ("fedavg", "fedprox", "scaffold")
 

@@ -13,9 +13,9 @@ from fedstats.deep.evaluation import Evaluation
 from fedstats.deep.models import build_model
 from fedstats.deep.privacy_plan import DpSgdSchedule
 from fedstats.deep.weights import load_arrays
-from fedstats.design import DesignSpec
-from fedstats.privacy import PrivacyAccount
-from fedstats.results import Provenance
+from fedstats.models.privacy import PrivacyAccount
+from fedstats.models.results import Provenance
+from fedstats.site.design import DesignSpec
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """A site's design as tensors: the agreed design, scaled by public bounds, without intercept.
 
-The site builds the agreed design (:mod:`fedstats.site_design`, cached per
+The site builds the agreed design (:mod:`fedstats.site.handlers.design`, cached per
 design), maps every column to ``[-1, 1]`` with the request's public
-``(centre, half-width)`` scaling (:func:`fedstats.privacy.feature_scaling`),
+``(centre, half-width)`` scaling (:func:`fedstats.models.privacy.feature_scaling`),
 clips values outside, and drops the intercept column (a network has its own
 biases). Binary designs give ``y``; survival designs give ``time`` and ``event``.
 """
@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedstats.design import DesignSpec
 from fedstats.errors import MalformedRequestError
-from fedstats.site_design import build_design, site_design, spec_from_args
-from fedstats.task import SiteContext
+from fedstats.site.design import DesignSpec
+from fedstats.site.handlers.design import build_design, site_design, spec_from_args
+from fedstats.site.task import SiteContext
 
 INTERCEPT = "Intercept"
 

@@ -12,7 +12,7 @@ training loss. Under secure aggregation the request's ``scale`` gives each
 site the weight it multiplies its update by, so the masked sum is already
 the weighted combination. With ``quantize_bits`` ``b`` the site sends its
 update stochastically rounded to ``b`` bits per entry (unbiased;
-:mod:`fedstats.quantize`) as ``update_packed`` (``ceil(d b / 8)`` bytes of
+:mod:`fedstats.models.quantize`) as ``update_packed`` (``ceil(d b / 8)`` bytes of
 bit-packed codes) and ``update_scale`` instead of the float32 ``update``.
 
 ``deep.evaluate`` scores the site's rows with given weights and replies sums
@@ -37,13 +37,13 @@ from fedstats.deep.losses import BINARY, SURVIVAL
 from fedstats.deep.models import ModelSpecError, build_model
 from fedstats.deep.site_data import checked_spec, input_columns, site_tensors
 from fedstats.deep.weights import checked_arrays, load_arrays
-from fedstats.design import DesignSpec
 from fedstats.errors import MalformedRequestError
-from fedstats.private_release import DpRequest
-from fedstats.quantize import quantize
+from fedstats.models.quantize import quantize
 from fedstats.schema import Array, Number
-from fedstats.survival_site import deferred_points
-from fedstats.task import SiteContext, TaskReply
+from fedstats.site.design import DesignSpec
+from fedstats.site.handlers.survival import deferred_points
+from fedstats.site.private_release import DpRequest
+from fedstats.site.task import SiteContext, TaskReply
 
 TRAIN_TASK = "deep.train"
 EVALUATE_TASK = "deep.evaluate"
@@ -352,7 +352,7 @@ def k_protected_histograms(
     """The two logit histograms with every released bin holding at least ``k`` patients.
 
     Bins are merged from the left as in the survival curves' deferred
-    events (:func:`fedstats.survival_site.deferred_points`): patients
+    events (:func:`fedstats.site.handlers.survival.deferred_points`): patients
     accumulate until at least ``k`` are pending, then all are released at
     the current bin; the last fewer than ``k`` join the last released bin.
     Events and non-events of one merged bin stay together, so the pooled AUC

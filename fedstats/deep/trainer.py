@@ -10,7 +10,7 @@ SCAFFOLD's server control variate moves by ``sum_{k in S} Delta c_k / N_sites``
 (Karimireddy et al., ICML 2020, Alg. 1). After the last round every site of
 the evaluation federation scores the model (``deep.evaluate``).
 
-Record-level privacy (:class:`~fedstats.privacy.RecordDP`): every site runs
+Record-level privacy (:class:`~fedstats.models.privacy.RecordDP`): every site runs
 DP-SGD (:mod:`fedstats.deep.dp_sgd`) and charges its own ledger before each
 round; the coordinator first asks every site whether the whole planned
 training fits its budget (``privacy.status``) and refuses to start
@@ -19,19 +19,19 @@ otherwise. ``RecordDP.epsilon``/``delta`` are the fit's target per site
 trainer's bounds; ``rounds`` and ``row_norm`` are options of Newton fits and
 do not apply (the trainer's ``rounds`` and ``max_grad_norm`` do).
 
-Client-level privacy (:class:`~fedstats.client_dp.DPFedAvg`, unit: site):
+Client-level privacy (:class:`~fedstats.models.client_dp.DPFedAvg`, unit: site):
 the coordinator clips each sampled site's update to L2 norm ``C`` (fixed,
 or adapted towards a quantile of the update norms), sums, adds
 ``N(0, (z_u C)^2 I)`` and divides by the expected number of sites
 ``m = q n`` (McMahan et al., ICLR 2018; Andrew et al., NeurIPS 2021). The
 whole planned training is previewed against the coordinator's ledger
 before anything is sent, and each round's event is charged there before
-its aggregate moves the model (:mod:`fedstats.client_dp`). It combines with
+its aggregate moves the model (:mod:`fedstats.models.client_dp`). It combines with
 record-level DP-SGD (both guarantees, both accounts), not with secure
 aggregation or a custom aggregator.
 
 Quantised updates (``quantize_bits``): each site rounds its update
-stochastically to ``b`` bits per entry (unbiased; :mod:`fedstats.quantize`)
+stochastically to ``b`` bits per entry (unbiased; :mod:`fedstats.models.quantize`)
 and sends the bit-packed codes and the scale, ``ceil(d b / 8) + 8`` bytes
 instead of ``4 d`` for float32; the coordinator decodes them. The history
 reports the update bytes of every round with and without quantisation.
@@ -50,9 +50,6 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from fedstats import client_dp
-from fedstats.agree import Agreement, agree_design
-from fedstats.client_dp import DPFedAvg
 from fedstats.deep.aggregation import Aggregator, client_weights, sample_sites, weighted_sum
 from fedstats.deep.dp_sgd import ENGINES
 from fedstats.deep.evaluation import Evaluation, combine_binary, combine_survival
@@ -71,10 +68,12 @@ from fedstats.deep.server_optimizers import ServerOptimizer
 from fedstats.deep.site_data import input_columns
 from fedstats.deep.site_tasks import DP_GROUP, EVALUATE_TASK, TRAIN_TASK
 from fedstats.deep.weights import checked_arrays, flatten, parameter_arrays, unflatten
-from fedstats.design import Level, parse_formula, survival_outcome
 from fedstats.errors import InvalidReplyError, StudyConfigurationError
-from fedstats.federation import Federation
-from fedstats.privacy import (
+from fedstats.models import client_dp
+from fedstats.models.agree import Agreement, agree_design
+from fedstats.models.client_dp import DPFedAvg
+from fedstats.models.federation import Federation
+from fedstats.models.privacy import (
     PrivacyAccount,
     RecordDP,
     ScopeSpending,
@@ -84,10 +83,11 @@ from fedstats.privacy import (
     privacy_levels,
     site_spending,
 )
-from fedstats.private_release import DpRequest
-from fedstats.quantize import Quantized, check_bits, dequantize
-from fedstats.results import Provenance
-from fedstats.secagg import SecureAggregation, SecureSum, secure_record, secure_sum
+from fedstats.models.quantize import Quantized, check_bits, dequantize
+from fedstats.models.results import Provenance
+from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
+from fedstats.site.design import Level, parse_formula, survival_outcome
+from fedstats.site.private_release import DpRequest
 
 FLOAT32_BYTES = 4
 """Bytes of one entry of an unquantised update (float32 on the wire)."""
@@ -124,7 +124,7 @@ class FederatedTrainer:
         (:mod:`fedstats.deep.dp_sgd`).
     aggregator:
         A replacement for the weighted sum of updates (a robust rule of
-        :mod:`fedstats.aggregation`); it does not combine with secure
+        :mod:`fedstats.models.aggregation`); it does not combine with secure
         aggregation, which shows the coordinator only the sum.
     quantize_bits:
         Bits per entry of the sites' quantised updates (1..16), or ``None``
@@ -229,7 +229,7 @@ class FederatedTrainer:
         order) replace the seeded initialisation.
 
         ``privacy``: :class:`~fedstats.RecordDP` (DP-SGD at every site, charged to each
-        site's ledger), :class:`~fedstats.client_dp.DPFedAvg` (client-level DP-FedAvg at the
+        site's ledger), :class:`~fedstats.models.client_dp.DPFedAvg` (client-level DP-FedAvg at the
         coordinator, charged to ``federation.ledger``), or one of each in a tuple.
         """
         record, client = privacy_levels(

@@ -3,7 +3,7 @@
 ``flwr run`` submits this app with the run config ``study-config`` (the path
 of ``study.toml`` on the coordinator's machine). The ServerApp finds each
 expected site's node, checks the sites' fingerprints before any other task,
-makes the configured fits (:func:`fedstats.study_fits.run_fits`, the same
+makes the configured fits (:func:`fedstats.jobs.study_fits.run_fits`, the same
 code as the embedded runtime) and writes, under the study's ``out`` folder,
 one result per fit, the message inventory and ``status.json``.
 """
@@ -21,8 +21,8 @@ from flwr.serverapp import Grid, ServerApp
 from fedstats.durable_files import write_json_atomically
 from fedstats.errors import FedstatsError
 from fedstats.flower.grid_transport import GridFederation, GridLink
-from fedstats.study_config import StudyConfig, load_study_config
-from fedstats.study_fits import run_fits
+from fedstats.jobs.study_config import StudyConfig, load_study_config
+from fedstats.jobs.study_fits import run_fits
 
 STUDY_CONFIG_KEY = "study-config"
 STATUS_FILE = "status.json"

@@ -31,10 +31,10 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from fedstats.errors import FedstatsError
-from fedstats.federation import Federation, Transport
 from fedstats.flower import messages
-from fedstats.site_journal import digest
-from fedstats.study_config import PolicySection
+from fedstats.jobs.site_journal import digest
+from fedstats.jobs.study_config import PolicySection
+from fedstats.models.federation import Federation, Transport
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from fedstats.flower import messages
-from fedstats.site_service import SiteService, frame_path
+from fedstats.jobs.site_service import SiteService, frame_path
 from fedstats.toml_config import ConfigError, load_toml_model
 
 SITE_CONFIG_KEY = "site-config"
@@ -35,7 +35,7 @@ def service_for(context: Context) -> SiteService:
             f"this SuperNode has no node config {SITE_CONFIG_KEY!r}; start it with "
             f"--node-config '{SITE_CONFIG_KEY}=\"/path/to/site.toml\"'"
         )
-    from fedstats.site_config import SiteConfig
+    from fedstats.jobs.site_config import SiteConfig
 
     path = Path(value)
     config = load_toml_model(path, SiteConfig, what="site configuration")

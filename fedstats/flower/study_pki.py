@@ -28,7 +28,7 @@ The **roster** lists every site's ``node.pub``: each site keeps a copy and
 names it in ``site.toml`` (``[secure_aggregation] roster = "roster.toml"``,
 ``signing_key = "pki/node.key"``), so secure-aggregation sessions are signed
 with the SuperNode keys and a site refuses sites or keys not on its roster
-(:mod:`fedstats.secagg_roster`).
+(:mod:`fedstats.secagg.roster`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedstats.errors import FedstatsError, StudyConfigurationError
-from fedstats.secagg_roster import write_roster
+from fedstats.secagg.roster import write_roster
 
 CURVE = ec.SECP256R1()
 """NIST P-256: accepted by Flower for node keys and by every TLS stack."""

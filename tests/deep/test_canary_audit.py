@@ -1,6 +1,6 @@
 """One-run canary audit of real federated DP-SGD (Steinke, Nasr & Jagielski, NeurIPS 2023).
 
-The statistics are :mod:`fedstats.audit`'s (tested in ``tests/fedstats/test_audit.py``);
+The statistics are :mod:`fedstats.models.audit`'s (tested in ``tests/fedstats/test_audit.py``);
 here the canaries go through the real training path — silos, codec, DP-SGD,
 ledgers — and the non-private control shows that the audit has power.
 """

@@ -11,9 +11,9 @@ from opacus.accountants import RDPAccountant
 
 import accounting
 import fedstats
-from fedstats import codec
 from fedstats.deep import FederatedTrainer
 from fedstats.deep.privacy_plan import COUNTS_NOISE_MULTIPLIER
+from fedstats.site import codec
 
 
 def private_trainer(**options) -> FederatedTrainer:
@@ -109,7 +109,7 @@ def test_survival_networks_are_refused_under_record_level_dp():
 
 
 def _wire(fed, trainer) -> dict:
-    from fedstats.agree import agree_design
+    from fedstats.models.agree import agree_design
 
     return agree_design(fed.subset(["a"]), trainer.formula, analysis="x",
                         levels=None).spec.to_wire()  # fmt: skip

@@ -13,11 +13,11 @@ from deep_helpers import BOUNDS
 from sklearn.metrics import roc_auc_score
 
 import fedstats
-from fedstats import codec
-from fedstats.agree import agree_design
 from fedstats.deep import FederatedTrainer, build_model
 from fedstats.deep.site_tasks import TRAIN_TASK
 from fedstats.errors import StudyConfigurationError
+from fedstats.models.agree import agree_design
+from fedstats.site import codec
 
 SITES = ("a", "b", "c")
 

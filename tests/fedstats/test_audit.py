@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fedstats.audit import audit, draw_inclusion, epsilon_lower_bound, p_value
 from fedstats.errors import StudyConfigurationError
+from fedstats.models.audit import audit, draw_inclusion, epsilon_lower_bound, p_value
 
 
 def test_the_bound_is_valid_for_randomised_response_at_its_confidence():

@@ -6,7 +6,7 @@ import re
 
 from typer.testing import CliRunner
 
-from fedstats.cli import app
+from fedstats.cli.main import app
 
 
 def test_demo_prints_federated_fit_and_largest_difference(tmp_path):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 from typer.testing import CliRunner
 
-from fedstats.cli import HarmonizeExit, app
+from fedstats.cli.main import HarmonizeExit, app
 from fedstats.datasets import default_data_dir
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
@@ -74,7 +74,7 @@ def test_configuration_errors(tmp_path):
 
 def test_fhir_site_with_workers_memory_limit_and_latest_date(tmp_path):
     """The MIMIC-style date option reaches the reader; worker processes are noted."""
-    from fedstats.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
+    from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
 
     fhir = write_fhir_ndjson(synthetic_ehr(60, seed=5), tmp_path / "fhir")
     common = ["--spec", str(DEMO), "--site", "s", "--fhir", str(fhir)]

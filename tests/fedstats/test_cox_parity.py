@@ -228,7 +228,7 @@ def test_replies_hold_only_sums_of_fixed_size(rossi):
     def recording(silo):
         def transport(request: bytes) -> bytes:
             reply = silo.handle(request)
-            replies.append(fedstats.codec.decode(reply))
+            replies.append(fedstats.site.codec.decode(reply))
             return reply
 
         return transport
@@ -311,8 +311,8 @@ def test_pooled_model_on_a_coarse_grid_releases_only_k_protected_sums():
     def recording(silo):
         def transport(request: bytes) -> bytes:
             reply = silo.handle(request)
-            if fedstats.codec.decode(request)["task"] == "cox.grid_summaries":
-                released.append((silo.name, fedstats.codec.decode(reply)["result"]))
+            if fedstats.site.codec.decode(request)["task"] == "cox.grid_summaries":
+                released.append((silo.name, fedstats.site.codec.decode(reply)["result"]))
             return reply
 
         return transport

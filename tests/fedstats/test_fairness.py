@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 import fedstats
-from fedstats import datasets, fairness
+from fedstats import datasets
+from fedstats.models import fairness
 
 
 def tpr_gap_sites(seed: int = 4) -> dict[str, pd.DataFrame]:

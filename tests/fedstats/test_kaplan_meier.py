@@ -12,8 +12,9 @@ from lifelines.datasets import load_rossi
 from lifelines.statistics import multivariate_logrank_test
 
 import fedstats
-from fedstats import codec, datasets
-from fedstats.survival_site import TASK
+from fedstats import datasets
+from fedstats.site import codec
+from fedstats.site.handlers.survival import TASK
 
 OPEN = fedstats.DisclosurePolicy(min_count=1)
 

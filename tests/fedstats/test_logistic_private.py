@@ -9,8 +9,8 @@ import pytest
 
 import accounting
 import fedstats
-from fedstats import codec
 from fedstats.errors import BudgetExceededError, DisclosureError, FormulaError, NoBudgetError
+from fedstats.site import codec
 from tests.conftest import pooled
 
 BOUNDS = {"x1": (-4, 4), "x2": (-4, 4), "x3": (-4, 4)}
@@ -151,9 +151,9 @@ def test_plan_over_budget_is_refused_before_anything_is_charged(big_sites, tmp_p
 def test_over_budget_request_is_refused_before_any_row_is_touched(big_sites, tmp_path, monkeypatch):
     ledgers = make_ledgers(tmp_path, big_sites, epsilon=0.2)
     fed = fedstats.Federation.in_process(big_sites, ledgers=ledgers)
-    from fedstats import site_design
+    from fedstats.site.handlers import design as site_design
 
-    spec = fedstats.agree.agree_design(fed, FORMULA, analysis="a").spec
+    spec = fedstats.models.agree.agree_design(fed, FORMULA, analysis="a").spec
     touched = []
     real = site_design.build_design
     monkeypatch.setattr(
@@ -232,7 +232,7 @@ def test_tasks_without_a_private_form_are_refused_under_dp(big_sites, tmp_path):
 def test_private_reply_carries_only_noised_fields(big_sites, tmp_path):
     ledgers = make_ledgers(tmp_path, big_sites)
     fed = fedstats.Federation.in_process(big_sites, ledgers=ledgers)
-    spec = fedstats.agree.agree_design(fed, FORMULA, analysis="a").spec
+    spec = fedstats.models.agree.agree_design(fed, FORMULA, analysis="a").spec
     args = {
         "design": spec.to_wire(),
         "beta": np.zeros(spec.n_params),
@@ -257,8 +257,8 @@ def test_private_reply_carries_only_noised_fields(big_sites, tmp_path):
 
 
 def test_noise_scale_is_sigma_times_sensitivity():
-    from fedstats.private_release import add_noise, draw_noise
-    from fedstats.task import NoisyGroup
+    from fedstats.site.private_release import add_noise, draw_noise
+    from fedstats.site.task import NoisyGroup
 
     rng = np.random.default_rng(0)
     payload = {"v": np.ones(200_000), "m": np.ones((300, 300))}

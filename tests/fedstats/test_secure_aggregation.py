@@ -13,16 +13,19 @@ from scipy import stats
 
 import accounting
 import fedstats
-from fedstats import codec, secagg_ring, secagg_shamir, secagg_site
-from fedstats.agree import agree_design
 from fedstats.errors import (
     MalformedRequestError,
     SecureAggregationAborted,
     SiteUnreachableError,
     StudyConfigurationError,
 )
-from fedstats.secagg import SecureAggregation, secure_sum
-from fedstats.task import SiteContext
+from fedstats.models.agree import agree_design
+from fedstats.secagg import ring as secagg_ring
+from fedstats.secagg import shamir as secagg_shamir
+from fedstats.secagg import site as secagg_site
+from fedstats.secagg.coordinator import SecureAggregation, secure_sum
+from fedstats.site import codec
+from fedstats.site.task import SiteContext
 
 
 def frames(n_sites: int, n: int = 120, seed: int = 0) -> dict[str, pd.DataFrame]:

@@ -10,9 +10,6 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fedstats
-from fedstats import codec
-from fedstats.agree import agree_design
-from fedstats.design import WIRE_FIELDS
 from fedstats.errors import (
     DisclosureError,
     InternalSiteError,
@@ -20,9 +17,12 @@ from fedstats.errors import (
     MalformedRequestError,
     UnknownTaskError,
 )
+from fedstats.models.agree import agree_design
 from fedstats.schema import Array, Number
-from fedstats.task import Task, TaskRegistry, TaskReply
-from fedstats.tasks import REGISTRY
+from fedstats.site import codec
+from fedstats.site.design import WIRE_FIELDS
+from fedstats.site.registry import REGISTRY
+from fedstats.site.task import Task, TaskRegistry, TaskReply
 
 
 def frame(n: int, seed: int = 0) -> pd.DataFrame:
@@ -104,7 +104,7 @@ def test_threshold_is_configurable_per_study():
     with pytest.raises(DisclosureError, match="threshold of 40"):
         fedstats.LogisticRegression("y ~ x").fit(strict)
     relaxed = fedstats.Federation.in_process(
-        # (seed 3: the 8 values of x are not dominated by two rows, see fedstats.cell_rules)
+        # (seed 3: the 8 values of x are not dominated by two rows, see fedstats.site.cell_rules)
         {"a": frame(8, 3), "b": frame(30, 2)},
         disclosure=fedstats.DisclosurePolicy(min_count=5),
     )

@@ -17,8 +17,8 @@ from flower_study import FITS, SITES
 
 from fedstats import Federation, datasets
 from fedstats.flower.local_study import LocalStudy, write_study
-from fedstats.study_config import load_study_config
-from fedstats.study_fits import run_fits
+from fedstats.jobs.study_config import load_study_config
+from fedstats.jobs.study_fits import run_fits
 
 
 @pytest.fixture(scope="session")

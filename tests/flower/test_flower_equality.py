@@ -15,7 +15,7 @@ import json
 import numpy as np
 from flower_study import SITES
 
-from fedstats.site_journal import SiteJournal, reconcile
+from fedstats.jobs.site_journal import SiteJournal, reconcile
 
 
 def test_flower_fits_equal_the_embedded_runtime(tcga_over_flower) -> None:

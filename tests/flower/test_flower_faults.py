@@ -20,7 +20,7 @@ import pytest
 import accounting
 from fedstats import datasets
 from fedstats.flower.local_study import LocalStudy, write_study
-from fedstats.site_journal import SiteJournal, reconcile
+from fedstats.jobs.site_journal import SiteJournal, reconcile
 
 SITES = ["region_0", "region_1", "region_2"]
 VICTIM = "region_1"

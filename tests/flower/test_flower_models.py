@@ -21,7 +21,7 @@ import pydantic
 import pytest
 from flower_study import COVARIATES, FITS
 
-from fedstats.study_config import DeepFit
+from fedstats.jobs.study_config import DeepFit
 
 TOLERANCE = 1e-10
 

@@ -22,9 +22,9 @@ import pytest
 
 from fedstats import Federation, datasets
 from fedstats.flower.local_study import LocalStudy, write_study
-from fedstats.site_journal import SiteJournal
-from fedstats.study_config import load_study_config
-from fedstats.study_fits import run_fits
+from fedstats.jobs.site_journal import SiteJournal
+from fedstats.jobs.study_config import load_study_config
+from fedstats.jobs.study_fits import run_fits
 
 SITES = ["region_0", "region_1", "region_2"]
 UNREGISTERED = "unregistered_site"

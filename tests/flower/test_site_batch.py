@@ -2,7 +2,7 @@
 
 Most tests serve in process: the job's serving step is given a function that
 plays the coordinator by sending real codec requests to the site's own
-:class:`~fedstats.site_service.SiteService` (silo, ledger, journal), so the
+:class:`~fedstats.jobs.site_service.SiteService` (silo, ledger, journal), so the
 journal lines, ledger charges and refusals the run record is derived from are
 the real ones. One test runs the whole job over Flower (a SuperLink, the
 site's SuperNode and site worker, a coordinator run: separate processes).
@@ -36,19 +36,19 @@ from typer.testing import CliRunner
 import accounting
 import fedstats
 from fedstats import datasets
-from fedstats.cli_jobs import site_app
+from fedstats.cli.jobs import site_app
 from fedstats.durable_files import file_sha256
 from fedstats.errors import FedstatsError
 from fedstats.flower import processes
 from fedstats.flower.local_study import write_study
 from fedstats.flower.study_pki import make_study_ca
-from fedstats.job_lock import JobLock
-from fedstats.site_batch import SiteExit, run_site_job
-from fedstats.site_config import load_site_config
-from fedstats.site_journal import SiteJournal
-from fedstats.site_service import SiteService
-from fedstats.site_serving import ServeResult
-from fedstats.study_run import wait_for_status
+from fedstats.jobs.job_lock import JobLock
+from fedstats.jobs.site_batch import SiteExit, run_site_job
+from fedstats.jobs.site_config import load_site_config
+from fedstats.jobs.site_journal import SiteJournal
+from fedstats.jobs.site_service import SiteService
+from fedstats.jobs.site_serving import ServeResult
+from fedstats.jobs.study_run import wait_for_status
 from fedstats.toml_config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -256,7 +256,9 @@ def test_sources_harmonised_once_then_reused_and_a_damaged_frame_is_never_used(
 # -------------------------------------------------------------------- budget
 def test_a_request_refused_for_budget_exits_budget_exhausted(tmp_path: Path, monkeypatch) -> None:
     """A coordinator that skips its budget planning (it is not trusted): the site refuses."""
-    monkeypatch.setattr("fedstats.logistic_private.preview_site_budgets", lambda *a, **k: None)
+    monkeypatch.setattr(
+        "fedstats.models.logistic_private.preview_site_budgets", lambda *a, **k: None
+    )
     path = tcga_site(tmp_path)
     with accounting.Ledger(tmp_path / "site.ledger") as ledger:
         ledger.set_budget(
@@ -434,7 +436,7 @@ def test_a_held_lock_exits_already_running_and_a_stale_one_is_taken_over(tmp_pat
 def test_the_cli_says_what_it_did_and_writes_the_record(tmp_path: Path, monkeypatch) -> None:
     path = tcga_site(tmp_path, rows=8)
     monkeypatch.setattr(
-        "fedstats.cli_jobs.run_site_job",
+        "fedstats.cli.jobs.run_site_job",
         lambda config: run_site_job(config, serve=coordinator_in_process(logistic)),
     )
     app = typer.Typer()

@@ -22,12 +22,12 @@ import typer
 from typer.testing import CliRunner
 
 from fedstats import Federation, datasets
-from fedstats.cli_jobs import study_app
+from fedstats.cli.jobs import study_app
 from fedstats.flower import processes
-from fedstats.site_batch import SiteExit, run_site_job
-from fedstats.study_config import load_study_config
-from fedstats.study_fits import run_fits
-from fedstats.study_run import StudyExit
+from fedstats.jobs.site_batch import SiteExit, run_site_job
+from fedstats.jobs.study_config import load_study_config
+from fedstats.jobs.study_fits import run_fits
+from fedstats.jobs.study_run import StudyExit
 from reports.study import Study
 
 SITES = ["region_0", "region_1", "region_2"]

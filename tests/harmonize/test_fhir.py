@@ -680,7 +680,7 @@ def test_worker_processes_give_the_same_store_as_one_process(tmp_path, monkeypat
     chunks other than their first occurrence's.
     """
     import harmonize.fhir as fhir_reader
-    from fedstats.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
+    from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
 
     folder = write_fhir_ndjson(synthetic_ehr(40, seed=3), tmp_path / "fhir")
     observations = (folder / "Observation.000.ndjson").read_bytes().splitlines()

@@ -7,9 +7,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from fedstats.synthetic_ehr import person_keys, synthetic_ehr, write_fhir_ndjson, write_omop_csv
 from harmonize.run import harmonize
 from harmonize.spec import load_spec
+from harmonize.synthetic_ehr import person_keys, synthetic_ehr, write_fhir_ndjson, write_omop_csv
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
 

@@ -159,7 +159,7 @@ def test_secure_aggregation_and_the_trust_it_needs_are_reported(demo_study):
 
 
 def test_a_recorded_audit_and_the_fixed_seed_are_reported(study_copy):
-    from fedstats.audit import AuditResult
+    from fedstats.models.audit import AuditResult
 
     audit = AuditResult(
         epsilon_lower=0.42,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typer.testing import CliRunner
 
-from fedstats.cli import app
+from fedstats.cli.main import app
 
 
 def run(*args: str):

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedstats.cell_rules import column_problem
+from fedstats.site.cell_rules import column_problem
 
 
 def plain_rules(values: np.ndarray, k: int) -> str | None:

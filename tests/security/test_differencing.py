@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedstats
-from fedstats.differencing import DifferencingGuard
 from fedstats.errors import DisclosureError
-from fedstats.silo import Silo
+from fedstats.site.differencing import DifferencingGuard
+from fedstats.site.silo import Silo
 
 K = fedstats.DisclosurePolicy().k_cell
 

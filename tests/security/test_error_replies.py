@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 
 import accounting
 import fedstats
-from fedstats import codec
-from fedstats.design import DesignSpec
 from fedstats.errors import DisclosureError
-from fedstats.silo import Silo
+from fedstats.site import codec
+from fedstats.site.design import DesignSpec
+from fedstats.site.silo import Silo
 
 K_CELL = fedstats.DisclosurePolicy().k_cell
 

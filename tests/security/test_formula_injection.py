@@ -17,11 +17,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedstats
-from fedstats import codec
-from fedstats.design import DesignSpec, parse_formula
 from fedstats.errors import FormulaError
-from fedstats.formula_grammar import UnsafeTermError
-from fedstats.silo import Silo
+from fedstats.site import codec
+from fedstats.site.design import DesignSpec, parse_formula
+from fedstats.site.formula_grammar import UnsafeTermError
+from fedstats.site.silo import Silo
 
 
 def frame(n: int = 200, seed: int = 0) -> pd.DataFrame:

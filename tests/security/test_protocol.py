@@ -21,13 +21,13 @@ from hypothesis import strategies as st
 
 import accounting
 import fedstats
-from fedstats import codec
-from fedstats.agree import agree_design
 from fedstats.datasets import heart_disease, tcga_brca
 from fedstats.errors import ProtocolError, StudyConfigurationError
-from fedstats.protocol import TASK_MODELS, Protocol, load_protocol
-from fedstats.silo import Silo
-from fedstats.tasks import REGISTRY
+from fedstats.models.agree import agree_design
+from fedstats.site import codec
+from fedstats.site.protocol import TASK_MODELS, Protocol, load_protocol
+from fedstats.site.registry import REGISTRY
+from fedstats.site.silo import Silo
 
 FORMULA = "disease ~ age + C(sex) + chol"
 

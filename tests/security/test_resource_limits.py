@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 import fedstats
-from fedstats import codec
 from fedstats.deep import FederatedTrainer
 from fedstats.errors import ResourceLimitError
-from fedstats.resource_limits import RequestLimits
-from fedstats.silo import Silo
+from fedstats.site import codec
+from fedstats.site.resource_limits import RequestLimits
+from fedstats.site.silo import Silo
 
 
 def frame(n: int, seed: int) -> pd.DataFrame:

@@ -22,13 +22,17 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 import accounting
 import fedstats
-from fedstats import codec, secagg_ring, secagg_roster, secagg_shamir, secagg_site
-from fedstats import secagg_crypto as crypto
-from fedstats.agree import agree_design
 from fedstats.datasets import heart_disease
-from fedstats.secagg import SecureAggregation
-from fedstats.silo import Silo
-from fedstats.task import SiteContext
+from fedstats.models.agree import agree_design
+from fedstats.secagg import crypto
+from fedstats.secagg import ring as secagg_ring
+from fedstats.secagg import roster as secagg_roster
+from fedstats.secagg import shamir as secagg_shamir
+from fedstats.secagg import site as secagg_site
+from fedstats.secagg.coordinator import SecureAggregation
+from fedstats.site import codec
+from fedstats.site.silo import Silo
+from fedstats.site.task import SiteContext
 
 TASK = "logistic.summaries"
 SIGMA, ROW_NORM, BITS = 3.0, 2.0, 32

@@ -13,11 +13,11 @@ import pytest
 
 import accounting
 import fedstats
-from fedstats import codec
 from fedstats.datasets import tcga_brca
 from fedstats.errors import DisclosureError
-from fedstats.silo import Silo
-from fedstats.survival_site import TASK
+from fedstats.site import codec
+from fedstats.site.handlers.survival import TASK
+from fedstats.site.silo import Silo
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def test_grouped_deferred_curves_minus_the_ungrouped_one_reveal_no_group_cell(re
     """Deferred deaths are released on one schedule for all groups, the ungrouped curve's:
     per-group schedules (the oracle below, computed the old way) let the ungrouped curve minus
     the groups give back a group's deaths at a point where that group released none."""
-    from fedstats.survival_site import grid_counts
+    from fedstats.site.handlers.survival import grid_counts
 
     k = 10
     grid = np.arange(365.0, 3651.0, 365.0)

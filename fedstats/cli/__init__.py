@@ -1,0 +1,1 @@
+"""The ``fedstats`` command; nothing imports it."""

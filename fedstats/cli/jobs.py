@@ -1,0 +1,140 @@
+"""Command-line jobs of a multi-machine study: ``fedstats site run`` and ``fedstats study run``.
+
+``site_app`` and ``study_app`` are added to the ``fedstats`` command as
+``site`` and ``study``. Each command prints one line saying what it did (or
+why not) and exits with the code its module documents
+(:mod:`fedstats.jobs.site_batch`, :mod:`fedstats.jobs.study_run`), for cron, systemd
+timers and Airflow. ``python -m fedstats.cli.jobs site run --config ...``
+runs the same commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fedstats.jobs.site_batch import EXIT_HELP as SITE_EXIT_HELP
+from fedstats.jobs.site_batch import SiteExit, run_site_job
+from fedstats.jobs.study_run import EXIT_HELP as STUDY_EXIT_HELP
+from fedstats.jobs.study_run import StudyExit, run_study_job
+
+site_app = typer.Typer(help="A site's scheduled batch job.", no_args_is_help=True)
+study_app = typer.Typer(help="The coordinator's study run.", no_args_is_help=True)
+
+
+@site_app.callback()
+def site() -> None:
+    """A site's scheduled batch job (``fedstats site run --config site.toml``)."""
+
+
+@study_app.callback()
+def study() -> None:
+    """The coordinator's study run (``fedstats study run --config study.toml``)."""
+
+
+@site_app.command(
+    "run",
+    help=f"""Harmonise this site's sources if they changed and serve the
+study's requests for one run, then stop.
+
+Reads only SITE.TOML. Harmonises the FHIR or OMOP sources when they, the
+specification or the options changed since the last run (else reuses the
+last frame), serves the coordinator's requests through the site's SuperNode
+until the coordinator stops asking or serve_timeout passes, stops every
+process it started and writes a run record to WORKDIR/runs/<UTC time>.json.
+A lock in WORKDIR keeps two runs from overlapping.
+
+{SITE_EXIT_HELP}""",
+)
+def site_run(
+    config: Annotated[Path, typer.Option(help="The site's configuration (site.toml).")],
+) -> None:
+    run = run_site_job(config)
+    where = f" (run record: {run.record_path})" if run.record_path else ""
+    if run.exit_code == SiteExit.OK:
+        typer.echo(f"{run.reason}{where}")
+        return
+    _fail(f"{run.exit_code.name.lower().replace('_', ' ')}: {run.reason}{where}", run.exit_code)
+
+
+@site_app.command(
+    "protocol",
+    help="""Check a protocol file and print what it approves and its SHA-256.
+
+A privacy officer approves the printed text: put the SHA-256 in site.toml as
+[disclosure] protocol_sha256 beside protocol = "FILE", and the site refuses
+the file once it changes. Exit code 2 when the file is not a valid protocol.""",
+)
+def site_protocol(
+    path: Annotated[Path, typer.Argument(help="The protocol file (TOML).")],
+) -> None:
+    from fedstats.errors import StudyConfigurationError
+    from fedstats.site.protocol import load_protocol
+
+    try:
+        protocol = load_protocol(path)
+    except StudyConfigurationError as error:
+        _fail(str(error), SiteExit.CONFIGURATION)
+    typer.echo(f"protocol: {protocol.title}")
+    if protocol.approved_by or protocol.approved_on:
+        typer.echo(f"approved by: {protocol.approved_by or '-'} on {protocol.approved_on or '-'}")
+    exploration = "answered and charged" if protocol.dp_exploration else "refused"
+    typer.echo(f"private requests outside these analyses: {exploration}")
+    for analysis in protocol.analyses:
+        terms = " + ".join(sorted(analysis.terms)) if analysis.terms else ""
+        what = f"{analysis.outcome} ~ {terms}" if terms else analysis.outcome
+        extras = [
+            f"strata {sorted(analysis.strata)}" if analysis.strata else "",
+            f"groups {sorted(analysis.groups)}" if analysis.groups else "",
+            f"time grid of {len(analysis.time_grid)} points" if analysis.time_grid else "",
+            f"at most {analysis.max_rounds} exact rounds" if analysis.max_rounds else "",
+            "private only" if analysis.privacy == "dp" else "exact or private",
+        ]
+        typer.echo(
+            f"- {analysis.name} ({analysis.model}): {what}; " + "; ".join(e for e in extras if e)
+        )
+    typer.echo(f'protocol_sha256 = "{protocol.digest}"')
+
+
+@study_app.command(
+    "run",
+    help=f"""Run the study over Flower and write its study directory and
+compliance report.
+
+Submits the study's ServerApp to the SuperLink named in STUDY.TOML
+[coordinator], waits for its status (run_timeout), checks that every site's
+fingerprint was compared before any fit, then writes OUT/study (configuration
+with its hash, inventory, fit records, versions) and
+OUT/compliance-report.html (and .pdf when WeasyPrint works).
+
+{STUDY_EXIT_HELP}""",
+)
+def study_run(
+    config: Annotated[Path, typer.Option(help="The coordinator's study configuration.")],
+) -> None:
+    from fedstats.jobs.study_record import record_and_report
+
+    run = run_study_job(config, record=record_and_report)
+    if run.exit_code == StudyExit.OK:
+        typer.echo(run.reason)
+        return
+    _fail(f"{run.exit_code.name.lower().replace('_', ' ')}: {run.reason}", run.exit_code)
+
+
+def _fail(message: str, code: int) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code=int(code))
+
+
+def main() -> None:
+    """``python -m fedstats.cli.jobs``: the two jobs without the rest of the command line."""
+    jobs = typer.Typer(no_args_is_help=True, add_completion=False)
+    jobs.add_typer(site_app, name="site")
+    jobs.add_typer(study_app, name="study")
+    jobs()
+
+
+if __name__ == "__main__":
+    main()

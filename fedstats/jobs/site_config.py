@@ -1,0 +1,174 @@
+"""A site's own configuration (``site.toml``): its data, privacy ledger, policy and coordinator.
+
+Everything a site applies to its data is set here, by the site: the
+coordinator never sends a frame path, a disclosure threshold or a budget.
+Relative paths are read relative to the file. Example in
+``examples/flower/site.toml``.
+"""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.toml_config import load_toml_model
+
+_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+def _resolve(value: object, info: ValidationInfo) -> object:
+    if not isinstance(value, str | Path):
+        return value  # None, or a wrong type the field's own validation refuses
+    path = Path(value)
+    base = (info.context or {}).get("base")
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+class SiteSection(BaseModel):
+    """``[site]``: the site's name in the study and its working folder."""
+
+    model_config = _STRICT
+    name: Name
+    workdir: Path = Field(description="frames, run records, journal and lock live here")
+
+    _paths = field_validator("workdir", mode="before")(_resolve)
+
+
+class DataSection(BaseModel):
+    """``[data]``: a ready analysis frame, or sources harmonised under the study specification."""
+
+    model_config = _STRICT
+    frame: Path | None = None
+    spec: Path | None = None
+    fhir: list[Path] | None = None
+    omop: Path | None = None
+    latest_date: date | None = None
+    max_rejected_share: Annotated[float, Field(ge=0, le=1)] = 0.10
+
+    @field_validator("frame", "spec", "omop", mode="before")
+    @classmethod
+    def _relative(cls, value: object, info: ValidationInfo) -> object:
+        return _resolve(value, info) if isinstance(value, str) else value
+
+    @field_validator("fhir", mode="before")
+    @classmethod
+    def _relative_list(cls, value: object, info: ValidationInfo) -> object:
+        if isinstance(value, list) and all(isinstance(v, str) for v in value):
+            return [_resolve(v, info) for v in value]
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSection:
+        sources = [self.frame is not None, self.fhir is not None, self.omop is not None]
+        if sum(sources) != 1:
+            raise ValueError("give exactly one of frame, fhir or omop")
+        if self.frame is None and self.spec is None:
+            raise ValueError(
+                "harmonising fhir or omop sources needs spec (the study specification)"
+            )
+        return self
+
+
+class DisclosureSection(BaseModel):
+    """``[disclosure]``: the site's disclosure control."""
+
+    model_config = _STRICT
+    min_count: Annotated[int, Field(ge=1)] = 10
+    k_cell: Annotated[int, Field(ge=1)] | None = None
+    require_privacy: bool = False
+    protocol: Path | None = None
+    """The protocol the site's privacy officer approved (TOML); exact requests outside it
+    are refused."""
+    protocol_sha256: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")] | None = None
+    """The SHA-256 of the protocol text the privacy officer approved; a protocol file with
+    another digest is refused (``fedstats site protocol`` prints it)."""
+
+    _paths = field_validator("protocol", mode="before")(_resolve)
+
+    def policy(self) -> DisclosurePolicy:
+        """The :class:`~fedstats.site.disclosure.DisclosurePolicy` these settings give."""
+        return DisclosurePolicy(
+            min_count=self.min_count, k_cell=self.k_cell, require_privacy=self.require_privacy
+        )
+
+
+class SecureAggregationSection(BaseModel):
+    """``[secure_aggregation]``: the roster this site pins and its own signing key.
+
+    ``roster`` lists the study's sites and their signing public keys (issued by
+    the study PKI); a session whose roster or keys differ is refused.
+    ``require``: answer patient-level tasks only inside secure aggregation.
+    """
+
+    model_config = _STRICT
+    roster: Path
+    signing_key: Path
+    require: bool = False
+
+    _paths = field_validator("roster", "signing_key", mode="before")(_resolve)
+
+
+class PrivacySection(BaseModel):
+    """``[privacy]``: the site's own ledger (budgets are set in it by the privacy officer)."""
+
+    model_config = _STRICT
+    ledger: Path
+
+    _paths = field_validator("ledger", mode="before")(_resolve)
+
+
+class CoordinatorSection(BaseModel):
+    """``[coordinator]``: where the study's SuperLink is and how to reach it safely."""
+
+    model_config = _STRICT
+    superlink: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$")]
+    insecure: bool = False
+    root_certificates: Path | None = None
+    auth_private_key: Path | None = None
+    node_port: Annotated[int, Field(ge=1024, le=65535)] = 9094
+    connect_timeout: Annotated[float, Field(gt=0, le=86400)] = 60.0
+    serve_timeout: Annotated[float, Field(gt=0, le=7 * 86400)] = 3600.0
+    idle_timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
+    """``fedstats site run`` stops serving this long after the last request it answered."""
+
+    _paths = field_validator("root_certificates", "auth_private_key", mode="before")(_resolve)
+
+    @model_validator(mode="after")
+    def _tls(self) -> CoordinatorSection:
+        if not self.insecure and self.root_certificates is None:
+            raise ValueError(
+                "give root_certificates (the study CA) for TLS, or insecure = true on a test bench"
+            )
+        if self.insecure and self.auth_private_key is not None:
+            raise ValueError("node authentication (auth_private_key) needs TLS: drop insecure")
+        return self
+
+
+class SiteConfig(BaseModel):
+    """The whole ``site.toml``."""
+
+    model_config = _STRICT
+    site: SiteSection
+    data: DataSection
+    privacy: PrivacySection
+    disclosure: DisclosureSection = DisclosureSection()
+    secure_aggregation: SecureAggregationSection | None = None
+    coordinator: CoordinatorSection | None = None
+
+    @property
+    def name(self) -> str:
+        return self.site.name
+
+    @property
+    def workdir(self) -> Path:
+        return self.site.workdir
+
+
+def load_site_config(path: str | Path) -> SiteConfig:
+    """Read and validate ``site.toml``; a ``ConfigError`` names the field."""
+    return load_toml_model(path, SiteConfig, what="site configuration")

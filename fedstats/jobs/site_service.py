@@ -1,0 +1,138 @@
+"""A site answering requests from its own configuration, with every answer journaled.
+
+:class:`SiteService` builds the site's :class:`~fedstats.site.silo.Silo` from
+``site.toml`` alone (its frame, disclosure policy and ledger) and wraps
+:meth:`Silo.handle` with the site's journal (:mod:`fedstats.jobs.site_journal`):
+a ``received`` line before the silo runs, an ``answered`` line after and
+before the reply is returned. Any transport (Flower's ClientApp, a test)
+calls :meth:`SiteService.answer` with the request bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+import accounting
+from fedstats.errors import CodecError, StudyConfigurationError
+from fedstats.jobs.site_config import SiteConfig, load_site_config
+from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
+from fedstats.secagg.roster import load_roster_pin
+from fedstats.site import codec
+from fedstats.site.protocol import load_protocol
+from fedstats.site.silo import Silo
+
+CURRENT_FRAME = Path("current") / "frame.parquet"
+"""Where ``fedstats site run`` keeps the last harmonised frame, under the site's workdir."""
+
+
+def frame_path(config: SiteConfig) -> Path:
+    """The analysis frame this site serves: the configured one, or the last harmonised one."""
+    if config.data.frame is not None:
+        return config.data.frame
+    return config.workdir / CURRENT_FRAME
+
+
+def read_frame(path: Path) -> pd.DataFrame:
+    """Read an analysis frame (Parquet, keeping its fingerprint, or CSV)."""
+    if not path.is_file():
+        raise StudyConfigurationError(
+            f"{path}: no analysis frame; harmonise the site's sources first (fedstats site run)"
+        )
+    if path.suffix == ".csv":
+        return pd.read_csv(path)
+    return pd.read_parquet(path)
+
+
+GUARD_FILE = "differencing-guard.sqlite"
+"""The differencing guard's record of answered row sets, in the site's working folder."""
+
+
+class SiteService:
+    """One site's silo, ledger and journal, built from its ``site.toml``."""
+
+    def __init__(self, config: SiteConfig, *, noise_seed: int | None = None) -> None:
+        self.config = config
+        self.frame_path = frame_path(config)
+        self.ledger = accounting.Ledger(config.privacy.ledger)
+        self.silo = Silo(
+            config.name,
+            read_frame(self.frame_path),
+            policy=config.disclosure.policy(),
+            ledger=self.ledger,
+            noise_seed=noise_seed,
+            protocol=None
+            if config.disclosure.protocol is None
+            else load_protocol(
+                config.disclosure.protocol, sha256=config.disclosure.protocol_sha256
+            ),
+            secure_aggregation=None
+            if config.secure_aggregation is None
+            else load_roster_pin(config.secure_aggregation, site=config.name),
+            guard_path=config.workdir / GUARD_FILE,
+        )
+        self.journal = SiteJournal(config.workdir / JOURNAL_FILE)
+        self.journal.roll_forward(self.ledger)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> SiteService:
+        """The service of the site configured in ``path``."""
+        return cls(load_site_config(path))
+
+    def answer(self, request: bytes) -> bytes:
+        """Journal the request, let the silo answer, journal the answer, return the reply bytes."""
+        seq = self.journal.next_seq()
+        task = _task_of(request)
+        self.journal.append(
+            {
+                "event": "received",
+                "seq": seq,
+                "task": task,
+                "request_sha256": digest(request),
+                "request_bytes": len(request),
+                "ledger_entries": ledger_entry_count(self.ledger),
+            }
+        )
+        reply = self.silo.handle(request)
+        entry = self.silo.log[-1]
+        _status, private, error_type = _reply_facts(reply)
+        self.journal.append(
+            {
+                "event": "answered",
+                "seq": seq,
+                "task": task,
+                "status": entry.status,
+                "private": private,
+                "error_type": error_type,
+                "reason": entry.reason,
+                "detail": entry.detail[:500],
+                "reply_sha256": digest(reply),
+                "reply_bytes": len(reply),
+                "ledger_entries": ledger_entry_count(self.ledger),
+            }
+        )
+        return reply
+
+    def close(self) -> None:
+        """Close the site's ledger."""
+        self.ledger.close()
+
+
+def _task_of(request: bytes) -> str:
+    try:
+        message = codec.decode(request)
+    except CodecError:
+        return "?"
+    task = message.get("task") if isinstance(message, dict) else None
+    return task if isinstance(task, str) else "?"
+
+
+def _reply_facts(reply: bytes) -> tuple[str, bool, str]:
+    """(status, is a private release, error type) of an encoded reply."""
+    message = codec.decode(reply)
+    if message.get("status") == "ok":
+        result = message.get("result") or {}
+        return "ok", "dp_epsilon_spent" in result, ""
+    error = message.get("error") or {}
+    return "error", False, str(error.get("type", ""))

@@ -1,0 +1,186 @@
+"""Making a study's configured fits on any federation, and recording their results.
+
+The same function runs in the embedded runtime and inside the Flower
+ServerApp, so the two can be compared number for number. Results are
+written one file per fit as each fit completes (atomically), and a fit
+whose file exists is not made again: a study stopped by a lost site
+resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import fedstats
+from fedstats.durable_files import write_json_atomically
+from fedstats.jobs.study_config import (
+    CoxFit,
+    DeepFit,
+    Fit,
+    KaplanMeierFit,
+    LogisticFit,
+    StudyConfig,
+)
+from fedstats.models.federation import Federation
+
+RESULTS_DIR = "results"
+
+
+def make_fit(fit: Fit, federation: Federation) -> dict[str, Any]:
+    """Run one configured fit and return its result as plain JSON values (full precision)."""
+    if isinstance(fit, LogisticFit):
+        result = fedstats.LogisticRegression(fit.formula, site_intercepts=fit.site_intercepts).fit(
+            federation
+        )
+        return {"kind": fit.kind, **result.to_record()}
+    if isinstance(fit, CoxFit):
+        result = fedstats.CoxPH(fit.formula, strata=fit.strata, ties=fit.ties).fit(federation)
+        return {"kind": fit.kind, **result.to_record()}
+    if isinstance(fit, KaplanMeierFit):
+        km = fedstats.KaplanMeier(
+            fit.time,
+            fit.event,
+            group=fit.group,
+            width=fit.width,
+            horizon=fit.horizon,
+            sparse_events=fit.sparse_events,
+        )
+        return {"kind": fit.kind, **kaplan_meier_record(km.fit(federation))}
+    if isinstance(fit, DeepFit):
+        return {"kind": fit.kind, **deep_record(train_deep(fit, federation))}
+    raise TypeError(f"unknown fit {fit!r}")
+
+
+def kaplan_meier_record(result: Any) -> dict[str, Any]:
+    """A Kaplan–Meier fit as JSON: per group, on the grid, the curve, its interval and counts.
+
+    ``survival``, ``lower``, ``upper`` and ``greenwood`` (``Var log S``) are
+    ``None`` where nobody is left at risk; ``at_risk`` and ``events`` are the
+    pooled counts; ``median`` is the first grid time with ``S <= 0.5``
+    (``None`` if never reached); ``n_obs`` and ``truncated`` are per site.
+    """
+    counts = result.counts
+    groups = [str(group) for group in counts.groups]
+
+    def by_group(frame: pd.DataFrame) -> dict[str, list[float | None]]:
+        return {str(group): _numbers(frame[group]) for group in frame.columns}
+
+    return {
+        "grid": _numbers(counts.grid),
+        "groups": groups,
+        "survival": by_group(result.survival_function_),
+        "lower": by_group(result.confidence_interval_["lower"]),
+        "upper": by_group(result.confidence_interval_["upper"]),
+        "greenwood": by_group(result.greenwood_),
+        "at_risk": {g: _numbers(row) for g, row in zip(groups, counts.at_risk, strict=True)},
+        "events": {g: _numbers(row) for g, row in zip(groups, counts.events, strict=True)},
+        "median": {str(g): _number(m) for g, m in result.median_survival_time_.items()},
+        "n_obs": {site: int(n) for site, n in counts.n_obs.items()},
+        "truncated": {site: int(n) for site, n in counts.truncated.items()},
+    }
+
+
+def train_deep(fit: DeepFit, federation: Federation) -> Any:
+    """Train the configured network (no progress bar: this may run inside a ServerApp)."""
+    from fedstats.deep import FederatedTrainer  # torch is imported only for deep fits
+
+    trainer = FederatedTrainer(
+        fit.model,
+        fit.hyper,
+        formula=fit.formula,
+        bounds={column: (low, high) for column, (low, high) in fit.bounds.items()},
+        algorithm=fit.algorithm,
+        mu=fit.mu,
+        rounds=fit.rounds,
+        local_steps=fit.local_steps,
+        local_epochs=fit.local_epochs,
+        lr=fit.lr,
+        batch_size=fit.batch_size,
+        seed=fit.seed,
+        progress=False,
+    )
+    return trainer.fit(federation)
+
+
+def deep_record(result: Any) -> dict[str, Any]:
+    """A trained network as JSON: final ``weights`` (nested lists, in ``state_dict`` order,
+    named by ``weight_names``), the input columns and their scaling, the per-round history,
+    the evaluation table (sites and pooled) and provenance."""
+    names = list(result.state_dict)
+    history = result.history.astype(object).where(result.history.notna(), None)
+    evaluation = None
+    if result.evaluation is not None:
+        table = result.evaluation.to_frame()
+        evaluation = {
+            "kind": result.evaluation.kind,
+            "table": {
+                str(row): {str(k): _number(v) for k, v in values.items()}
+                for row, values in table.to_dict(orient="index").items()
+            },
+        }
+    return {
+        "model": result.model,
+        "hyper": dict(result.hyper),
+        "algorithm": result.algorithm,
+        "columns": list(result.columns),
+        "scaling": np.asarray(result.scaling, dtype=np.float64).tolist(),
+        "weight_names": names,
+        "weights": [np.asarray(array, dtype=np.float64).tolist() for array in result.weights],
+        "history": [
+            {str(k): _number(v) for k, v in row.items()} for row in history.to_dict("records")
+        ],
+        "evaluation": evaluation,
+        "provenance": result.provenance.to_record(),
+        "notes": list(result.notes),
+    }
+
+
+def _number(value: Any) -> Any:
+    """A JSON number: numpy scalars as Python numbers, NaN and infinities as ``None``."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _numbers(values: Iterable[Any]) -> list[Any]:
+    return [_number(float(v)) for v in np.asarray(values, dtype=np.float64)]
+
+
+def result_path(out: Path, name: str) -> Path:
+    """Where the result of fit ``name`` is written."""
+    return out / RESULTS_DIR / f"{name}.json"
+
+
+def run_fits(
+    config: StudyConfig,
+    federation: Federation,
+    *,
+    on_result: Callable[[str, dict[str, Any]], None] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Make every configured fit not already recorded under ``config.study.out``.
+
+    Returns every fit's result, the recorded ones included; each new result
+    is written as soon as its fit completes.
+    """
+    out = config.study.out
+    results: dict[str, dict[str, Any]] = {}
+    for fit in config.fits:
+        path = result_path(out, fit.name)
+        if path.is_file():
+            results[fit.name] = json.loads(path.read_text(encoding="utf-8"))
+            continue
+        record = make_fit(fit, federation)
+        write_json_atomically(path, record)
+        results[fit.name] = record
+        if on_result is not None:
+            on_result(fit.name, record)
+    return results

@@ -1,0 +1,161 @@
+"""The study directory and compliance report of a study run over Flower (command-line layer).
+
+This module sits with the command line (it imports :mod:`reports`, which
+the ``fedstats`` package itself never does); ``fedstats study run`` passes
+:func:`record_and_report` to :func:`fedstats.jobs.study_run.run_study_job`.
+
+After the coordinator's ServerApp finished, its ``out`` folder holds one
+result per fit (``results/<fit>.json``), the run's message inventory
+(``inventory-<run id>.jsonl``) and ``status.json``. :func:`record_study`
+writes from them a study directory (:mod:`reports.layout`) at ``out/study``
+and :func:`write_compliance_report` the report beside it.
+
+Privacy ledgers: each site's ledger stays at the site — it is the site's own
+record, enforced by the site, and the coordinator never receives it. The
+study directory therefore holds no site ledger, and the report says so: the
+privacy facts it shows for each fit are those the sites released in their
+replies (each result's privacy account), and ``configuration.json`` states
+where each site's ledger is kept. A site shows its own ledger to a regulator
+with ``fedstats budget show --ledger`` and its journal reconciliation.
+
+``spec.toml`` in this study directory is a copy of the coordinator's
+``study.toml`` (the study's definition as the coordinator ran it); the
+sites' harmonisation specification is identified by the specification digest
+in the site fingerprints, which the ServerApp compared before any fit.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedstats.durable_files import file_sha256
+from fedstats.jobs.study_config import StudyConfig
+from fedstats.jobs.study_run import Recorded, RunFailed
+from fedstats.models.inventory import MessageInventory
+
+STUDY_DIR = "study"
+REPORT_NAME = "compliance-report"
+LEDGERS_STATEMENT = (
+    "Site ledgers stay at the sites and are not copied here: the privacy facts shown for each "
+    "fit are those the sites released in their replies. Each site shows its own ledger with "
+    "'fedstats budget show --ledger' and its run records (workdir/runs)."
+)
+DISCLOSURE_STATEMENT = {
+    "set by": "each site, in its own site.toml ([disclosure] min_count, require_privacy)",
+    "seen by the coordinator": "only refusals, listed below from the message inventory",
+}
+
+
+class _RecordedResult:
+    """A fit result already turned into its record (``LikelihoodResults.to_record``) by the
+    ServerApp; :meth:`reports.StudyRecorder.record_fit` needs only its ``to_record``."""
+
+    def __init__(self, record: dict[str, Any]) -> None:
+        self._record = {k: v for k, v in record.items() if k != "kind"}
+
+    def to_record(self) -> dict[str, Any]:
+        return self._record
+
+
+def record_study(
+    config: StudyConfig,
+    study_toml: Path,
+    status: dict[str, Any],
+    results: dict[str, dict[str, Any]],
+    inventory: MessageInventory,
+) -> Path:
+    """Write ``out/study`` from the run's results and inventory; returns the directory."""
+    from reports.recorder import StudyRecorder
+
+    directory = Path(config.study.out) / STUDY_DIR
+    if directory.exists():
+        shutil.rmtree(directory)
+    recorder = StudyRecorder(directory, study=config.study.name)
+    recorder.record_spec(study_toml)
+    tables = [f for f in config.fits if {"grid", "survival"} <= results[f.name].keys()]
+    models = [f for f in config.fits if {"params", "provenance"} <= results[f.name].keys()]
+    others = [f.name for f in config.fits if f not in tables and f not in models]
+    recorder.record_configuration(
+        {
+            "study": config.study.name,
+            "study_toml": str(study_toml),
+            "study_toml_sha256": file_sha256(study_toml),
+            "sites": list(config.study.sites),
+            "fits": [fit.model_dump(mode="json") for fit in config.fits],
+            "fits_not_in_report": others,
+            "policy": config.policy.model_dump(mode="json"),
+            "runtime": "Flower (flwr) SuperLink and one SuperNode per site; the same task "
+            "messages and codec as the embedded runtime",
+            "run_id": status.get("run_id"),
+            "nodes": status.get("nodes", {}),
+            "fingerprints_checked_before_fits": True,
+            "site_protocols": status.get("site_protocols", {}),
+            "ledgers": LEDGERS_STATEMENT,
+            "disclosure": DISCLOSURE_STATEMENT,
+            "noise_seed": None,
+        }
+    )
+    for fit in tables:
+        recorder.record_diagnostic(
+            fit.name, f"{fit.kind} {fit.name}: pooled survival", survival_table(results[fit.name])
+        )
+    for fit in models:
+        recorder.record_fit(
+            fit.name,
+            _RecordedResult(results[fit.name]),  # type: ignore[arg-type]
+            description=f"{fit.kind} {getattr(fit, 'formula', '')} over Flower "
+            f"(run {status.get('run_id')}); {LEDGERS_STATEMENT}",
+        )
+    recorder.record_inventory(inventory)
+    return recorder.finish()
+
+
+def survival_table(record: dict[str, Any]) -> pd.DataFrame:
+    """A Kaplan–Meier record (:func:`fedstats.jobs.study_fits.kaplan_meier_record`) as one table:
+    per grid time, each group's survival, interval, number at risk and events."""
+    columns = {}
+    for group in record["groups"]:
+        for field in ("survival", "lower", "upper", "at_risk", "events"):
+            values = record[field][group]
+            columns[f"{field} ({group})"] = [np.nan if v is None else v for v in values]
+    return pd.DataFrame(columns, index=pd.Index(record["grid"], name="time"))
+
+
+def record_and_report(
+    config: StudyConfig,
+    study_toml: Path,
+    status: dict[str, Any],
+    results: dict[str, dict[str, Any]],
+    inventory: MessageInventory,
+) -> Recorded:
+    """:func:`record_study`, then :func:`write_compliance_report`.
+
+    Raises :class:`~fedstats.jobs.study_run.RunFailed` if either fails.
+    """
+    from reports import ReportError
+
+    try:
+        study_dir = record_study(config, study_toml, status, results, inventory)
+        html, pdf, note = write_compliance_report(study_dir, Path(config.study.out))
+    except ReportError as error:
+        raise RunFailed(f"the study directory or report could not be written: {error}") from None
+    return Recorded(study_dir, html, pdf, note)
+
+
+def write_compliance_report(study_dir: Path, out: Path) -> tuple[Path, Path | None, str]:
+    """HTML report (always) and PDF (when WeasyPrint works): (html, pdf or None, note)."""
+    from reports import build_report, write_html, write_pdf
+    from reports.study import Study
+
+    report = build_report(Study.load(study_dir))
+    html = write_html(report, out / f"{REPORT_NAME}.html")
+    try:
+        pdf = write_pdf(report, out / f"{REPORT_NAME}.pdf")
+    except Exception as error:  # noqa: BLE001 - WeasyPrint needs system libraries; HTML suffices
+        return html, None, f"PDF not written ({type(error).__name__}: {error})"
+    return html, pdf, ""

@@ -1,0 +1,1 @@
+"""The coordinator's side: the federation, design agreement, the models and their results."""

@@ -1,0 +1,225 @@
+"""Coordinator side of the design: agree on variables, levels and columns with every site."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
+from fedstats.models.federation import Federation
+from fedstats.site.design import (
+    SITE_COLUMN,
+    DesignLayout,
+    DesignSpec,
+    Level,
+    design_columns,
+    normalise_level,
+    parse_formula,
+    survival_outcome,
+    union_levels,
+)
+from fedstats.site.private_release import DpRequest
+
+
+@dataclass(frozen=True)
+class SiteCounts:
+    """What each site reported after building the agreed design.
+
+    Under record-level privacy the counts are Gaussian-noised (``noisy``),
+    released and charged by each site like any other statistic.
+    """
+
+    n_obs: dict[str, float]
+    n_dropped: dict[str, float]
+    n_events: dict[str, float]
+    noisy: bool = False
+
+    def dropped_note(self) -> str | None:
+        """The note a fit carries when sites dropped incomplete rows, else None."""
+        if not any(self.n_dropped.values()):
+            return None
+        dropped = ", ".join(f"{s}={n}" for s, n in self.n_dropped.items())
+        return f"complete cases only; rows dropped per site: {dropped}"
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """The agreed design, its term layout, and the sites' counts."""
+
+    spec: DesignSpec
+    layout: DesignLayout
+    counts: SiteCounts
+
+
+def agree_design(
+    federation: Federation,
+    formula: str,
+    *,
+    analysis: str,
+    levels: Mapping[str, Sequence[Level]] | None = None,
+    site_intercepts: bool = False,
+    offset: str | None = None,
+    missing: str = "raise",
+    dp: DpRequest | None = None,
+    outcome_kind: str = "binary",
+    strata: Sequence[str] = (),
+) -> Agreement:
+    """Agree on the design with every site, then have each site build and validate it.
+
+    Two requests per site: ``describe`` (variable kinds and levels) and
+    ``prepare`` (build the agreed design; counts). Levels fixed by the
+    analyst in ``levels`` are used as given and not asked for. Under
+    privacy (``dp``) sites list no levels — every categorical covariate's
+    levels must be fixed by the study — and the counts are a charged, noisy
+    release.
+
+    A survival design (``outcome_kind="survival"``) has the outcome
+    ``Surv(time, event)``, no intercept (the baseline hazard takes its place:
+    categorical covariates keep their reference coding, then the intercept
+    column is dropped) and optional ``strata`` columns.
+    """
+    if missing not in ("raise", "drop"):
+        raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
+    parsed = parse_formula(formula)
+    strata = tuple(strata)
+    if outcome_kind == "survival":
+        if survival_outcome(parsed.outcome) is None:
+            raise FormulaError(
+                f"a survival model's outcome is Surv(time, event), got {parsed.outcome!r}"
+            )
+        if site_intercepts or offset:
+            raise FormulaError("survival models take neither site intercepts nor an offset")
+        clash = sorted(set(strata) & (parsed.outcome_variables | parsed.covariates))
+        if clash:
+            raise FormulaError(f"strata {clash} may not also appear in the formula")
+    elif strata:
+        raise StudyConfigurationError("only survival models have strata")
+    variables = set(parsed.outcome_variables | parsed.covariates)
+    wrapped = set(parsed.wrapped)
+    fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in (levels or {}).items()}
+    unknown_fixed = sorted(set(fixed) - parsed.covariates)
+    if unknown_fixed:
+        raise FormulaError(f"levels were given for {unknown_fixed}, which the formula does not use")
+    asked = sorted(variables | ({offset} if offset else set()) | set(strata))
+    replies = federation.request(
+        "describe",
+        {
+            "variables": asked,
+            "levels_for": sorted(wrapped - set(fixed)),
+            "levels_known": sorted(set(fixed) | set(strata)),  # strata levels stay at sites
+            "list_levels": dp is None,
+        },
+        analysis=analysis,
+    )
+    kinds = agreed_kinds(replies, asked)
+    if dp is not None:
+        undeclared = sorted(
+            v
+            for v in parsed.covariates
+            if v not in fixed and (kinds[v] == "categorical" or v in wrapped)
+        )
+        if undeclared:
+            raise FormulaError(
+                f"under differential privacy the levels of {undeclared} must be declared with "
+                "levels={...} (from the study specification): sites do not release levels "
+                "they would have to pay for"
+            )
+    if offset and kinds[offset] != "numeric":
+        raise FormulaError(f"the offset {offset!r} must be a numeric column")
+    agreed: dict[str, tuple[Level, ...]] = {}
+    for var in sorted(parsed.covariates):
+        if var in fixed:
+            agreed[var] = fixed[var]
+        elif kinds[var] == "categorical" or var in wrapped:
+            per_site = {site: reply[f"{var}.levels"] for site, reply in replies.items()}
+            agreed[var] = union_levels(per_site, var)
+    overlap = sorted(parsed.outcome_variables & parsed.covariates)
+    if overlap:
+        raise FormulaError(f"{overlap} appear on both sides of the formula")
+    layout = design_columns(parsed, sorted(parsed.covariates), agreed)
+    columns = list(layout.columns)
+    if outcome_kind == "survival":
+        if "Intercept" not in columns:
+            raise FormulaError(
+                "a Cox model's baseline hazard replaces the intercept; keep the formula's "
+                "intercept (do not write '- 1' or '0 +') so categorical covariates keep a "
+                "reference level"
+            )
+        columns.remove("Intercept")
+    if not columns:
+        raise FormulaError(f"the formula {formula!r} has no design columns")
+    if site_intercepts:
+        if "Intercept" not in columns:
+            raise FormulaError(
+                "site_intercepts=True replaces the formula's intercept with one per site; "
+                "keep the intercept in the formula (do not write '- 1' or '0 +')"
+            )
+        columns = [SITE_COLUMN.format(s) for s in federation.sites] + [
+            c for c in columns if c != "Intercept"
+        ]
+    spec = DesignSpec(
+        formula=formula,
+        outcome=parsed.outcome,
+        variables=tuple(sorted(variables)),
+        levels=agreed,
+        columns=tuple(columns),
+        site_intercepts=site_intercepts,
+        sites=federation.sites,
+        offset=offset,
+        missing=missing,
+        outcome_kind=outcome_kind,
+        strata=strata,
+    )
+    prepare_args: dict = {"design": spec.to_wire()}
+    if dp is not None:
+        prepare_args["dp"] = dp.to_args()
+    counts = federation.request("prepare", prepare_args, analysis=analysis)
+    if dp is None:
+        site_counts = SiteCounts(
+            n_obs={s: int(r["n_obs"]) for s, r in counts.items()},
+            n_dropped={s: int(r["n_dropped"]) for s, r in counts.items()},
+            n_events={s: int(r["n_events"]) for s, r in counts.items()},
+        )
+    else:  # post-processing, free of privacy cost: 0 <= events <= patients
+        n_obs = {s: max(0.0, float(r["n_obs"])) for s, r in counts.items()}
+        site_counts = SiteCounts(
+            n_obs=n_obs,
+            n_dropped={s: max(0.0, float(r["n_dropped"])) for s, r in counts.items()},
+            n_events={s: min(max(0.0, float(r["n_events"])), n_obs[s]) for s, r in counts.items()},
+            noisy=True,
+        )
+    return Agreement(spec=spec, layout=layout, counts=site_counts)
+
+
+def agreed_levels(federation: Federation, variable: str, analysis: str) -> tuple[Level, ...]:
+    """The union of one categorical column's levels over the sites (each site's level checks
+    apply; :func:`fedstats.site.design.union_levels`)."""
+    replies = federation.request(
+        "describe",
+        {"variables": [variable], "levels_for": [variable], "levels_known": [],
+         "list_levels": True},
+        analysis=analysis,
+    )  # fmt: skip
+    agreed_kinds(replies, [variable])
+    return union_levels({s: r[f"{variable}.levels"] for s, r in replies.items()}, variable)
+
+
+def agreed_kinds(replies: Mapping[str, Mapping], variables: Sequence[str]) -> dict[str, str]:
+    kinds: dict[str, str] = {}
+    for var in variables:
+        seen = {site: reply[f"{var}.kind"] for site, reply in replies.items()}
+        distinct = set(seen.values())
+        if not distinct <= {"numeric", "categorical"}:
+            raise InconsistentColumnError(
+                site=next(iter(seen)), column=var, reason=f"has an unknown kind {sorted(distinct)}"
+            )
+        if len(distinct) > 1:
+            odd = next(s for s, k in seen.items() if k != next(iter(seen.values())))
+            raise InconsistentColumnError(
+                site=odd,
+                column=var,
+                reason=f"is {seen[odd]} here but {seen[next(iter(seen))]} at "
+                f"{next(iter(seen))!r}; harmonise its type across sites",
+            )
+        kinds[var] = distinct.pop()
+    return kinds

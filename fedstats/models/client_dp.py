@@ -1,0 +1,237 @@
+"""Client-level DP-FedAvg at the coordinator, with fixed or adaptive clipping.
+
+Each round, site ``k``'s model update ``u_k`` is clipped to L2 norm ``C``,
+the clipped updates are summed, Gaussian noise ``N(0, (z_u C)^2 I)`` is added
+and the sum is divided by the *expected* number of participating sites
+``m = q n`` (a fixed denominator, so one site's presence changes the release
+by at most ``C / m``): DP-FedAvg (McMahan, Ramage, Talwar & Zhang, "Learning
+differentially private recurrent language models", ICLR 2018). The
+neighbouring relation is one site added or removed (unit ``site``).
+
+Adaptive clipping (Andrew, Thakkar, McMahan & Ramaswamy, "Differentially
+private learning with adaptive clipping", NeurIPS 2021, Alg. 1): the sites
+also report whether ``||u_k|| <= C``; the noisy fraction
+``b~ = (sum_k 1[||u_k|| <= C] + N(0, s_b^2)) / m`` moves the bound
+geometrically towards the ``gamma`` quantile of update norms,
+``C <- C exp(-eta (b~ - gamma))``. Releasing the count costs privacy too:
+with update noise ``z_u = (z^-2 - (2 s_b)^-2)^(-1/2)`` the two releases
+together are exactly as private as one Gaussian mechanism of multiplier
+``z`` (their Theorem 1: Gaussian RDP adds as ``1 / (2 z^2)``; the count has
+sensitivity 1/2 after centring). Each round is charged to the coordinator's
+ledger as ``PoissonSampledDpEvent(q, GaussianDpEvent(z))`` (or the Gaussian
+alone when every site takes part) *before* the aggregate is used.
+
+With few sites this guarantee is weak: hiding one hospital among four
+needs noise of the order of the updates themselves.
+
+At the coordinator (:func:`preview_training`, :func:`charge_round`,
+:func:`fedstats.models.privacy.coordinator_spending`): the whole planned training,
+``SelfComposedDpEvent(round_event, rounds)``, is previewed against the
+coordinator's client-level budget (unit ``site``) before anything is sent;
+every round is charged to that ledger before its aggregate is used; a fit
+reports the coordinator's :class:`~fedstats.models.privacy.ScopeSpending`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import dp_accounting
+import numpy as np
+
+import accounting
+from fedstats.errors import StudyConfigurationError
+from fedstats.models.privacy import (
+    coordinator_ledger,
+    coordinator_scope,
+    preview_coordinator_budget,
+)
+
+if TYPE_CHECKING:
+    from fedstats.models.federation import Federation
+
+
+@dataclass(frozen=True)
+class ClientRound:
+    """One round's release: the noisy mean update, the next clip bound and what was charged."""
+
+    update: np.ndarray
+    clip: float
+    next_clip: float
+    clipped_fraction: float | None  # noisy fraction of sites within the bound (adaptive only)
+    event: dp_accounting.DpEvent
+    update_noise_multiplier: float
+
+
+@dataclass(frozen=True)
+class DPFedAvg:
+    """Client-level DP-FedAvg options.
+
+    Parameters
+    ----------
+    noise_multiplier:
+        ``z``, the multiplier of each round's single-Gaussian equivalent.
+    clip:
+        The (initial) clip bound ``C`` on one site's update norm.
+    expected_sites:
+        ``m = q n``, the fixed denominator.
+    sample_rate:
+        ``q``, each site's probability of taking part in a round (Poisson).
+    adaptive:
+        Adapt ``C`` towards the ``target_quantile`` of update norms.
+    count_noise:
+        ``s_b``, the noise on the count of unclipped sites (default
+        ``m / 20``, as Andrew et al. recommend).
+    """
+
+    noise_multiplier: float
+    clip: float
+    expected_sites: float
+    sample_rate: float = 1.0
+    adaptive: bool = False
+    target_quantile: float = 0.5
+    clip_learning_rate: float = 0.2
+    count_noise: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.noise_multiplier > 0 and self.clip > 0 and self.expected_sites > 0):
+            raise StudyConfigurationError(
+                "DP-FedAvg needs a positive noise multiplier, clip bound and expected sites"
+            )
+        if not 0 < self.sample_rate <= 1 or not 0 < self.target_quantile < 1:
+            raise StudyConfigurationError(
+                "sample_rate must be in (0, 1], target_quantile in (0, 1)"
+            )
+        if self.adaptive and 2 * self.count_std() <= self.noise_multiplier:
+            raise StudyConfigurationError(
+                f"adaptive clipping needs count noise above z/2 = {self.noise_multiplier / 2:.3g} "
+                f"(got {self.count_std():.3g}); raise count_noise"
+            )
+
+    @classmethod
+    def for_budget(
+        cls,
+        epsilon: float,
+        delta: float,
+        rounds: int,
+        *,
+        clip: float,
+        sites: int,
+        sample_rate: float = 1.0,
+        **options,
+    ) -> DPFedAvg:
+        """The smallest ``z`` for which ``rounds`` rounds fit ``(epsilon, delta)`` under RDP."""
+        z = accounting.calibrate_gaussian(
+            epsilon,
+            delta,
+            compositions=rounds,
+            sampling_rate=None if sample_rate >= 1 else sample_rate,
+        )
+        return cls(z, clip, sample_rate * sites, sample_rate=sample_rate, **options)
+
+    def count_std(self) -> float:
+        return self.count_noise if self.count_noise is not None else self.expected_sites / 20
+
+    def update_noise_multiplier(self) -> float:
+        """``z_u``: all of ``z`` without adaptation; less when the count is released too."""
+        z = self.noise_multiplier
+        if not self.adaptive:
+            return z
+        return (z**-2 - (2 * self.count_std()) ** -2) ** -0.5
+
+    def round_event(self) -> dp_accounting.DpEvent:
+        event: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(self.noise_multiplier)
+        if self.sample_rate < 1:
+            event = dp_accounting.PoissonSampledDpEvent(self.sample_rate, event)
+        return event
+
+    def aggregate(
+        self,
+        updates: Sequence[np.ndarray],
+        clip: float,
+        rng: np.random.Generator,
+        *,
+        dimension: int | None = None,
+    ) -> ClientRound:
+        """Clip, sum, noise and average one round's updates (call after charging the event).
+
+        A round in which no site took part still releases the noise alone
+        (``dimension`` entries): skipping it would tell that no site was
+        sampled, which the Poisson-subsampled event does not account for.
+        """
+        if len(updates) == 0:
+            if dimension is None:
+                raise StudyConfigurationError("a round without updates needs their dimension")
+            stacked = np.zeros((0, dimension))
+        else:
+            stacked = np.stack([np.asarray(u, dtype=np.float64).ravel() for u in updates])
+        norms = np.linalg.norm(stacked, axis=1)
+        clipped = stacked * np.minimum(1.0, clip / np.maximum(norms, 1e-300))[:, None]
+        z_u = self.update_noise_multiplier()
+        total = clipped.sum(axis=0) + rng.normal(0.0, z_u * clip, stacked.shape[1])
+        next_clip, fraction = clip, None
+        if self.adaptive:
+            unclipped = float(np.sum(norms <= clip)) - 0.5 * len(norms)  # centred: sensitivity 1/2
+            fraction = (unclipped + rng.normal(0.0, self.count_std())) / self.expected_sites + 0.5
+            next_clip = clip * math.exp(
+                -self.clip_learning_rate * (fraction - self.target_quantile)
+            )
+        return ClientRound(
+            update=total / self.expected_sites,
+            clip=clip,
+            next_clip=next_clip,
+            clipped_fraction=fraction,
+            event=self.round_event(),
+            update_noise_multiplier=z_u,
+        )
+
+
+def planned_training(options: DPFedAvg, rounds: int) -> dp_accounting.DpEvent:
+    """Every round of a training, composed: ``SelfComposedDpEvent(round_event, rounds)``."""
+    return dp_accounting.SelfComposedDpEvent(options.round_event(), rounds)
+
+
+def preview_training(federation: Federation, options: DPFedAvg, rounds: int) -> None:
+    """Refuse, before anything is sent or charged, a training the coordinator cannot pay for.
+
+    Raises :class:`~fedstats.errors.PlannedBudgetError` naming the
+    coordinator's client-level budget, what is spent and what the planned
+    ``rounds`` would bring it to (RDP composition).
+    """
+    preview_coordinator_budget(
+        federation,
+        planned_training(options, rounds),
+        f"training ({rounds} rounds of client-level DP-FedAvg, noise multiplier "
+        f"{options.noise_multiplier:.4g})",
+        "Train fewer rounds or raise the noise multiplier.",
+    )
+
+
+def charge_round(
+    federation: Federation,
+    options: DPFedAvg,
+    clip: float,
+    *,
+    analysis: str,
+    task: str,
+    round_no: int,
+) -> None:
+    """Charge one round's event to the coordinator's ledger (call before using the aggregate)."""
+    coordinator_ledger(federation).charge(
+        coordinator_scope(federation.study),
+        options.round_event(),
+        note=f"client-level DP-FedAvg round {round_no}",
+        analysis=analysis,
+        task=task,
+        parameters={
+            "noise_multiplier": options.noise_multiplier,
+            "update_noise_multiplier": options.update_noise_multiplier(),
+            "clip": clip,
+            "expected_sites": options.expected_sites,
+            "sample_rate": options.sample_rate,
+            "adaptive": options.adaptive,
+        },
+    )

@@ -1,0 +1,423 @@
+"""The coordinator's view of a federation: sites reached only through bytes.
+
+A :class:`Federation` sends each request through the codec to a transport
+(in-process here; Flower for multi-machine studies), records it in the
+:class:`~fedstats.models.inventory.MessageInventory`, decodes the reply, checks it
+against the task's declared schema and turns error replies back into the
+typed errors the site reported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+import accounting
+from fedstats.errors import (
+    CodecError,
+    FedstatsError,
+    FingerprintMismatchError,
+    InvalidReplyError,
+    SiteError,
+    SiteUnreachableError,
+    StudyConfigurationError,
+    from_wire,
+)
+from fedstats.models.inventory import MessageInventory, MessageRecord
+from fedstats.schema import schema_mismatch
+from fedstats.secagg.roster import in_process_pins
+from fedstats.site import codec
+from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.error_replies import REFUSALS, refusal_reason
+from fedstats.site.private_release import reply_schema
+from fedstats.site.protocol import Protocol
+from fedstats.site.silo import Silo
+from fedstats.site.task import TaskRegistry
+from harmonize.fingerprint import FINGERPRINT_ATTR, SiteFingerprint
+
+FINGERPRINT_TASK = "harmonize.fingerprint"
+Transport = Callable[[bytes], bytes]
+"""Carries one encoded request to a site and returns its encoded reply."""
+
+
+def check_fingerprints(records: Mapping[str, Mapping | None]) -> None:
+    """Refuse sites whose harmonised frames disagree, before any task runs.
+
+    ``records`` maps sites to the fingerprint their harmonisation attached
+    (``frame.attrs["fingerprint"]``) or ``None``. When any site has one,
+    every site must, and all must equal the first site's; otherwise
+    :class:`~fedstats.errors.FingerprintMismatchError` names the site and
+    the differences (study specification, columns, kinds, levels, units).
+    """
+    present = {site: record for site, record in records.items() if record is not None}
+    if not present:
+        return
+    missing = sorted(set(records) - set(present))
+    if missing:
+        raise FingerprintMismatchError(
+            f"site(s) {missing} have no harmonisation fingerprint while "
+            f"{sorted(present)} do; harmonise every site under the study specification"
+        )
+    reference_site, reference = next(iter(present.items()))
+    expected = SiteFingerprint.from_record(reference)
+    for site, record in present.items():
+        differences = SiteFingerprint.from_record(record).differences(expected)
+        if differences:
+            raise FingerprintMismatchError(
+                f"site {site!r} cannot be combined with {reference_site!r}: "
+                + "; ".join(differences)
+                + ". Harmonise both under the same study specification."
+            )
+
+
+class Federation:
+    """A set of sites reached through transports, with a message inventory.
+
+    Parameters
+    ----------
+    transports:
+        Site name to transport. The order fixes the order of sites in results.
+    study:
+        The study's name, recorded in provenance.
+    registry:
+        The task registry whose schemas replies are checked against.
+    ledger:
+        The coordinator's privacy ledger (client-level budgets, unit ``site``).
+    noise_seed:
+        Fixed seed for the coordinator's privacy noise (tests and
+        reproducibility runs only; reported). Default: OS entropy.
+    verify_fingerprints:
+        Ask every site for its frame's fingerprint before the first other
+        task and refuse sites that differ (see :meth:`verify_fingerprints`).
+        Federations of remote sites should; :meth:`in_process` checks the
+        frames' fingerprints directly instead.
+    """
+
+    def __init__(
+        self,
+        transports: Mapping[str, Transport],
+        *,
+        study: str = "study",
+        registry: TaskRegistry | None = None,
+        ledger: accounting.Ledger | None = None,
+        noise_seed: int | None = None,
+        verify_fingerprints: bool = False,
+    ) -> None:
+        if len(transports) == 0:
+            raise StudyConfigurationError("a federation needs at least one site")
+        if registry is None:
+            from fedstats.site.registry import REGISTRY
+
+            registry = REGISTRY
+        self._transports = dict(transports)
+        self._registry = registry
+        self.study = study
+        self.inventory = MessageInventory()
+        self.site_protocols: dict[str, str | None] = {}
+        """Each site's approved protocol (SHA-256), as its fingerprint reply declared it."""
+        self._seq = itertools.count(1)
+        self._analysis_ids = itertools.count(1)
+        self.silos: dict[str, Silo] = {}
+        self.ledger = ledger
+        self.noise_seed = noise_seed
+        self._fingerprints_pending = verify_fingerprints
+
+    @classmethod
+    def in_process(
+        cls,
+        frames: Mapping[str, pd.DataFrame],
+        *,
+        disclosure: DisclosurePolicy | None = None,
+        study: str = "study",
+        registry: TaskRegistry | None = None,
+        ledgers: Mapping[str, accounting.Ledger] | None = None,
+        ledger: accounting.Ledger | None = None,
+        noise_seed: int | None = None,
+        protocols: Mapping[str, Protocol] | None = None,
+    ) -> Federation:
+        """All sites in this process, each behind its own :class:`Silo` and the codec.
+
+        ``disclosure`` is the study's disclosure policy, applied by every site
+        (default: threshold of 10 patients). ``ledgers`` gives each site its
+        own privacy ledger (record-level budgets, set by the site); ``ledger``
+        is the coordinator's (client-level). ``noise_seed`` fixes every
+        party's privacy noise for tests and reproducibility runs (site ``i``
+        uses ``noise_seed + i + 1``); fits then report it. ``protocols``
+        gives sites the protocol their privacy officer approved (optional here).
+        """
+        if not isinstance(frames, Mapping) or not frames:
+            raise StudyConfigurationError(
+                "Federation.in_process needs a mapping of site name to DataFrame"
+            )
+        check_fingerprints(
+            {
+                name: frame.attrs.get(FINGERPRINT_ATTR)
+                for name, frame in frames.items()
+                if isinstance(frame, pd.DataFrame)
+            }
+        )
+        ledgers = dict(ledgers or {})
+        protocols = dict(protocols or {})
+        unknown = sorted((set(ledgers) | set(protocols)) - set(frames))
+        if unknown:
+            raise StudyConfigurationError(f"ledgers or protocols given for unknown sites {unknown}")
+        # The sites are the frames in hand: each pins the others' keys, so no session can
+        # name an invented site (fedstats.secagg.roster).
+        pins = in_process_pins(list(frames))
+        silos = {
+            name: Silo(
+                name,
+                frame,
+                policy=disclosure,
+                registry=registry,
+                ledger=ledgers.get(name),
+                noise_seed=None if noise_seed is None else noise_seed + i + 1,
+                protocol=protocols.get(name),
+                secure_aggregation=pins[name],
+            )
+            for i, (name, frame) in enumerate(frames.items())
+        }
+        federation = cls(
+            {name: silo.handle for name, silo in silos.items()},
+            study=study,
+            registry=registry,
+            ledger=ledger,
+            noise_seed=noise_seed,
+        )
+        federation.silos = silos
+        federation.site_protocols = {
+            name: None if silo.protocol is None else silo.protocol.digest
+            for name, silo in silos.items()
+        }
+        return federation
+
+    @classmethod
+    def in_process_arrays(
+        cls,
+        arrays: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        *,
+        columns: Sequence[str] | None = None,
+        outcome: str = "y",
+        disclosure: DisclosurePolicy | None = None,
+        study: str = "study",
+    ) -> Federation:
+        """All sites in this process from ``(X, y)`` arrays, for numpy users.
+
+        Each site's ``X`` becomes a frame with ``columns`` (default ``x1..xp``)
+        and its ``y`` the column ``outcome``; fit with
+        ``LogisticRegression.from_columns(outcome, columns)``.
+        """
+        frames = {}
+        for site, pair in arrays.items():
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise StudyConfigurationError(f"site {site!r}: expected an (X, y) pair of arrays")
+            X, y = np.asarray(pair[0], dtype=float), np.asarray(pair[1])
+            if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
+                raise StudyConfigurationError(
+                    f"site {site!r}: X must be 2-D and y 1-D with as many rows "
+                    f"(got shapes {X.shape} and {y.shape})"
+                )
+            names = (
+                list(columns) if columns is not None else [f"x{j + 1}" for j in range(X.shape[1])]
+            )
+            if len(names) != X.shape[1] or outcome in names:
+                raise StudyConfigurationError(
+                    f"site {site!r}: {X.shape[1]} columns in X but names {names} "
+                    f"(the outcome {outcome!r} may not be among them)"
+                )
+            frame = pd.DataFrame(X, columns=names)
+            frame[outcome] = y
+            frames[site] = frame
+        return cls.in_process(frames, disclosure=disclosure, study=study)
+
+    @property
+    def registry(self) -> TaskRegistry:
+        """The tasks the sites answer, with their reply schemas."""
+        return self._registry
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return tuple(self._transports)
+
+    def subset(self, sites: Sequence[str]) -> Federation:
+        """These sites only, as a federation sharing this one's inventory, registry and ledger.
+
+        For site-by-site analyses (e.g. heterogeneity): every message still
+        goes through the same transports, checks and inventory.
+        """
+        unknown = [s for s in sites if s not in self._transports]
+        if unknown or not sites:
+            raise StudyConfigurationError(
+                f"a subset needs sites of this federation {self.sites}, got {list(sites)}"
+            )
+        part = Federation(
+            {s: self._transports[s] for s in sites},
+            study=self.study,
+            registry=self._registry,
+            ledger=self.ledger,
+            noise_seed=self.noise_seed,
+        )
+        part.inventory = self.inventory
+        part.site_protocols = self.site_protocols
+        part._seq, part._analysis_ids = self._seq, self._analysis_ids
+        part.silos = {s: self.silos[s] for s in sites if s in self.silos}
+        part._fingerprints_pending = self._fingerprints_pending
+        return part
+
+    def __repr__(self) -> str:
+        return f"Federation(study={self.study!r}, sites={list(self.sites)})"
+
+    def noise_rng(self) -> np.random.Generator:
+        """The coordinator's noise generator: OS entropy unless a fixed seed was asked for."""
+        return np.random.default_rng(self.noise_seed)
+
+    def new_analysis(self, kind: str) -> str:
+        """A fresh label tying the messages of one fit together in the inventory."""
+        return f"{kind}-{next(self._analysis_ids)}"
+
+    def request(
+        self,
+        task: str,
+        args: Mapping[str, Any],
+        *,
+        analysis: str,
+        sites: Sequence[str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
+        """Send the same request to each site; return each site's checked reply.
+
+        Raises the typed error a site reported (the first one, with the
+        others attached as notes) after every site has been asked.
+        """
+        replies, failures = self.gather(task, args, analysis=analysis, sites=sites)
+        if failures:
+            errors = list(failures.values())
+            first = errors[0]
+            for other in errors[1:]:
+                first.add_note(f"also: {other}")
+            raise first
+        return replies
+
+    def gather(
+        self,
+        task: str,
+        args: Mapping[str, Any],
+        *,
+        analysis: str,
+        sites: Sequence[str] | None = None,
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, FedstatsError]]:
+        """Ask each site; return the checked replies and, apart, each failed site's typed error.
+
+        For protocols that go on without sites that dropped out (secure
+        aggregation). A transport that raises (a site that cannot be reached)
+        counts as :class:`~fedstats.errors.SiteUnreachableError`.
+        """
+        if self._fingerprints_pending and task != FINGERPRINT_TASK:
+            self.verify_fingerprints()
+        targets = list(self.sites if sites is None else sites)
+        unknown = [s for s in targets if s not in self._transports]
+        if unknown:
+            raise StudyConfigurationError(
+                f"unknown site(s) {unknown}; the federation has {self.sites}"
+            )
+        task_def = self._registry.get(task)
+        if task_def is None:
+            raise StudyConfigurationError(f"no task {task!r} is registered")
+        schema = reply_schema(task_def, dict(args))
+        request_bytes = codec.encode({"task": task, "args": dict(args)})
+        self._dispatch(targets, request_bytes)
+        replies: dict[str, dict[str, Any]] = {}
+        failures: dict[str, FedstatsError] = {}
+        for site in targets:
+            sent_at = datetime.now(UTC)
+            start = time.perf_counter()
+            reply_bytes, reason = b"", ""
+            try:
+                reply_bytes = self._transports[site](request_bytes)
+                status, payload = self._read_reply(site, task, reply_bytes)
+            except FedstatsError as error:
+                status = "refused" if isinstance(error, REFUSALS) else "error"
+                reason = refusal_reason(error) if isinstance(error, SiteError) else ""
+                payload = None
+                failures[site] = error
+            except Exception as error:  # noqa: BLE001 - any transport failure: no reply came
+                status, payload, reason = "unreachable", None, "unreachable"
+                failures[site] = SiteUnreachableError(
+                    f"site {site!r} could not be reached for task {task!r} "
+                    f"({type(error).__name__}: {error})"
+                )
+            seconds = time.perf_counter() - start
+            self.inventory.append(
+                MessageRecord(
+                    seq=next(self._seq),
+                    task=task,
+                    site=site,
+                    request_bytes=len(request_bytes),
+                    reply_bytes=len(reply_bytes),
+                    sent_at=sent_at,
+                    seconds=seconds,
+                    status=status,
+                    analysis=analysis,
+                    reason=reason,
+                )
+            )
+            if payload is None:
+                continue
+            problem = schema_mismatch(payload, schema)
+            if problem:
+                failures[site] = InvalidReplyError(f"site {site!r}, task {task!r}: {problem}")
+                continue
+            replies[site] = payload
+        return replies, failures
+
+    def _dispatch(self, sites: list[str], request_bytes: bytes) -> None:
+        """Called once per request before any transport is used; transports that can send
+        to every site at once (a round in parallel) start here. In process: nothing to do."""
+
+    def verify_fingerprints(self) -> None:
+        """Ask every site for its frame's fingerprint; refuse sites that differ.
+
+        Raises :class:`~fedstats.errors.FingerprintMismatchError` naming the
+        site and the differences (see :func:`check_fingerprints`), or
+        :class:`~fedstats.errors.InvalidReplyError` for a reply that is not a
+        fingerprint. The exchange is recorded in the message inventory.
+        """
+        replies = self.request(FINGERPRINT_TASK, {}, analysis="fingerprints")
+        records: dict[str, Mapping | None] = {}
+        for site, reply in replies.items():
+            text = reply["fingerprint"]
+            try:
+                records[site] = json.loads(text) if text else None
+                if records[site] is not None:
+                    SiteFingerprint.from_record(records[site])
+            except (ValueError, TypeError, KeyError) as error:
+                raise InvalidReplyError(
+                    f"site {site!r}, task {FINGERPRINT_TASK!r}: not a fingerprint ({error})"
+                ) from None
+        check_fingerprints(records)
+        self.site_protocols.update(
+            {site: reply["protocol_sha256"] or None for site, reply in replies.items()}
+        )
+        self._fingerprints_pending = False
+
+    def _read_reply(self, site: str, task: str, reply_bytes: bytes) -> tuple[str, dict | None]:
+        try:
+            message = codec.decode(reply_bytes)
+        except CodecError as error:
+            raise InvalidReplyError(f"site {site!r}, task {task!r}: {error}") from None
+        if not isinstance(message, dict) or message.get("status") not in ("ok", "error"):
+            raise InvalidReplyError(f"site {site!r}, task {task!r}: reply has no valid status")
+        if message["status"] == "error":
+            error = message.get("error")
+            site_error: SiteError = from_wire(error if isinstance(error, dict) else {}, site)
+            raise site_error
+        result = message.get("result")
+        if not isinstance(result, dict):
+            raise InvalidReplyError(f"site {site!r}, task {task!r}: reply has no result mapping")
+        return "ok", result

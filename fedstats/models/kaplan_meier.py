@@ -1,0 +1,491 @@
+"""Federated Kaplan–Meier curves and the log-rank test, from counts on a shared time grid.
+
+Sites release, per group and grid point, the number at risk ``n_gk`` and of
+events ``d_gk`` (:mod:`fedstats.site.handlers.survival`, with its disclosure rules);
+the coordinator sums them over sites. On the grid's time scale (each time
+coarsened up to the next grid point) the sums are the pooled counts, so:
+
+* Kaplan–Meier (Kaplan & Meier, JASA 1958): ``S(g_k) = prod_{j<=k} (1 - d_j / n_j)``;
+* Greenwood's variance, ``Var log S(g_k) = sum_{j<=k} d_j / (n_j (n_j - d_j))``,
+  and the exponential-Greenwood ("log-log") interval
+  ``exp(-exp(log(-log S) -/+ z sqrt(V) / log S))`` (Kalbfleisch & Prentice,
+  2002, section 1.3; lifelines' default);
+* the log-rank test (Mantel, 1966; Peto & Peto, 1972) of ``G`` groups:
+  ``O_g = sum_k d_gk``, ``E_g = sum_k n_gk d_k / n_k``,
+  ``V_gh = sum_k d_k (n_k - d_k) / (n_k - 1) (n_gk / n_k) (delta_gh - n_hk / n_k)``,
+  statistic ``(O - E)' V^- (O - E)`` on ``G - 1`` degrees of freedom.
+
+With a grid holding every distinct follow-up time (allowed only when the
+disclosure threshold is 1) the results are those of the pooled data. Each
+site ends each group's counts at its own horizon (see
+:mod:`fedstats.site.handlers.survival`); the patients so censored are reported per
+site (``counts.truncated``; a count below the site's threshold ``k`` is
+reported as ``k``, an upper bound), and a grid too fine for the sites' events shows
+as curves ending early.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+import accounting
+from fedstats.errors import StudyConfigurationError
+from fedstats.models.agree import agreed_levels
+from fedstats.models.federation import Federation
+from fedstats.models.privacy import RecordDP
+from fedstats.models.summary import render_html, render_text
+from fedstats.secagg.coordinator import SecureAggregation, secure_sum, summed_replies
+from fedstats.site.design import Level, normalise_level
+from fedstats.site.handlers.survival import TASK, grid_problem
+from fedstats.site.private_release import DpRequest
+
+
+@dataclass(frozen=True)
+class GridCounts:
+    """Pooled counts on the agreed grid: ``at_risk`` and ``events`` are groups x grid points."""
+
+    grid: np.ndarray
+    groups: tuple[Level, ...]
+    at_risk: np.ndarray
+    events: np.ndarray
+    truncated: dict[str, int]
+    n_obs: dict[str, int]
+    noise_multiplier: float | None = None
+    """Under record-level privacy: the Gaussian noise multiplier of every site's release."""
+    epsilon_spent: dict[str, float] | None = None
+    """Under record-level privacy: each site's cumulative RDP epsilon for the study after it."""
+    sites: int = 0
+    """How many sites' counts are in the sums."""
+    secure: bool = False
+    """Whether the sums came by secure aggregation (then only totals are known, not sites')."""
+
+
+def time_grid(
+    grid: Sequence[float] | np.ndarray | None, width: float | None, horizon: float | None
+) -> np.ndarray:
+    """The grid: given points, or ``width, 2 width, ...`` up to ``horizon``."""
+    if grid is not None:
+        if width is not None or horizon is not None:
+            raise StudyConfigurationError("give either grid= or width= with horizon=, not both")
+        points = np.asarray(grid, dtype=np.float64)
+    else:
+        if width is None or horizon is None or not (0 < width <= horizon):
+            raise StudyConfigurationError(
+                "a federated survival curve needs a time grid: grid=[...] or width= and "
+                "horizon= (e.g. width=30, horizon=3650 for monthly steps over ten years)"
+            )
+        points = width * np.arange(1, int(np.ceil(horizon / width)) + 1, dtype=np.float64)
+    problem = grid_problem(points)
+    if problem is not None:
+        raise StudyConfigurationError(problem)
+    return points
+
+
+def grid_counts(
+    federation: Federation,
+    *,
+    time: str,
+    event: str,
+    group: str | None,
+    levels: Sequence[Level] | None,
+    grid: np.ndarray,
+    analysis: str,
+    privacy: RecordDP | None = None,
+    sparse_events: str = "end",
+    secure: SecureAggregation | None = None,
+) -> GridCounts:
+    """Agree group levels, then collect and sum every site's counts on the grid.
+
+    With ``secure``, the sums come by secure aggregation: the coordinator
+    learns the pooled counts only; under privacy each site adds its share
+    of one central noise (:mod:`fedstats.secagg.coordinator`).
+    """
+    groups: tuple[Level, ...] = ()
+    if group is not None:
+        if privacy is not None and levels is None:
+            raise StudyConfigurationError(
+                f"under differential privacy the levels of {group!r} must be given (levels=[...], "
+                "from the study specification): sites do not release levels"
+            )
+        groups = _group_levels(federation, group, levels, analysis)
+    if sparse_events not in ("end", "defer"):
+        raise StudyConfigurationError(
+            f"sparse_events must be 'end' or 'defer', got {sparse_events!r}"
+        )
+    args = {"time": time, "event": event, "group": group, "levels": list(groups), "grid": grid}
+    if sparse_events != "end":
+        args["sparse_events"] = sparse_events
+    if privacy is not None:
+        return _private_counts(federation, args, privacy, analysis, secure)
+    labels = groups if group is not None else ("all",)
+    sites = len(federation.sites)
+    if secure is not None:
+        total = summed_replies(federation, TASK, args, analysis=analysis, secure=secure)
+        return GridCounts(
+            grid=grid,
+            groups=labels,
+            at_risk=np.rint(total["at_risk"]),
+            events=np.rint(total["events"]),
+            truncated={"all sites": round(total["truncated"])},
+            n_obs={"all sites": round(total["n_obs"])},
+            sites=sites,
+            secure=True,
+        )
+    replies = federation.request(TASK, args, analysis=analysis)
+    return GridCounts(
+        grid=grid,
+        groups=labels,
+        at_risk=sum(r["at_risk"] for r in replies.values()),
+        events=sum(r["events"] for r in replies.values()),
+        truncated={s: int(r["truncated"]) for s, r in replies.items()},
+        n_obs={s: int(r["n_obs"]) for s, r in replies.items()},
+        sites=sites,
+    )
+
+
+def _private_counts(
+    federation: Federation,
+    args: dict,
+    privacy: RecordDP,
+    analysis: str,
+    secure: SecureAggregation | None,
+) -> GridCounts:
+    """Noisy deaths and censorings from every site, summed, then made consistent.
+
+    One Gaussian release per site with noise multiplier ``sigma`` (given, or
+    calibrated so that the release alone costs ``(epsilon, delta)``), charged
+    to the site's ledger before it reads a row. Post-processing, free of
+    privacy cost: the sums over sites are clipped at 0, the numbers at risk
+    are the reverse cumulative sums of deaths plus censorings, and deaths
+    never exceed them.
+    """
+    sigma = privacy.noise_multiplier
+    if sigma is None:
+        sigma = accounting.calibrate_gaussian(privacy.epsilon, privacy.delta)
+    dp = DpRequest(
+        noise_multipliers={"events": float(sigma)},
+        study=federation.study,
+        analysis=analysis,
+        note="survival counts on a time grid",
+    )
+    private = {**args, "dp": dp.to_args()}
+    if secure is not None:
+        summed = secure_sum(federation, TASK, private, analysis=analysis, options=secure)
+        replies = summed.public
+        events = np.maximum(summed.total["events"], 0.0)
+        censored = np.maximum(summed.total["censored"], 0.0)
+    else:
+        replies = federation.request(TASK, private, analysis=analysis)
+        events = np.maximum(sum(r["events"] for r in replies.values()), 0.0)
+        censored = np.maximum(sum(r["censored"] for r in replies.values()), 0.0)
+    at_risk = np.cumsum((events + censored)[:, ::-1], axis=1)[:, ::-1]
+    return GridCounts(
+        grid=args["grid"],
+        groups=tuple(args["levels"]) if args["group"] is not None else ("all",),
+        at_risk=at_risk,
+        events=np.minimum(events, at_risk),
+        truncated={},
+        n_obs={},
+        noise_multiplier=float(sigma),
+        epsilon_spent={s: float(r["dp_epsilon_spent"]) for s, r in replies.items()},
+        sites=len(replies),
+        secure=secure is not None,
+    )
+
+
+def _group_levels(
+    federation: Federation, group: str, levels: Sequence[Level] | None, analysis: str
+) -> tuple[Level, ...]:
+    if levels is not None:
+        fixed = tuple(normalise_level(v) for v in levels)
+        if not fixed:
+            raise StudyConfigurationError(f"no levels given for {group!r}")
+        return fixed
+    return agreed_levels(federation, group, analysis)
+
+
+class KaplanMeier:
+    """Federated Kaplan–Meier estimator with Greenwood intervals, overall or by group.
+
+    Parameters
+    ----------
+    time, event:
+        Follow-up time (>= 0) and event indicator (0/1) columns.
+    group:
+        Optional grouping column; its levels are agreed across sites (or
+        given in ``levels``).
+    grid, width, horizon:
+        The shared time grid: explicit points, or steps of ``width`` up to
+        ``horizon`` (both in the unit of ``time``).
+    sparse_events:
+        What a site does at an interval holding 1 to ``k - 1`` deaths of a
+        group: ``"end"`` (default) ends that group's curve before it;
+        ``"defer"`` moves those deaths to the next grid point by which ``k``
+        have accumulated (:func:`fedstats.site.handlers.survival.deferred_points`),
+        which overstates survival a little between the two points but keeps
+        the curve going.
+    privacy:
+        :class:`fedstats.RecordDP`: each site releases Gaussian-noised deaths
+        and censorings per interval instead (one release, ``epsilon`` and
+        ``delta`` or ``noise_multiplier``; its ``rounds``, ``bounds`` and
+        ``row_norm`` do not apply), charged to its ledger. Greenwood's
+        intervals then ignore the noise.
+    """
+
+    def __init__(
+        self,
+        time: str,
+        event: str,
+        *,
+        group: str | None = None,
+        levels: Sequence[Level] | None = None,
+        grid: Sequence[float] | np.ndarray | None = None,
+        width: float | None = None,
+        horizon: float | None = None,
+        alpha: float = 0.05,
+        privacy: RecordDP | None = None,
+        sparse_events: str = "end",
+    ) -> None:
+        if privacy is not None and not isinstance(privacy, RecordDP):
+            raise StudyConfigurationError("privacy must be a fedstats.RecordDP")
+        if not 0 < alpha < 1:
+            raise StudyConfigurationError(f"alpha must be in (0, 1), got {alpha}")
+        self.time, self.event, self.group = time, event, group
+        self.levels = list(levels) if levels is not None else None
+        self.grid = time_grid(grid, width, horizon)
+        self.alpha = alpha
+        self.privacy = privacy
+        self.sparse_events = sparse_events
+
+    def fit(
+        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+    ) -> KaplanMeierResults:
+        """Pool the sites' counts on the grid (by secure aggregation when it is given)."""
+        counts = grid_counts(
+            federation,
+            time=self.time,
+            event=self.event,
+            group=self.group,
+            levels=self.levels,
+            grid=self.grid,
+            analysis=federation.new_analysis("kaplan_meier"),
+            privacy=self.privacy,
+            sparse_events=self.sparse_events,
+            secure=secure_aggregation,
+        )
+        return KaplanMeierResults(counts, self.alpha)
+
+
+class KaplanMeierResults:
+    """Survival curves on the grid, by group, with exponential-Greenwood intervals."""
+
+    def __init__(self, counts: GridCounts, alpha: float) -> None:
+        self.counts = counts
+        self.alpha = alpha
+        index = pd.Index(counts.grid, name="time")
+        columns = list(counts.groups)
+        survival, variance = _kaplan_meier(counts.at_risk, counts.events)
+        self.survival_function_ = pd.DataFrame(survival.T, index=index, columns=columns)
+        self.greenwood_ = pd.DataFrame(variance.T, index=index, columns=columns)
+        z = stats.norm.ppf(1 - alpha / 2)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_s = np.log(survival)
+            spread = z * np.sqrt(variance) / log_s
+            lower = np.exp(-np.exp(np.log(-log_s) - spread))
+            upper = np.exp(-np.exp(np.log(-log_s) + spread))
+        lower = np.where(survival == 1.0, 1.0, lower)
+        upper = np.where(survival == 1.0, 1.0, upper)
+        lower = np.where(np.isnan(survival), np.nan, lower)
+        upper = np.where(np.isnan(survival), np.nan, upper)
+        self.confidence_interval_ = {
+            "lower": pd.DataFrame(lower.T, index=index, columns=columns),
+            "upper": pd.DataFrame(upper.T, index=index, columns=columns),
+        }
+
+    @property
+    def event_table(self) -> pd.DataFrame:
+        """Pooled ``at_risk`` and ``events`` per grid point (columns by group)."""
+        frames = {}
+        for i, group in enumerate(self.counts.groups):
+            frames[(group, "at_risk")] = self.counts.at_risk[i]
+            frames[(group, "events")] = self.counts.events[i]
+        return pd.DataFrame(frames, index=pd.Index(self.counts.grid, name="time"))
+
+    @property
+    def median_survival_time_(self) -> pd.Series:
+        """First grid time with ``S <= 0.5`` per group (``inf`` if never reached)."""
+        out = {}
+        for group in self.survival_function_.columns:
+            curve = self.survival_function_[group]
+            below = curve.index[curve <= 0.5]
+            out[group] = float(below[0]) if len(below) else np.inf
+        return pd.Series(out, name="median")
+
+    @property
+    def grid(self) -> np.ndarray:
+        return self.counts.grid
+
+    def _info(self) -> list[tuple[str, str]]:
+        counts = self.counts
+        info = [
+            ("Groups", ", ".join(map(str, counts.groups))),
+            ("Grid points", str(len(counts.grid))),
+            ("Sites", str(counts.sites)),
+        ]
+        if counts.noise_multiplier is not None:
+            info.append(("Noise multiplier", f"{counts.noise_multiplier:.4g}"))
+        else:
+            info.append(("Patients", f"{sum(counts.n_obs.values()):,}"))
+            info.append(("Censored early", f"{sum(counts.truncated.values()):,}"))
+        return info
+
+    def _notes(self) -> list[str]:
+        counts = self.counts
+        secure = (
+            [
+                "secure aggregation: the coordinator saw only the counts summed over sites"
+                + ("; each site added 1/sqrt(t) of the noise" if counts.noise_multiplier else "")
+            ]
+            if counts.secure
+            else []
+        )
+        if counts.noise_multiplier is not None:
+            spent = ", ".join(f"{s}={e:.3g}" for s, e in (counts.epsilon_spent or {}).items())
+            return [
+                "record-level DP: each site released Gaussian-noised deaths and censorings; "
+                f"epsilon spent for the study so far: {spent}; intervals ignore the noise",
+                *secure,
+            ]
+        cut = ", ".join(f"{s}={n}" for s, n in counts.truncated.items() if n)
+        return [
+            *secure,
+            *(
+                [
+                    f"patients censored at their site's safe horizon: {cut} (a count below the "
+                    "site's threshold k is shown as k, an upper bound)"
+                ]
+                if cut
+                else []
+            ),
+        ]
+
+    def _table(self) -> pd.DataFrame:
+        columns = {}
+        for group in self.survival_function_.columns:
+            columns[(group, "S(t)")] = self.survival_function_[group]
+            columns[(group, "lower")] = self.confidence_interval_["lower"][group]
+            columns[(group, "upper")] = self.confidence_interval_["upper"][group]
+        return pd.DataFrame(columns)
+
+    def summary(self) -> str:
+        """Survival with its intervals at every grid point, as text."""
+        return render_text("Federated Kaplan-Meier", self._info(), self._table(), self._notes())
+
+    def _repr_html_(self) -> str:
+        return render_html("Federated Kaplan-Meier", self._info(), self._table(), self._notes())
+
+    def plot(self, ax=None):
+        """Step curves with their confidence bands, by group; returns the figure."""
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 4))
+        for group in self.survival_function_.columns:
+            curve = self.survival_function_[group].dropna()
+            low = self.confidence_interval_["lower"][group].loc[curve.index]
+            high = self.confidence_interval_["upper"][group].loc[curve.index]
+            times = np.r_[0.0, curve.index.to_numpy(dtype=float)]
+            ax.step(times, np.r_[1.0, curve], where="post", label=str(group))
+            ax.fill_between(times, np.r_[1.0, low], np.r_[1.0, high], step="post", alpha=0.2)
+        ax.set_xlabel("time")
+        ax.set_ylabel("survival")
+        ax.set_ylim(0, 1.02)
+        if len(self.survival_function_.columns) > 1:
+            ax.legend()
+        return ax.figure
+
+    def __repr__(self) -> str:
+        groups = ", ".join(map(str, self.counts.groups))
+        return f"<KaplanMeierResults: {len(self.grid)} grid points, groups {groups}>"
+
+
+def _kaplan_meier(at_risk: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Survival and Greenwood's ``Var log S`` per group and grid point (NaN once nobody is left)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(at_risk > 0, 1.0 - events / at_risk, 1.0)
+        increment = np.where(
+            (at_risk > 0) & (at_risk > events), events / (at_risk * (at_risk - events)), 0.0
+        )
+    survival = np.cumprod(factor, axis=1)
+    variance = np.cumsum(increment, axis=1)
+    gone = np.cumsum(at_risk[:, ::-1] > 0, axis=1)[:, ::-1] == 0  # no one at risk from here on
+    survival[gone] = np.nan
+    variance[gone] = np.nan
+    return survival, variance
+
+
+@dataclass(frozen=True)
+class LogRankResult:
+    """The log-rank test of equal survival across groups."""
+
+    statistic: float
+    dof: int
+    p_value: float
+    observed: pd.Series
+    expected: pd.Series
+    grid: np.ndarray
+
+
+def logrank_test(
+    federation: Federation,
+    time: str,
+    event: str,
+    group: str,
+    *,
+    levels: Sequence[Level] | None = None,
+    grid: Sequence[float] | np.ndarray | None = None,
+    width: float | None = None,
+    horizon: float | None = None,
+    privacy: RecordDP | None = None,
+    sparse_events: str = "end",
+    secure_aggregation: SecureAggregation | None = None,
+) -> LogRankResult:
+    """The log-rank test of ``group``'s levels on the shared grid (see the module docstring)."""
+    counts = grid_counts(
+        federation,
+        time=time,
+        event=event,
+        group=group,
+        levels=levels,
+        grid=time_grid(grid, width, horizon),
+        analysis=federation.new_analysis("logrank"),
+        privacy=privacy,
+        sparse_events=sparse_events,
+        secure=secure_aggregation,
+    )
+    n, d = counts.at_risk, counts.events
+    total_n, total_d = n.sum(axis=0), d.sum(axis=0)
+    used = total_n > 0
+    n, d, total_n, total_d = n[:, used], d[:, used], total_n[used], total_d[used]
+    share = n / total_n
+    observed = d.sum(axis=1)
+    expected = (share * total_d).sum(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        weight = np.where(total_n > 1, total_d * (total_n - total_d) / (total_n - 1), 0.0)
+    covariance = np.diag((share * weight).sum(axis=1)) - (share * weight) @ share.T
+    difference = (observed - expected)[:-1]
+    statistic = float(difference @ np.linalg.pinv(covariance[:-1, :-1]) @ difference)
+    dof = len(counts.groups) - 1
+    return LogRankResult(
+        statistic=statistic,
+        dof=dof,
+        p_value=float(stats.chi2.sf(statistic, dof)),
+        observed=pd.Series(observed, index=list(counts.groups), name="observed"),
+        expected=pd.Series(expected, index=list(counts.groups), name="expected"),
+        grid=counts.grid,
+    )

@@ -1,0 +1,546 @@
+"""Result objects of likelihood-based federated fits.
+
+Wald inference from the inverse observed information ``I(beta)^-1``:
+``se_j = sqrt([I^-1]_jj)``, ``z_j = beta_j / se_j``, two-sided
+``p_j = 2 (1 - Phi(|z_j|))`` and ``beta_j +/- z_{1-alpha/2} se_j``
+(e.g. McCullagh & Nelder, *Generalized Linear Models*, 2nd ed., 1989, ch. 4).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from fedstats.models.inventory import MessageInventory
+from fedstats.models.privacy import PrivacyAccount
+from fedstats.models.summary import render_html, render_text
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a fit's numbers came from: sites, counts, messages and bytes."""
+
+    study: str
+    analysis: str
+    sites: tuple[str, ...]
+    n_obs: dict[str, int]
+    n_dropped: dict[str, int]
+    rounds: int
+    messages: int
+    request_bytes: int
+    reply_bytes: int
+    bytes_by_site: pd.DataFrame
+    started: datetime
+    finished: datetime
+
+    @classmethod
+    def from_inventory(
+        cls,
+        inventory: MessageInventory,
+        *,
+        study: str,
+        analysis: str,
+        sites: tuple[str, ...],
+        n_obs: dict[str, int],
+        n_dropped: dict[str, int],
+        rounds: int,
+        started: datetime,
+        finished: datetime,
+    ) -> Provenance:
+        records = inventory.records(analysis)
+        return cls(
+            study=study,
+            analysis=analysis,
+            sites=sites,
+            n_obs=n_obs,
+            n_dropped=n_dropped,
+            rounds=rounds,
+            messages=len(records),
+            request_bytes=sum(r.request_bytes for r in records),
+            reply_bytes=sum(r.reply_bytes for r in records),
+            bytes_by_site=inventory.bytes_by_site(analysis),
+            started=started,
+            finished=finished,
+        )
+
+    @classmethod
+    def of_fit(
+        cls, federation: Any, analysis: str, counts: Any, rounds: int, started: datetime
+    ) -> Provenance:
+        """A fit's provenance, finished now: its federation's messages for ``analysis`` and the
+        sites' counts (:class:`fedstats.models.agree.SiteCounts`)."""
+        return cls.from_inventory(
+            federation.inventory,
+            study=federation.study,
+            analysis=analysis,
+            sites=federation.sites,
+            n_obs=counts.n_obs,
+            n_dropped=counts.n_dropped,
+            rounds=rounds,
+            started=started,
+            finished=datetime.now(UTC),
+        )
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain JSON values: times in ISO 8601, bytes per site as ``{site: {column: n}}``."""
+        return {
+            "study": self.study,
+            "analysis": self.analysis,
+            "sites": list(self.sites),
+            "n_obs": {site: _plain(n) for site, n in self.n_obs.items()},
+            "n_dropped": {site: _plain(n) for site, n in self.n_dropped.items()},
+            "rounds": self.rounds,
+            "messages": self.messages,
+            "request_bytes": self.request_bytes,
+            "reply_bytes": self.reply_bytes,
+            "bytes_by_site": {
+                str(site): {str(k): _plain(v) for k, v in row.items()}
+                for site, row in self.bytes_by_site.to_dict(orient="index").items()
+            },
+            "started": self.started.isoformat(),
+            "finished": self.finished.isoformat(),
+        }
+
+
+def _plain(value: Any) -> Any:
+    """A JSON value: numpy scalars as Python numbers, NaN and infinities as ``None``."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _series_record(series: pd.Series) -> dict[str, Any]:
+    return {str(k): _plain(v) for k, v in series.items()}
+
+
+def _plain_tree(value: Any) -> Any:
+    """``value`` with tuples as lists, mappings as dicts and numbers made JSON-plain."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain_tree(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain_tree(v) for v in value]
+    return _plain(value)
+
+
+def _count(value: float) -> str:
+    """A count as released: exact, or ``~n`` when it carries privacy noise."""
+    return str(value) if isinstance(value, int) else f"~{max(value, 0.0):.0f}"
+
+
+class LikelihoodResults:
+    """Coefficients with Wald inference, shared by the package's regression models."""
+
+    model_name = "Federated model"
+
+    def __init__(
+        self,
+        *,
+        names: list[str],
+        params: np.ndarray,
+        cov: np.ndarray,
+        llf: float,
+        converged: bool,
+        iterations: int,
+        provenance: Provenance,
+        notes: list[str] | None = None,
+        privacy: PrivacyAccount | None = None,
+    ) -> None:
+        self._names = list(names)
+        self.params = pd.Series(params, index=self._names, name="coef")
+        self._cov = cov
+        self.llf = float(llf)
+        self.converged = bool(converged)
+        self.iterations = int(iterations)
+        self.provenance = provenance
+        self.notes = list(notes or [])
+        self.privacy = privacy
+        """Privacy spent per scope (``None`` for a non-private fit)."""
+
+    # ---- inference
+    def cov_params(self) -> pd.DataFrame:
+        """Estimated covariance of the coefficients, the inverse information."""
+        return pd.DataFrame(self._cov, index=self._names, columns=self._names)
+
+    @property
+    def bse(self) -> pd.Series:
+        return pd.Series(np.sqrt(np.diag(self._cov)), index=self._names, name="std err")
+
+    @property
+    def zvalues(self) -> pd.Series:
+        return (self.params / self.bse).rename("z")
+
+    @property
+    def tvalues(self) -> pd.Series:
+        """Alias of :attr:`zvalues` (statsmodels' name for the Wald statistics)."""
+        return self.zvalues
+
+    @property
+    def pvalues(self) -> pd.Series:
+        return pd.Series(2 * stats.norm.sf(np.abs(self.zvalues)), index=self._names, name="P>|z|")
+
+    def conf_int(self, alpha: float = 0.05) -> pd.DataFrame:
+        """Wald confidence intervals; columns ``lower`` and ``upper``."""
+        if not 0 < alpha < 1:
+            raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+        q = stats.norm.ppf(1 - alpha / 2)
+        return pd.DataFrame(
+            {"lower": self.params - q * self.bse, "upper": self.params + q * self.bse}
+        )
+
+    # ---- sizes and fit statistics
+    @property
+    def n_obs(self) -> int:
+        return sum(self.provenance.n_obs.values())
+
+    @property
+    def n_obs_by_site(self) -> pd.Series:
+        return pd.Series(self.provenance.n_obs, name="n_obs")
+
+    @property
+    def n_params(self) -> int:
+        """Number of estimated coefficients, intercepts included."""
+        return len(self._names)
+
+    @property
+    def aic(self) -> float:
+        return 2 * self.n_params - 2 * self.llf
+
+    @property
+    def bic(self) -> float:
+        return np.log(self.n_obs) * self.n_params - 2 * self.llf
+
+    # ---- record
+    def to_record(self, alpha: float = 0.05) -> dict[str, Any]:
+        """The fit as plain JSON values, for a study's record of what was released.
+
+        Keys: ``model``, ``params``, ``bse``, ``conf_int`` (``{"lower": {...},
+        "upper": {...}}`` at ``1 - alpha``), ``alpha``, ``pvalues``, ``llf``
+        (``None`` when not released), ``converged``, ``iterations``, ``notes``,
+        ``provenance`` (:meth:`Provenance.to_record`) and ``privacy`` (the
+        :class:`~fedstats.models.privacy.PrivacyAccount` as a dict, ``None`` for a
+        non-private fit), plus the model's own fields (events, ties, strata).
+        """
+        ci = self.conf_int(alpha)
+        return {
+            "model": self.model_name,
+            "params": _series_record(self.params),
+            "bse": _series_record(self.bse),
+            "conf_int": {
+                "lower": _series_record(ci["lower"]),
+                "upper": _series_record(ci["upper"]),
+            },
+            "alpha": alpha,
+            "pvalues": _series_record(self.pvalues),
+            "llf": _plain(self.llf),
+            "converged": self.converged,
+            "iterations": self.iterations,
+            "notes": list(self.notes),
+            "provenance": self.provenance.to_record(),
+            "privacy": None
+            if self.privacy is None
+            else _plain_tree(dataclasses.asdict(self.privacy)),
+            **self._record_fields(),
+        }
+
+    def _record_fields(self) -> dict[str, Any]:
+        """Model-specific entries of :meth:`to_record`."""
+        return {}
+
+    # ---- presentation
+    def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
+        ci = self.conf_int(alpha)
+        level = f"{100 * (1 - alpha):g}%"
+        return pd.DataFrame(
+            {
+                "coef": self.params,
+                "std err": self.bse,
+                "z": self.zvalues,
+                "P>|z|": self.pvalues,
+                f"[{level} lower": ci["lower"],
+                f"{level} upper]": ci["upper"],
+            }
+        )
+
+    def _info(self) -> list[tuple[str, str]]:
+        prov = self.provenance
+        return [
+            ("Sites", str(len(prov.sites))),
+            ("Observations", _count(self.n_obs)),
+            ("Parameters", str(self.n_params)),
+            ("Log-likelihood", f"{self.llf:.4f}"),
+            ("AIC", f"{self.aic:.3f}"),
+            ("Converged", "yes" if self.converged else "NO"),
+            ("Rounds", str(prov.rounds)),
+            ("Bytes exchanged", f"{prov.request_bytes + prov.reply_bytes:,}"),
+        ]
+
+    def _notes(self) -> list[str]:
+        per_site = ", ".join(f"{s}={_count(n)}" for s, n in self.provenance.n_obs.items())
+        return [f"patients per site: {per_site}", *self.notes]
+
+    def _table(self) -> pd.DataFrame:
+        return self.to_frame()
+
+    def summary(self) -> str:
+        """The coefficient table with fit facts, as text."""
+        return render_text(self.model_name, self._info(), self._table(), self._notes())
+
+    def _repr_html_(self) -> str:
+        return render_html(self.model_name, self._info(), self._table(), self._notes())
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__}: {self.n_params} parameters, {self.n_obs} patients>"
+
+
+class LogisticRegressionResults(LikelihoodResults):
+    """Results of :class:`fedstats.LogisticRegression`."""
+
+    model_name = "Federated logistic regression"
+
+    def __init__(self, *, n_events: dict[str, float], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.n_events_by_site = pd.Series(n_events, name="n_events")
+
+    def _record_fields(self) -> dict[str, Any]:
+        return {"n_events": _series_record(self.n_events_by_site)}
+
+    @property
+    def deviance(self) -> float:
+        """``-2 llf``: for a binary outcome the saturated model's log-likelihood is 0."""
+        return -2 * self.llf
+
+    def odds_ratios(self, alpha: float = 0.05) -> pd.DataFrame:
+        """``exp(coef)`` with its Wald interval: columns ``odds_ratio``, ``lower``, ``upper``.
+
+        Rows for intercepts (``Intercept``, ``site[...]``) are baseline odds, not ratios.
+        """
+        ci = np.exp(self.conf_int(alpha))
+        return pd.DataFrame(
+            {"odds_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
+        )
+
+    model: Any = None
+    """The :class:`fedstats.LogisticRegression` that was fitted (None for derived results)."""
+
+    def heterogeneity(self, federation: Any) -> Any:
+        """Site-by-site fits of this model, with Q and I² (:mod:`fedstats.models.heterogeneity`)."""
+        from fedstats.models.heterogeneity import heterogeneity
+
+        if self.model is None or self.privacy is not None:
+            raise ValueError(
+                "site-by-site estimates need the fitted model of a non-private fit; call "
+                "fedstats.heterogeneity(model, federation)"
+            )
+        return heterogeneity(self.model, federation)
+
+    def recalibrate(
+        self, target_prevalence: float | None = None, *, site: str | None = None
+    ) -> LogisticRegressionResults:
+        """The model for deployment where the outcome prevalence is ``target_prevalence``.
+
+        Or ``site=name``: that site's own prevalence. Returns results whose
+        params hold one ``Intercept`` and the shared slopes; see
+        :mod:`fedstats.models.recalibration` for when the correction is valid and
+        how it is derived. A fit with one intercept per site gets the
+        label-shift estimate of the target intercept (its variance from the
+        site intercepts' covariance); a single-intercept fit gets the shift
+        ``delta``, with a :class:`~fedstats.models.recalibration.PrevalenceShiftWarning`.
+        """
+        import warnings
+
+        from fedstats.models.recalibration import (
+            PrevalenceShiftWarning,
+            checked_prevalence,
+            prevalence_shift,
+            site_intercepts_to_target,
+            site_prevalences,
+        )
+
+        if (target_prevalence is None) == (site is None):
+            raise ValueError("give target_prevalence=... or site=..., not both")
+        prevalences, weights = site_prevalences(
+            self.n_events_by_site.to_dict(), self.provenance.n_obs
+        )
+        if site is not None:
+            if site not in prevalences:
+                raise ValueError(f"unknown site {site!r}; the fit's sites are {list(prevalences)}")
+            target = prevalences[site]
+        else:
+            target = checked_prevalence(target_prevalence, "target_prevalence")
+        names = list(self.params.index)
+        site_columns = [f"site[{s}]" for s in prevalences]
+        cov = self.cov_params().to_numpy()
+        if all(c in names for c in site_columns):
+            slopes = [n for n in names if n not in site_columns]
+            index = [names.index(c) for c in site_columns]
+            rest = [names.index(n) for n in slopes]
+            intercepts = {
+                s: float(self.params[c]) for s, c in zip(prevalences, site_columns, strict=True)
+            }
+            value, gradient = site_intercepts_to_target(intercepts, prevalences, weights, target)
+            params = np.r_[value, self.params.to_numpy()[rest]]
+            new_cov = np.empty((len(params), len(params)))
+            new_cov[0, 0] = gradient @ cov[np.ix_(index, index)] @ gradient
+            new_cov[0, 1:] = new_cov[1:, 0] = gradient @ cov[np.ix_(index, rest)]
+            new_cov[1:, 1:] = cov[np.ix_(rest, rest)]
+            how = (
+                "label shift: intercept sum_s (n_s/N)(b_s - logit pi_s) + logit pi_T "
+                f"with pi_T = {target:.4g}"
+            )
+            names = ["Intercept", *slopes]
+        elif "Intercept" in names:
+            delta = prevalence_shift(prevalences, weights, target)
+            message = (
+                "a single-intercept fit's intercept is not the average of site intercepts, so "
+                f"the prevalence shift delta = {delta:+.4g} is only approximate; fit with "
+                "site_intercepts=True for the label-shift correction"
+            )
+            warnings.warn(message, PrevalenceShiftWarning, stacklevel=2)
+            params = self.params.to_numpy().copy()
+            params[names.index("Intercept")] += delta
+            new_cov = cov
+            how = f"approximate prevalence shift delta = {delta:+.6g} to pi_T = {target:.4g}"
+        else:
+            raise ValueError("the model has no intercept to recalibrate")
+        return LogisticRegressionResults(
+            names=names,
+            params=params,
+            cov=new_cov,
+            llf=float("nan"),
+            converged=self.converged,
+            iterations=self.iterations,
+            provenance=self.provenance,
+            notes=[*self.notes, f"recalibrated for deployment: {how}"],
+            privacy=self.privacy,
+            n_events=self.n_events_by_site.to_dict(),
+        )
+
+    def _info(self) -> list[tuple[str, str]]:
+        info = super()._info()
+        events = self.n_events_by_site.sum()
+        info.insert(2, ("Events", _count(int(events) if not self.privacy else float(events))))
+        info.insert(4, ("Deviance", f"{self.deviance:.4f}"))
+        return info
+
+    def _table(self) -> pd.DataFrame:
+        table = self.to_frame()
+        table.insert(1, "odds ratio", np.exp(self.params))
+        return table
+
+
+class CoxPHResults(LikelihoodResults):
+    """Results of :class:`fedstats.CoxPH`: log hazard ratios with Wald inference.
+
+    ``llf`` is the log partial likelihood (summed over strata, unpenalised).
+    """
+
+    model_name = "Federated Cox proportional hazards regression"
+
+    def __init__(
+        self,
+        *,
+        n_events: dict[str, float],
+        ties: str,
+        strata: tuple[str, ...],
+        baseline: pd.DataFrame | None = None,
+        design: dict | None = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.n_events_by_site = pd.Series(n_events, name="n_events")
+        self.ties = ties
+        self.strata = strata
+        self._baseline = baseline
+        self._design = design
+
+    def _record_fields(self) -> dict[str, Any]:
+        return {
+            "n_events": _series_record(self.n_events_by_site),
+            "ties": self.ties,
+            "strata": list(self.strata),
+        }
+
+    def concordance_index(self, federation: Any) -> float:
+        """Harrell's C of the fitted risk scores at the sites of ``federation``.
+
+        Each site counts concordant, tied-score and comparable pairs among its
+        own patients (:func:`fedstats.cox_math.concordance_counts`); the index
+        is ``(concordant + tied / 2) / comparable`` over all sites' pairs.
+        Pairs of patients at different sites are not compared: that would
+        need their times and scores in one place. Pass a federation of
+        held-out frames (same columns) to validate out of sample.
+        """
+        if self._design is None:
+            raise ValueError("this result carries no design to evaluate")
+        replies = federation.request(
+            "cox.concordance",
+            {"design": self._design, "beta": self.params.to_numpy()},
+            analysis=federation.new_analysis("concordance"),
+        )
+        concordant = sum(r["concordant"] for r in replies.values())
+        tied = sum(r["tied"] for r in replies.values())
+        comparable = sum(r["comparable"] for r in replies.values())
+        if comparable == 0:
+            raise ValueError("no comparable pair at any site (no events?)")
+        return float((concordant + tied / 2) / comparable)
+
+    @property
+    def baseline_cumulative_hazard_(self) -> pd.DataFrame:
+        """Breslow's estimate ``H0(g_k) = sum_{j<=k} d_j / S0_j(beta)`` on the grid (pooled
+        model only: a stratified model's baselines stay at the sites)."""
+        if self._baseline is None:
+            raise AttributeError(
+                "baseline hazards of a stratified model stay at the sites; fit with "
+                "strata=None on a time grid for a shared baseline"
+            )
+        return self._baseline[["cumulative_hazard"]]
+
+    @property
+    def baseline_survival_(self) -> pd.DataFrame:
+        """``exp(-H0)`` on the grid (pooled model only)."""
+        return np.exp(-self.baseline_cumulative_hazard_).rename(
+            columns={"cumulative_hazard": "survival"}
+        )
+
+    def hazard_ratios(self, alpha: float = 0.05) -> pd.DataFrame:
+        """``exp(coef)`` with its Wald interval: columns ``hazard_ratio``, ``lower``, ``upper``."""
+        ci = np.exp(self.conf_int(alpha))
+        return pd.DataFrame(
+            {"hazard_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
+        )
+
+    @property
+    def aic(self) -> float:
+        """Partial AIC, ``2 p - 2 llf`` (as lifelines' ``AIC_partial_``)."""
+        return 2 * self.n_params - 2 * self.llf
+
+    @property
+    def bic(self) -> float:
+        """``log(events) p - 2 llf``: the partial likelihood's information grows with events."""
+        events = max(float(self.n_events_by_site.sum()), 1.0)
+        return np.log(events) * self.n_params - 2 * self.llf
+
+    def _info(self) -> list[tuple[str, str]]:
+        info = super()._info()
+        events = self.n_events_by_site.sum()
+        info.insert(2, ("Events", _count(int(events) if not self.privacy else float(events))))
+        info.insert(3, ("Ties", self.ties))
+        info.insert(4, ("Strata", " x ".join(self.strata) or "none"))
+        info = [(k, v) for k, v in info if k != "Log-likelihood"]
+        info.insert(5, ("Log partial lik.", f"{self.llf:.4f}"))
+        return info
+
+    def _table(self) -> pd.DataFrame:
+        table = self.to_frame()
+        table.insert(1, "exp(coef)", np.exp(self.params))
+        return table

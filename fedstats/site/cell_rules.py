@@ -1,0 +1,116 @@
+"""Small-cell rules on everything a site's exact aggregates are computed from.
+
+The threshold rule of :mod:`fedstats.site.disclosure` counts the patients behind a
+whole reply. That is not enough when the coordinator chooses the design: a
+column that is the indicator of one patient turns a gradient into that
+patient's outcome, however many patients the reply covers. So every design
+column, the outcome, every stratum and group, and every true/false value a
+formula computes on the way are checked with ``k = policy.k_cell``:
+
+* **cells** — an indicator (a comparison, ``&``, ``|``, ``~``, a 0/1 column,
+  the outcome, a stratum or group) holds on 0 or at least ``k`` rows, and
+  fails on 0 or at least ``k`` rows;
+* **mode** — no column differs from its most common value on 1 to ``k - 1``
+  rows (DataSHIELD's ``nfilter.tab``/``nfilter.glm`` idea, Gaye et al.,
+  Int J Epidemiol 2014);
+* **dominance** — no ``k - 1`` rows hold more than ``(k - 1)/k`` of a
+  column's total absolute deviation from its median, the share they would
+  hold if only ``k`` rows shared it equally (the (n, p)-dominance rule of the
+  ESSnet SDC handbook, Hundepool et al. 2012, §4.2.2, applied to a design
+  column): a smooth bump around one patient's values is refused like the
+  indicator it approximates.
+
+These are heuristics: they stop the known reconstruction attacks (indicator
+columns, row indicators, crafted outcomes) but cannot bound what exact
+aggregates of coordinator-chosen functions reveal in general. Only an
+approved protocol or differential privacy is a guarantee (see the README's
+threat model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from fedstats.errors import DisclosureError
+from fedstats.site.disclosure import DisclosurePolicy
+
+
+def check_indicator(
+    policy: DisclosurePolicy, *, site: str, task: str | None, term: str, mask: np.ndarray
+) -> None:
+    """Refuse a true/false value that holds, or fails, on 1 to ``k_cell - 1`` rows."""
+    k = policy.k_cell
+    holds = int(np.count_nonzero(mask))
+    fails = int(mask.size) - holds
+    if 0 < holds < k or 0 < fails < k:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"{term!r} would single out fewer than {k} rows (the small-cell rule applies "
+                "to every indicator a formula computes)"
+            ),
+            rule="cells",
+        )
+
+
+def column_problem(values: np.ndarray, k: int) -> str | None:
+    """Why a design column breaks the mode or dominance rule (``None`` if it does not)."""
+    n = values.size
+    if n == 0:
+        return None
+    ordered = np.sort(values)  # one sort gives the mode's count, the median and the extremes
+    starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1], [True])))
+    differing = n - int(np.diff(starts).max())
+    if 0 < differing < k:
+        return f"differs from its most common value on fewer than {k} rows"
+    if k > 1 and differing >= k:
+        median = 0.5 * (ordered[(n - 1) // 2] + ordered[n // 2])
+        total = float(np.abs(ordered - median).sum())
+        if total > 0:
+            # the k - 1 largest deviations lie among the k - 1 smallest and largest values
+            ends = np.abs(np.concatenate((ordered[: k - 1], ordered[-(k - 1) :])) - median)
+            top = np.sort(ends)[-(k - 1) :] if n >= k else np.abs(ordered - median)
+            if float(top.sum()) > (k - 1) / k * total * (1 + 1e-12):
+                return (
+                    f"has fewer than {k} rows holding most of its variation "
+                    "(a column dominated by a few rows reproduces them)"
+                )
+    return None
+
+
+def check_columns(
+    policy: DisclosurePolicy,
+    *,
+    site: str,
+    task: str | None,
+    names: Sequence[str],
+    X: np.ndarray,
+) -> None:
+    """Apply the mode and dominance rules to every column of ``X`` (named by ``names``)."""
+    for j, name in enumerate(names):
+        problem = column_problem(np.asarray(X[:, j], dtype=np.float64), policy.k_cell)
+        if problem is not None:
+            raise DisclosureError(
+                site=site,
+                task=task,
+                reason=f"design column {name!r} {problem}",
+                rule="cells",
+            )
+
+
+def check_groups(
+    policy: DisclosurePolicy, *, site: str, task: str | None, what: str, codes: np.ndarray
+) -> None:
+    """Refuse groups (outcome values, strata, levels) present on 1 to ``k_cell - 1`` rows."""
+    k = policy.k_cell
+    _, counts = np.unique(codes, return_counts=True)
+    if counts.size and int(counts.min()) < k:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=f"a value of {what} is present on fewer than {k} rows",
+            rule="cells",
+        )

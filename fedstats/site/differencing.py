@@ -1,0 +1,252 @@
+"""The differencing guard: no two answered row sets may differ on 1 to k - 1 rows.
+
+Two exact answers whose populations differ by one patient give that patient's
+contribution by subtraction, though each covers many patients (Duncan &
+Pearson, "Enhancing access to microdata while protecting confidentiality",
+Stat Sci 1991; the "differencing" attack of the SDC handbook, Hundepool et
+al. 2012, §4.2). A site therefore remembers, per study, the *row sets* its
+exact answers covered — the rows a design kept, the rows each 0/1 design
+column or true/false sub-expression marks, each stratum and group — and
+refuses a new row set ``S`` when, for some row set ``T`` answered before (in
+this request or an earlier one),
+
+    1 <= |S xor T| <= k - 1    or    1 <= n - |S xor T| <= k - 1
+
+(the second form catches a complement: ``S`` against "every row but ``T``").
+Row sets are kept as bitsets over the frame's rows, at the site only, in
+memory or in a SQLite file in the site's working folder, keyed by a digest of
+the frame (a re-harmonised frame starts a new record).
+
+The guard also caps how often one analysis (one agreed design, or one
+survival outcome) is asked (``max_rounds_per_analysis``) and how many
+analyses a study may ask (``max_analyses_per_study``).
+
+This is a heuristic, not a guarantee: it compares row sets, not every
+function of them. An approved protocol or differential privacy is the
+guarantee (README, "Threat model").
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from fedstats.errors import DisclosureError
+from fedstats.site.disclosure import DisclosurePolicy
+
+MAX_ROW_SETS = 20_000
+"""Most row sets remembered per frame; the oldest are forgotten beyond it."""
+
+
+def frame_digest(frame: pd.DataFrame) -> str:
+    """A digest of a frame's rows, so row positions are only compared within one frame."""
+    hashed = pd.util.hash_pandas_object(frame, index=False).to_numpy()
+    return hashlib.sha256(hashed.tobytes() + str(list(frame.columns)).encode()).hexdigest()[:32]
+
+
+class DifferencingGuard:
+    """Row sets a site answered about, and the rounds per analysis (see the module docstring).
+
+    Parameters
+    ----------
+    policy:
+        The site's disclosure policy (``k_cell`` and the caps).
+    frame:
+        The site's analysis frame (its size and digest; rows stay where they are).
+    path:
+        A SQLite file that keeps the record between runs; in memory when ``None``.
+    """
+
+    def __init__(
+        self, policy: DisclosurePolicy, frame: pd.DataFrame, *, path: Path | None = None
+    ) -> None:
+        self.policy = policy
+        self.n = len(frame)
+        self._frame = frame_digest(frame) if path is not None else "memory"
+        self._lock = threading.Lock()
+        self._sets: list[np.ndarray] = []
+        self._labels: list[str] = []
+        self._rounds: dict[str, int] = {}
+        self._grids: dict[str, np.ndarray] = {}
+        self._matrix: np.ndarray | None = None
+        self._db: sqlite3.Connection | None = None
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS row_sets "
+                "(frame TEXT, label TEXT, bits BLOB, PRIMARY KEY (frame, bits))"
+            )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS rounds "
+                "(frame TEXT, analysis TEXT, count INTEGER, PRIMARY KEY (frame, analysis))"
+            )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS grids "
+                "(frame TEXT, outcome TEXT, grid BLOB, PRIMARY KEY (frame, outcome))"
+            )
+            for label, bits in self._db.execute(
+                "SELECT label, bits FROM row_sets WHERE frame = ? ORDER BY rowid", (self._frame,)
+            ):
+                self._sets.append(np.frombuffer(bits, dtype=np.uint8))
+                self._labels.append(label)
+            self._grids = {
+                outcome: np.frombuffer(grid, dtype=np.float64)
+                for outcome, grid in self._db.execute(
+                    "SELECT outcome, grid FROM grids WHERE frame = ?", (self._frame,)
+                )
+            }
+            self._rounds = dict(
+                self._db.execute(
+                    "SELECT analysis, count FROM rounds WHERE frame = ?", (self._frame,)
+                ).fetchall()
+            )
+
+    # ------------------------------------------------------------ row sets
+
+    def check_row_sets(
+        self, site: str, task: str | None, sets: Iterable[tuple[str, np.ndarray]]
+    ) -> None:
+        """Refuse any row set near one answered before or another of this request; then keep them.
+
+        ``sets`` holds ``(label, mask)`` pairs, each mask a boolean array over
+        the frame's rows. Nothing is kept when one is refused.
+        """
+        k = self.policy.k_cell
+        if k <= 1:
+            return
+        packed = []
+        for label, mask in sets:
+            mask = np.asarray(mask, dtype=bool)
+            if mask.shape != (self.n,):
+                raise ValueError(f"row set {label!r} must be a mask over the {self.n} frame rows")
+            packed.append((label, np.packbits(mask)))
+        with self._lock:
+            fresh: list[tuple[str, np.ndarray]] = []
+            for label, bits in packed:
+                differ = np.concatenate(
+                    [
+                        self._differences(bits),
+                        [_differ(bits, other) for _, other in fresh],
+                    ]
+                ).astype(np.int64)
+                if (
+                    ((differ > 0) & (differ < k)) | ((self.n - differ > 0) & (self.n - differ < k))
+                ).any():
+                    raise DisclosureError(
+                        site=site,
+                        task=task,
+                        reason=(
+                            f"the rows of {label!r} differ from rows this site has already "
+                            f"answered about on fewer than {k} rows (differencing guard)"
+                        ),
+                        rule="differencing",
+                    )
+                if not (differ == 0).any():
+                    fresh.append((label, bits))
+            self._keep(fresh)
+
+    def _differences(self, bits: np.ndarray) -> np.ndarray:
+        """``|S xor T|`` for every kept row set ``T``."""
+        if self._matrix is None or len(self._matrix) != len(self._sets):
+            self._matrix = np.stack(self._sets) if self._sets else None
+        if self._matrix is None:
+            return np.zeros(0, dtype=np.int64)
+        return np.bitwise_count(np.bitwise_xor(self._matrix, bits)).sum(axis=1)
+
+    def _keep(self, fresh: list[tuple[str, np.ndarray]]) -> None:
+        if fresh:
+            self._matrix = None
+        for label, bits in fresh:
+            self._sets.append(bits)
+            self._labels.append(label)
+            if self._db is not None:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO row_sets VALUES (?, ?, ?)",
+                    (self._frame, label[:200], bits.tobytes()),
+                )
+        overflow = len(self._sets) - MAX_ROW_SETS
+        if overflow > 0:
+            del self._sets[:overflow], self._labels[:overflow]
+
+    # ------------------------------------------------------------ rounds
+
+    def count_round(
+        self, site: str, task: str | None, analysis: str, *, limit: int | None = None
+    ) -> None:
+        """Count one exact request of ``analysis``; refuse beyond the policy's caps
+        (or ``limit``, an approved protocol's rounds for the analysis)."""
+        with self._lock:
+            count = self._rounds.get(analysis, 0)
+            if count == 0 and len(self._rounds) >= self.policy.max_analyses_per_study:
+                raise DisclosureError(
+                    site=site,
+                    task=task,
+                    reason=(
+                        f"the study has asked this site for {len(self._rounds)} analyses, the "
+                        "most the site allows; the site's privacy officer can raise "
+                        "max_analyses_per_study"
+                    ),
+                    rule="rounds",
+                )
+            cap = self.policy.max_rounds_per_analysis if limit is None else limit
+            if count >= cap:
+                raise DisclosureError(
+                    site=site,
+                    task=task,
+                    reason=(
+                        f"this analysis has had {count} rounds, the most the site allows "
+                        f"({'max_rounds_per_analysis' if limit is None else 'the protocol'})"
+                    ),
+                    rule="rounds",
+                )
+            self._rounds[analysis] = count + 1
+            if self._db is not None:
+                self._db.execute(
+                    "INSERT INTO rounds VALUES (?, ?, 1) ON CONFLICT (frame, analysis) "
+                    "DO UPDATE SET count = count + 1",
+                    (self._frame, analysis),
+                )
+
+    # ------------------------------------------------------------ study grids
+
+    def study_grid(self, outcome: str, grid: np.ndarray) -> np.ndarray:
+        """The time grid pinned for ``outcome``; the first grid asked for is pinned
+        (see :mod:`fedstats.site.survival_grid`)."""
+        with self._lock:
+            if outcome not in self._grids:
+                pinned = np.array(grid, dtype=np.float64)
+                self._grids[outcome] = pinned
+                if self._db is not None:
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO grids VALUES (?, ?, ?)",
+                        (self._frame, outcome, pinned.tobytes()),
+                    )
+            return self._grids[outcome]
+
+    @property
+    def row_sets(self) -> int:
+        """How many distinct row sets the site has answered about."""
+        return len(self._sets)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
+def _differ(a: np.ndarray, b: np.ndarray) -> int:
+    return int(np.bitwise_count(np.bitwise_xor(a, b)).sum())
+
+
+def mode_mask(values: np.ndarray) -> np.ndarray:
+    """Rows where a column differs from its most common value."""
+    uniques, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
+    return inverse.reshape(-1) != int(np.argmax(counts)) if uniques.size else np.zeros(0, bool)

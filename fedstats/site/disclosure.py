@@ -1,0 +1,165 @@
+"""Statistical disclosure control applied to every reply before it leaves a site.
+
+The rules follow the output checks of DataSHIELD (Gaye et al., Int J
+Epidemiol 2014; its ``nfilter`` settings) and the threshold rule of the
+ESSnet/SDC handbook (Hundepool et al., 2012):
+
+* threshold rule: an aggregate computed over fewer than ``min_count``
+  patients is refused;
+* reply shape: a reply must match the schema the task declares from the
+  request alone, so its size cannot grow with the number of patients;
+* levels: a categorical column may report its levels only if it has at most
+  ``max_levels`` of them and at most ``max_level_density`` levels per patient
+  (an identifier-like column would otherwise list patients' values);
+* saturation: a model may not have more than ``max_parameter_ratio`` design
+  columns per patient at a site (a saturated model reproduces rows).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from fedstats.errors import DisclosureError, StudyConfigurationError
+from fedstats.schema import ReplySchema, schema_mismatch
+
+DEFAULT_K_CELL = 3
+"""The default small-cell threshold (capped by ``min_count``): DataSHIELD's default
+``nfilter.tab`` and ``nfilter.subset`` (Gaye et al. 2014), the rule consortia already approve
+for exact federated analysis. At 5, the reference heart-disease model could not be fitted at
+Cleveland (4 patients with an ST-T abnormality): a site that wants more sets ``k_cell``."""
+
+
+@dataclass(frozen=True)
+class DisclosurePolicy:
+    """A site's disclosure-control settings (defaults suit most clinical studies).
+
+    ``require_privacy``: the site answers aggregate tasks only as charged,
+    differentially private releases, and lists no categorical levels; exact
+    requests are refused (a privacy officer's "private only" switch).
+
+    ``k_cell``: the small-cell threshold of :mod:`fedstats.site.cell_rules` and
+    :mod:`fedstats.site.differencing` (default: 3, or ``min_count`` if smaller).
+    ``max_rounds_per_analysis`` and ``max_analyses_per_study`` cap the exact
+    requests one agreed design may take (a TPR-fairness penalty search takes
+    about 750) and how many designs a study may ask a site for.
+    """
+
+    min_count: int = 10
+    k_cell: int | None = None
+    max_levels: int = 50
+    max_level_density: float = 0.33
+    max_parameter_ratio: float = 0.33
+    require_privacy: bool = False
+    max_rounds_per_analysis: int = 2_000
+    max_analyses_per_study: int = 1_000
+
+    def __post_init__(self) -> None:
+        if type(self.min_count) is not int or self.min_count < 1:
+            raise StudyConfigurationError(
+                f"min_count must be a positive integer, got {self.min_count!r}"
+            )
+        if self.k_cell is None:
+            object.__setattr__(self, "k_cell", min(DEFAULT_K_CELL, self.min_count))
+        for name in ("k_cell", "max_rounds_per_analysis", "max_analyses_per_study"):
+            value = getattr(self, name)
+            if type(value) is not int or value < 1:
+                raise StudyConfigurationError(f"{name} must be a positive integer, got {value!r}")
+        if type(self.max_levels) is not int or self.max_levels < 2:
+            raise StudyConfigurationError(
+                f"max_levels must be an integer >= 2, got {self.max_levels!r}"
+            )
+        for name in ("max_level_density", "max_parameter_ratio"):
+            value = getattr(self, name)
+            if not 0 < value <= 1:
+                raise StudyConfigurationError(f"{name} must be in (0, 1], got {value!r}")
+
+    def as_record(self) -> dict[str, float | int | bool]:
+        """The settings as plain values, for reports and run records."""
+        return {
+            "min_count": self.min_count,
+            "k_cell": self.k_cell,
+            "max_levels": self.max_levels,
+            "max_level_density": self.max_level_density,
+            "max_parameter_ratio": self.max_parameter_ratio,
+            "require_privacy": self.require_privacy,
+            "max_rounds_per_analysis": self.max_rounds_per_analysis,
+            "max_analyses_per_study": self.max_analyses_per_study,
+        }
+
+
+def check_reply(
+    policy: DisclosurePolicy,
+    *,
+    site: str,
+    task: str,
+    schema: ReplySchema,
+    payload: dict,
+    contributors: int | None,
+) -> None:
+    """Refuse a reply that breaks the shape or threshold rule (raises :class:`DisclosureError`).
+
+    ``contributors`` is the number of patients behind an aggregate reply, or
+    ``None`` for replies that aggregate nothing (e.g. the list of categorical
+    levels, which is governed by :func:`check_levels`).
+    """
+    problem = schema_mismatch(payload, schema)
+    if problem:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=f"the reply does not match the shape declared for the task ({problem})",
+            rule="shape",
+        )
+    if contributors is not None and contributors < policy.min_count:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"the aggregate covers fewer patients than the disclosure threshold of "
+                f"{policy.min_count}"
+            ),
+            rule="threshold",
+        )
+
+
+def check_levels(
+    policy: DisclosurePolicy, *, site: str, task: str, column: str, n_levels: int, n_patients: int
+) -> None:
+    """Refuse to list the levels of an identifier-like or very fine categorical column."""
+    if n_levels > policy.max_levels:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"column {column!r} has {n_levels} levels, more than the limit of "
+                f"{policy.max_levels}; group its levels during harmonisation"
+            ),
+            rule="levels",
+        )
+    if n_levels > policy.max_level_density * n_patients:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"column {column!r} has {n_levels} levels for {n_patients} patients (more than "
+                f"{policy.max_level_density:g} per patient), so its levels could identify patients"
+            ),
+            rule="levels",
+        )
+
+
+def check_saturation(
+    policy: DisclosurePolicy, *, site: str, task: str, n_parameters: int, n_patients: int
+) -> None:
+    """Refuse a model with too many parameters for the site's number of patients."""
+    if n_parameters > policy.max_parameter_ratio * n_patients:
+        raise DisclosureError(
+            site=site,
+            task=task,
+            reason=(
+                f"the model has {n_parameters} design columns that vary at this site for "
+                f"{n_patients} patients (more than {policy.max_parameter_ratio:g} per patient), "
+                "so its aggregates could reproduce individual rows"
+            ),
+            rule="saturation",
+        )

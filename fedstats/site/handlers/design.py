@@ -1,0 +1,512 @@
+"""Site side of the design: describe variables, build and validate the agreed design.
+
+These handlers run inside a :class:`~fedstats.site.silo.Silo`. They read the
+site's frame and return only what their task's schema declares.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedstats.errors import (
+    DisclosureError,
+    FormulaError,
+    FormulaRefusedError,
+    InconsistentColumnError,
+    MalformedRequestError,
+    MissingColumnError,
+    MissingValuesError,
+    NoEventsError,
+    NonBinaryOutcomeError,
+    UnknownLevelError,
+)
+from fedstats.schema import Number, Text, Values
+from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
+from fedstats.site.design import (
+    SITE_COLUMN,
+    DesignSpec,
+    ParsedFormula,
+    model_frame,
+    normalise_level,
+    parse_formula,
+    survival_outcome,
+)
+from fedstats.site.disclosure import check_levels, check_saturation
+from fedstats.site.formula_grammar import DomainError, Factor, Indicator, UnsafeTermError, evaluate
+from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+
+MAX_LEVELS_ON_WIRE = 1000
+_CACHE_SIZE = 4
+
+
+@dataclass(frozen=True)
+class SiteDesign:
+    """The agreed design built from one site's rows (never leaves the site)."""
+
+    X: np.ndarray
+    y: np.ndarray
+    """The 0/1 outcome; for a survival design, the event indicator."""
+    offset: np.ndarray | None
+    n_dropped: int
+    time: np.ndarray | None = None
+    """Follow-up times of a survival design."""
+    stratum: np.ndarray | None = None
+    """Stratum codes (0, 1, ...) of a survival design's rows within this site."""
+    rows: np.ndarray | None = None
+    """Positions of the frame's rows the design holds, in order (complete cases)."""
+    indicators: tuple[tuple[str, np.ndarray], ...] = ()
+    """Every true/false value the formula computed, by its text (masks over the design's rows)."""
+
+    @property
+    def n_obs(self) -> int:
+        return len(self.y)
+
+
+# ---------------------------------------------------------------- describe
+
+
+def describe_schema(args: dict[str, Any]) -> dict:
+    variables = _string_list(args, "variables")
+    _string_list(args, "levels_for")
+    _string_list(args, "levels_known")
+    if not isinstance(args.get("list_levels"), bool):
+        raise MalformedRequestError(site=None, task=None, reason="'list_levels' must be a boolean")
+    schema: dict = {}
+    for var in variables:
+        schema[f"{var}.kind"] = Text(max_chars=20)
+        schema[f"{var}.levels"] = Values(max_items=MAX_LEVELS_ON_WIRE)
+    return schema
+
+
+def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """Kind of each variable ("numeric" or "categorical") and levels where needed.
+
+    Levels are listed for non-numeric columns and for numeric columns the
+    formula wraps in ``C()``, except those in ``levels_known`` (fixed by the
+    study) and unless ``list_levels`` is false (private analyses take their
+    levels from the study, not from the data); identifier-like columns are
+    refused.
+    """
+    variables = _string_list(args, "variables")
+    levels_for = set(_string_list(args, "levels_for"))
+    known = set(_string_list(args, "levels_known"))
+    list_levels = args["list_levels"] is True
+    frame = ctx.frame
+    payload: dict[str, Any] = {}
+    for var in variables:
+        if var not in frame.columns:
+            raise MissingColumnError(site=ctx.name, column=var)
+        column = frame[var]
+        numeric = pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
+        payload[f"{var}.kind"] = "numeric" if numeric else "categorical"
+        levels: list = []
+        if list_levels and var not in known and (not numeric or var in levels_for):
+            if ctx.policy.require_privacy:
+                raise DisclosureError(
+                    site=ctx.name,
+                    task="describe",
+                    reason=f"this site releases no categorical levels (of {var!r}); "
+                    "declare them in the study",
+                )
+            present = column.dropna().unique()
+            check_levels(
+                ctx.policy,
+                site=ctx.name,
+                task="describe",
+                column=var,
+                n_levels=len(present),
+                n_patients=len(frame),
+            )
+            levels = sorted({plain(v) for v in present}, key=lambda v: (isinstance(v, str), v))
+        payload[f"{var}.levels"] = levels
+    return TaskReply(payload, contributors=len(frame))
+
+
+# ---------------------------------------------------------------- prepare
+
+
+def prepare_schema(args: dict[str, Any]) -> dict:
+    spec_from_args(args)
+    return {"n_obs": Number(), "n_dropped": Number(), "n_events": Number()}
+
+
+def prepare_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
+    """Under privacy the three counts are one Gaussian release.
+
+    Adding or removing one patient changes ``n_obs`` by 1 and ``n_events`` by
+    at most 1 (a complete row) or ``n_dropped`` by 1 (an incomplete one), so
+    the L2 sensitivity of the three counts together is ``sqrt(2)``.
+    """
+    return [NoisyGroup(("n_obs", "n_dropped", "n_events"), l2_sensitivity=math.sqrt(2))]
+
+
+def prepare(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """Build and validate the agreed design; report the site's counts."""
+    design = site_design(ctx, spec_from_args(args))
+    return TaskReply(
+        {"n_obs": design.n_obs, "n_dropped": design.n_dropped, "n_events": int(design.y.sum())},
+        contributors=design.n_obs,
+    )
+
+
+def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
+    """The site's design for ``spec``, built once and cached under the spec's key."""
+    cache: OrderedDict = ctx.cache.setdefault("designs", OrderedDict())
+    key = spec.key
+    if key in cache:
+        cache.move_to_end(key)
+        if ctx.exact:
+            check_exact_release(ctx, spec, cache[key])
+        return cache[key]
+    design = build_design(ctx, spec)
+    cache[key] = design
+    while len(cache) > _CACHE_SIZE:
+        cache.popitem(last=False)
+    return design
+
+
+def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True) -> SiteDesign:
+    """Build the agreed design from the site's frame, refusing anything inconsistent.
+
+    Raises a typed :class:`~fedstats.errors.SiteDataError` naming the site and
+    column for a missing column, missing values (with their count), a level
+    outside the agreed ones, a non-binary outcome, an outcome without events,
+    or a design that does not reproduce the agreed columns.
+    """
+    site, frame = ctx.name, ctx.frame
+    parsed = _checked_formula(spec)
+    needed = list(spec.variables) + ([spec.offset] if spec.offset else []) + list(spec.strata)
+    for var in needed:
+        if var not in frame.columns:
+            raise MissingColumnError(site=site, column=var)
+    data = frame[needed]
+    n_dropped = 0
+    incomplete = data.isna()
+    if incomplete.to_numpy().any():
+        if spec.missing == "raise":
+            counts = incomplete.sum()
+            var = str(counts[counts > 0].index[0])
+            raise MissingValuesError(site=site, column=var, count=int(counts[var]))
+        keep = ~incomplete.any(axis=1)
+        n_dropped = int((~keep).sum())
+        data = data[keep]
+        positions = np.flatnonzero(keep.to_numpy())
+    else:
+        positions = np.arange(len(data))
+    raw = data.copy()
+    data = data.copy()
+    for var, levels in spec.levels.items():
+        data[var] = as_agreed_categorical(site, var, data[var], levels)
+
+    indicators: list[tuple[str, np.ndarray]] = []
+    collect = lambda term, mask: indicators.append((term, np.asarray(mask, bool)))  # noqa: E731
+    survival = spec.outcome_kind == "survival"
+    time = stratum = None
+    if survival:
+        time, y = _survival_outcome(site, spec, data)
+        stratum = _strata_codes(data, spec.strata)
+    else:
+        y = _binary_outcome(site, spec.outcome, parsed, data, raw, collect)
+    values = {}
+    for factor in parsed.factors:
+        if factor.kind == "expression":
+            values[factor.name] = _evaluated(site, factor, raw, collect)
+        elif factor.kind == "categorical" and factor.column not in spec.levels:
+            raise MalformedRequestError(
+                site=None, task=None, reason=f"{factor.name} needs agreed levels in the design"
+            )
+        else:
+            values[factor.name] = (
+                data[factor.column].to_numpy()
+                if not isinstance(data[factor.column].dtype, pd.CategoricalDtype)
+                else data[factor.column].array
+            )
+    try:
+        rhs, _ = model_frame(parsed, values, len(data))
+    except FormulaError:
+        raise InconsistentColumnError(
+            site=site, column=spec.formula, reason="cannot be built from this site's columns"
+        ) from None
+    expected = [c for c in spec.columns if not (spec.site_intercepts and _is_site_column(spec, c))]
+    got = [c for c in rhs.columns if not ((spec.site_intercepts or survival) and c == "Intercept")]
+    if got != expected:
+        raise InconsistentColumnError(
+            site=site,
+            column=spec.formula,
+            reason=f"yields design columns {got}, not the agreed {expected}",
+        )
+    X = np.empty((len(data), spec.n_params), dtype=np.float64)
+    for j, name in enumerate(spec.columns):
+        if spec.site_intercepts and _is_site_column(spec, name):
+            X[:, j] = 1.0 if name == SITE_COLUMN.format(site) else 0.0
+        else:
+            X[:, j] = rhs[name].to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(X).all(axis=0)
+    if bad.any():
+        column = spec.columns[int(np.flatnonzero(bad)[0])]
+        raise InconsistentColumnError(site=site, column=column, reason="has non-finite values")
+    offset = None
+    if spec.offset:
+        offset = pd.to_numeric(data[spec.offset], errors="coerce").to_numpy(dtype=np.float64)
+        if not np.isfinite(offset).all():
+            raise InconsistentColumnError(
+                site=site, column=spec.offset, reason="must be a finite numeric offset"
+            )
+    varying = int((X != 0).any(axis=0).sum())
+    if saturation:  # off only for replies of a few counts whatever the design (concordance)
+        check_saturation(
+            ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
+        )
+    design = SiteDesign(
+        X=np.ascontiguousarray(X),
+        y=y,
+        offset=offset,
+        n_dropped=n_dropped,
+        time=time,
+        stratum=stratum,
+        rows=positions,
+        indicators=tuple(indicators),
+    )
+    if ctx.exact:
+        check_exact_release(ctx, spec, design)
+    return design
+
+
+def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) -> None:
+    """The small-cell rules and the differencing guard, before an exact release of ``design``.
+
+    Checked once per design (a later round of the same design releases sums
+    over the same rows): every indicator the formula computed, every design
+    column (:func:`fedstats.site.cell_rules.check_columns`), the outcome or event
+    indicator and the strata (:func:`fedstats.site.cell_rules.check_groups`); then
+    the row sets of the design — its rows, each indicator's, each 0/1
+    column's and each stratum's — go to the differencing guard.
+    """
+    checked: set = ctx.cache.setdefault("exact-checked designs", set())
+    if spec.key in checked:
+        return
+    policy, site = ctx.policy, ctx.name
+    for term, mask in design.indicators:
+        check_indicator(policy, site=site, task=None, term=term, mask=mask)
+    varying = [
+        j
+        for j, name in enumerate(spec.columns)
+        if name != "Intercept" and not _is_site_column(spec, name)
+    ]
+    check_columns(
+        policy,
+        site=site,
+        task=None,
+        names=[spec.columns[j] for j in varying],
+        X=design.X[:, varying],
+    )
+    what = (
+        "the event indicator"
+        if spec.outcome_kind == "survival"
+        else f"the outcome {spec.outcome!r}"
+    )
+    check_groups(policy, site=site, task=None, what=what, codes=design.y)
+    if design.stratum is not None and spec.strata:
+        check_groups(policy, site=site, task=None, what="the strata", codes=design.stratum)
+    n, rows = len(ctx.frame), design.rows
+    if rows is None:
+        rows = np.arange(design.n_obs)
+
+    def over_frame(mask: np.ndarray) -> np.ndarray:
+        full = np.zeros(n, dtype=bool)
+        full[rows[np.asarray(mask, bool)]] = True
+        return full
+
+    sets = [("the design's rows", over_frame(np.ones(design.n_obs, bool)))]
+    sets += [(term, over_frame(mask)) for term, mask in design.indicators]
+    for j in varying:
+        column = design.X[:, j]
+        differs = column != column[0]
+        if differs.any() and (column[differs] == column[differs][0]).all():  # two values
+            sets.append((spec.columns[j], over_frame(differs)))
+    if design.stratum is not None and spec.strata:
+        sets += [
+            (f"stratum {s}", over_frame(design.stratum == s)) for s in np.unique(design.stratum)
+        ]
+    ctx.guard.check_row_sets(site, None, sets)
+    checked.add(spec.key)
+
+
+def _survival_outcome(
+    site: str, spec: DesignSpec, data: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray]:
+    """Follow-up times (finite, not negative) and 0/1 event indicators of ``Surv(time, event)``."""
+    names = survival_outcome(spec.outcome)
+    if names is None:
+        raise MalformedRequestError(site=None, task=None, reason="not a survival outcome")
+    time_name, event_name = names
+    raw_time = data[time_name]
+    time = pd.to_numeric(raw_time, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(time) | (time < 0)
+    if bad.any():
+        raise InconsistentColumnError(
+            site=site,
+            column=time_name,
+            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
+        )
+    raw = data[event_name]
+    values = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
+    event = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    other = int((~np.isin(event, (0.0, 1.0))).sum())
+    if other:
+        raise NonBinaryOutcomeError(site=site, column=event_name, count=other)
+    return time, event
+
+
+def _strata_codes(data: pd.DataFrame, strata: tuple[str, ...]) -> np.ndarray:
+    """One code per combination of the strata columns' values (all rows 0 without strata)."""
+    if not strata:
+        return np.zeros(len(data), dtype=np.int64)
+    return data.groupby(list(strata), sort=True, observed=True).ngroup().to_numpy(np.int64)
+
+
+def _binary_outcome(
+    site: str,
+    outcome: str,
+    parsed: ParsedFormula,
+    data: pd.DataFrame,
+    raw: pd.DataFrame,
+    collect: Indicator,
+) -> np.ndarray:
+    factor = parsed.outcome_factor
+    if factor is None or factor.kind == "column":
+        raw_values = data[outcome]
+        if isinstance(raw_values.dtype, pd.CategoricalDtype):
+            raw_values = raw[outcome]
+        values = pd.to_numeric(
+            raw_values.astype("float64") if raw_values.dtype == bool else raw_values,
+            errors="coerce",
+        )
+        y = values.to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        y = _evaluated(site, factor, raw, collect)
+    other = int((~np.isin(y, (0.0, 1.0))).sum())
+    if other:
+        raise NonBinaryOutcomeError(site=site, column=outcome, count=other)
+    events = int(y.sum())
+    if events == 0 or events == len(y):
+        raise NoEventsError(site=site, column=outcome, outcome_value=int(events > 0))
+    return y
+
+
+def _evaluated(site: str, factor: Factor, raw: pd.DataFrame, collect: Indicator) -> np.ndarray:
+    """An expression factor's values on the design's rows (the site's own evaluator)."""
+    try:
+        return evaluate(factor, {v: raw[v] for v in factor.variables}, collect)
+    except UnsafeTermError as error:
+        raise FormulaRefusedError(
+            site=site, task=None, term=error.token, reason=error.reason
+        ) from None
+    except DomainError:
+        raise InconsistentColumnError(
+            site=site,
+            column=factor.name,
+            reason="cannot be computed for every row (a value outside the domain of a function, "
+            "a division by zero or an overflow); compute it during harmonisation",
+        ) from None
+
+
+def _checked_formula(spec: DesignSpec) -> ParsedFormula:
+    """The site parses the formula itself and refuses a spec inconsistent with it."""
+    try:
+        parsed = parse_formula(spec.formula)
+    except UnsafeTermError as error:
+        raise FormulaRefusedError(
+            site=None, task=None, term=error.token, reason=error.reason
+        ) from None
+    except FormulaError as error:
+        raise MalformedRequestError(site=None, task=None, reason=str(error)) from None
+    variables = parsed.outcome_variables | parsed.covariates
+    if set(spec.variables) != variables or parsed.outcome != spec.outcome:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason="the design's variables or outcome do not match its formula",
+        )
+    unknown = sorted(set(spec.levels) - parsed.covariates)
+    if set(spec.strata) & variables:
+        raise MalformedRequestError(
+            site=None, task=None, reason="the design's strata also appear in its formula"
+        )
+    if unknown or (spec.offset is not None and spec.offset in variables):
+        raise MalformedRequestError(
+            site=None, task=None, reason="the design's levels or offset do not match its formula"
+        )
+    return parsed
+
+
+def as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple) -> pd.Categorical:
+    allowed = {normalise_level(v) for v in levels}
+    values = column.map(lambda v: normalise_level(plain(v)))
+    unknown = values[~values.isin(allowed)]
+    if len(unknown):
+        counts = unknown.value_counts()
+        raise UnknownLevelError(
+            site=site, column=var, level=plain(counts.index[0]), count=int(counts.iloc[0])
+        )
+    return pd.Categorical(values, categories=list(levels))
+
+
+def _is_site_column(spec: DesignSpec, column: str) -> bool:
+    return column in {SITE_COLUMN.format(s) for s in spec.sites}
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars to Python numbers; everything else unchanged."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+MAX_GROUPS = 50
+"""Most group levels a grouped request may name."""
+
+
+def checked_group_levels(levels: Any, minimum: int) -> list:
+    """A request's group ``levels``: ``minimum`` to :data:`MAX_GROUPS` numbers or strings."""
+    if not (
+        isinstance(levels, list)
+        and minimum <= len(levels) <= MAX_GROUPS
+        and all(isinstance(v, int | float | str) for v in levels)
+    ):
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"'levels' must list {minimum} to {MAX_GROUPS} groups"
+        )
+    return levels
+
+
+def checked_beta(site: str, args: dict[str, Any], p: int) -> np.ndarray:
+    """The request's coefficients ``beta``: ``p`` finite numbers, as float64."""
+    beta = args.get("beta")
+    if not (isinstance(beta, np.ndarray) and beta.shape == (p,)):
+        raise MalformedRequestError(
+            site=site, task=None, reason=f"'beta' must be an array of {p} numbers"
+        )
+    if not np.isfinite(beta).all():
+        raise MalformedRequestError(site=site, task=None, reason="'beta' has non-finite values")
+    return beta.astype(np.float64)
+
+
+def spec_from_args(args: dict[str, Any]) -> DesignSpec:
+    try:
+        return DesignSpec.from_wire(args.get("design"))
+    except ValueError as exc:
+        raise MalformedRequestError(site=None, task=None, reason=str(exc)) from None
+
+
+def _string_list(args: dict[str, Any], key: str) -> list[str]:
+    value = args.get(key)
+    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        raise MalformedRequestError(site=None, task=None, reason=f"{key!r} must be a list of names")
+    return value

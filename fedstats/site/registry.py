@@ -1,0 +1,132 @@
+"""The one place where site tasks are registered.
+
+A silo answers exactly these tasks; anything else is refused with
+:class:`~fedstats.errors.UnknownTaskError`. Each entry names its handler and
+the schema its reply must match (see :mod:`fedstats.schema`).
+"""
+
+from __future__ import annotations
+
+from fedstats.deep import site_tasks as deep_site
+from fedstats.secagg import site as secagg_site
+from fedstats.site.handlers import budget as budget_site
+from fedstats.site.handlers import cox as cox_site
+from fedstats.site.handlers import design as site_design
+from fedstats.site.handlers import fairness as fairness_site
+from fedstats.site.handlers import fingerprint as fingerprint_site
+from fedstats.site.handlers import logistic as logistic_site
+from fedstats.site.handlers import survival as survival_site
+from fedstats.site.task import Task, TaskRegistry
+
+REGISTRY = TaskRegistry(
+    [
+        Task(
+            name="describe",
+            handler=site_design.describe,
+            schema=site_design.describe_schema,
+            description="kind of each variable and levels of categorical ones",
+            about_patients=False,
+        ),
+        Task(
+            name="prepare",
+            handler=site_design.prepare,
+            schema=site_design.prepare_schema,
+            description="build the agreed design; patients, dropped rows and events",
+            private_release=site_design.prepare_private_release,
+        ),
+        Task(
+            name="logistic.summaries",
+            handler=logistic_site.summaries,
+            schema=logistic_site.summaries_schema,
+            description="logistic score, information and log-likelihood at given coefficients",
+            private_release=logistic_site.summaries_private_release,
+        ),
+        Task(
+            name="cox.summaries",
+            handler=cox_site.summaries,
+            schema=cox_site.summaries_schema,
+            description="Cox log partial likelihood, score and information of the site's strata",
+        ),
+        Task(
+            name=cox_site.GRID_TASK,
+            handler=cox_site.grid_summaries,
+            schema=cox_site.grid_summaries_schema,
+            description="Cox risk-set and tied-event sums on a time grid (k-protected)",
+        ),
+        Task(
+            name=cox_site.CONCORDANCE_TASK,
+            handler=cox_site.concordance,
+            schema=cox_site.concordance_schema,
+            description="Harrell's C pair counts among the site's patients at given coefficients",
+        ),
+        Task(
+            name=cox_site.ROBUST_TASK,
+            handler=cox_site.robust,
+            schema=cox_site.robust_schema,
+            description="Cox score residuals' cross-products summed over the site's clusters",
+        ),
+        Task(
+            name=survival_site.TASK,
+            handler=survival_site.counts,
+            schema=survival_site.counts_schema,
+            description="at-risk and event counts per group on a time grid (k-protected)",
+            private_release=survival_site.counts_private_release,
+        ),
+        Task(
+            name=fairness_site.TASK,
+            handler=fairness_site.summaries,
+            schema=fairness_site.summaries_schema,
+            description="per-group soft true-positive sums, their gradients, and AUC pair counts",
+        ),
+        Task(
+            name="harmonize.fingerprint",
+            handler=fingerprint_site.fingerprint,
+            schema=fingerprint_site.fingerprint_schema,
+            description="schema of the served frame: columns, kinds, levels, units, study digest",
+            about_patients=False,
+        ),
+        Task(
+            name="privacy.status",
+            handler=budget_site.status,
+            schema=budget_site.status_schema,
+            description="the site's privacy budget for a study and whether a planned fit fits",
+            about_patients=False,
+        ),
+        Task(
+            name=secagg_site.ADVERTISE_TASK,
+            handler=secagg_site.advertise,
+            schema=secagg_site.advertise_schema,
+            description="secure aggregation: fresh public keys for one session",
+            about_patients=False,
+        ),
+        Task(
+            name=secagg_site.SHARE_TASK,
+            handler=secagg_site.share,
+            schema=secagg_site.share_schema,
+            description="secure aggregation: Shamir shares of the mask seed and key, sealed",
+            about_patients=False,
+        ),
+        Task(
+            name=secagg_site.UNMASK_TASK,
+            handler=secagg_site.unmask,
+            schema=secagg_site.unmask_schema,
+            description="secure aggregation: the shares that remove the masks of one sum",
+            about_patients=False,
+        ),
+        Task(
+            name=deep_site.TRAIN_TASK,
+            handler=deep_site.train,
+            schema=deep_site.train_schema,
+            description="one round of local training of a registered network; the flat update",
+            private_training=deep_site.training_event,
+            cost=deep_site.train_cost,
+            validate=deep_site.validate_train,
+        ),
+        Task(
+            name=deep_site.EVALUATE_TASK,
+            handler=deep_site.evaluate,
+            schema=deep_site.evaluate_schema,
+            description="a network's performance on the site's rows as sums and counts",
+        ),
+    ]
+)

@@ -1,0 +1,444 @@
+"""The silo: the only code that touches a site's rows.
+
+A :class:`Silo` receives a request as bytes, routes it by task name to a
+handler registered in :mod:`fedstats.site.registry`, checks the reply with the site's
+:class:`~fedstats.site.disclosure.DisclosurePolicy` and returns bytes. Every reply
+leaves through :meth:`Silo.handle`, so the check happens in this one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import dp_accounting
+import numpy as np
+import pandas as pd
+
+import accounting
+from fedstats.errors import (
+    BudgetExceededError,
+    CodecError,
+    DisclosureError,
+    InternalSiteError,
+    MalformedRequestError,
+    NoBudgetError,
+    SiteError,
+    StudyConfigurationError,
+    UnknownTaskError,
+    to_wire,
+)
+from fedstats.secagg.roster import RosterPin
+from fedstats.secagg.site import (
+    MaskBlock,
+    SiteSession,
+    mask_reply,
+    noise_multipliers,
+    open_shares,
+)
+from fedstats.site import codec
+from fedstats.site.differencing import DifferencingGuard
+from fedstats.site.disclosure import DisclosurePolicy, check_reply
+from fedstats.site.error_replies import REFUSALS, checked_error, refusal_reason
+from fedstats.site.private_release import (
+    DpRequest,
+    add_noise,
+    draw_noise,
+    noisy_groups,
+    release_event,
+    reply_schema,
+    training_event,
+)
+from fedstats.site.protocol import Protocol
+from fedstats.site.resource_limits import RequestLimits
+from fedstats.site.task import SiteContext, Task, TaskRegistry
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SiteLogEntry:
+    """The site's own record of one request it answered or refused."""
+
+    task: str
+    status: str  # "released", "refused" or "error"
+    reply_bytes: int
+    at: datetime
+    detail: str = ""
+    reason: str = ""
+    """Why a request was refused or failed (a disclosure rule, "protocol", "resources",
+    "formula", or the error's type); empty for released replies."""
+
+
+class Silo:
+    """One site's analysis frame behind the silo boundary.
+
+    Parameters
+    ----------
+    name:
+        The site's name, as the study knows it.
+    frame:
+        The harmonised analysis frame, one row per patient.
+    policy:
+        The site's disclosure control (defaults: threshold of 10 patients).
+    registry:
+        The tasks this silo answers; defaults to :data:`fedstats.site.registry.REGISTRY`.
+    ledger:
+        The site's own privacy ledger. Private releases are charged to it
+        (scope: unit ``patient``, owner this site, the request's study) before
+        any row is read; the site's privacy officer sets the budgets in it.
+    noise_seed:
+        A fixed seed for the privacy noise, for tests and reproducibility runs
+        only; every private reply then declares it. By default the noise
+        generator is seeded from OS entropy for every release.
+    protocol:
+        The protocol the site's privacy officer approved
+        (:class:`fedstats.site.protocol.Protocol`): exact requests outside it are
+        refused with :class:`~fedstats.errors.ProtocolError`.
+    secure_aggregation:
+        The secure-aggregation roster and signing key the site pinned
+        (:class:`fedstats.secagg.roster.RosterPin`); sessions whose roster or
+        keys differ are refused. Without one, a site charges its ledger for
+        the noise it adds itself, not for the noise of the sum.
+    limits:
+        Resource limits per request (:class:`fedstats.site.resource_limits.RequestLimits`).
+    guard_path:
+        Where the differencing guard keeps the row sets this site answered
+        (kept in memory when ``None``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        frame: pd.DataFrame,
+        *,
+        policy: DisclosurePolicy | None = None,
+        registry: TaskRegistry | None = None,
+        ledger: accounting.Ledger | None = None,
+        noise_seed: int | None = None,
+        protocol: Protocol | None = None,
+        secure_aggregation: RosterPin | None = None,
+        limits: RequestLimits | None = None,
+        guard_path: Path | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise StudyConfigurationError(f"a site needs a non-empty name, got {name!r}")
+        if not isinstance(frame, pd.DataFrame):
+            raise StudyConfigurationError(
+                f"site {name!r}: the analysis frame must be a pandas DataFrame, "
+                f"got {type(frame).__name__}"
+            )
+        if registry is None:
+            from fedstats.site.registry import REGISTRY
+
+            registry = REGISTRY
+        self.name = name
+        self.policy = policy or DisclosurePolicy()
+        self._registry = registry
+        self.protocol = protocol
+        self.limits = limits or RequestLimits()
+        self._context = SiteContext(
+            name=name,
+            frame=frame,
+            policy=self.policy,
+            ledger=ledger,
+            protocol=protocol,
+            secure_aggregation=secure_aggregation,
+            guard=DifferencingGuard(self.policy, frame, path=guard_path),
+        )
+        self.ledger = ledger
+        self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)
+        self.log: list[SiteLogEntry] = []
+
+    def __repr__(self) -> str:
+        return f"Silo({self.name!r}, {len(self._context.frame)} patients, {self.policy})"
+
+    def handle(self, request: bytes) -> bytes:
+        """Answer one request; the reply is always bytes, an error reply included.
+
+        In order, before any row is read: the request's size, its arguments
+        (the task's schema), the site's resource limits, its approved
+        protocol, whether it requires privacy or secure aggregation, and the
+        rounds of the analysis. Then the handler computes the reply (data
+        checks and small-cell rules refuse here, before any charge); a private
+        release is charged to the site's ledger, and only then noised and
+        released. Every reply and every error reply is checked before it
+        leaves (:func:`~fedstats.site.disclosure.check_reply`,
+        :func:`~fedstats.site.error_replies.checked_error`).
+        """
+        task_name = "?"
+        context = self._context
+        try:
+            self.limits.check_request(self.name, task_name, request)
+            task_name, args = self._parse(request)
+            task = self._registry.get(task_name)
+            if task is None:
+                raise UnknownTaskError(site=self.name, task=task_name)
+            plain = task.schema(args)
+            schema = reply_schema(task, args, plain)
+            dp = DpRequest.from_args(args)
+            secure = MaskBlock.from_args(args)
+            self._admit(task, task_name, args, private=dp is not None, secure=secure is not None)
+            context.deadline = self.limits.deadline()
+            context.exact = dp is None
+            session = None if secure is None else open_shares(context, secure, task_name)
+            noise = None
+            facts: dict = {}
+            if dp is None:
+                reply = task.handler(context, args)
+            elif task.private_training is not None:
+                # The handler runs the mechanism (e.g. DP-SGD): data checks, then the charge.
+                if task.validate is not None:
+                    task.validate(context, args)
+                event = training_event(task, args, self.name)
+                spent, budget = self._charge(task_name, dp, event, {})
+                reply = task.handler(context, {**args, "noise_seed": self._training_seed()})
+                facts = self._private_facts(spent, budget)
+            else:
+                groups = noisy_groups(task, args, self.name)
+                sigmas = dp.sigmas_for(groups, self.name, task_name)
+                site_sigmas = (
+                    sigmas if session is None else noise_multipliers(session, groups, sigmas, plain)
+                )
+                # Computed (and every data check passed) before the charge; released after it.
+                reply = task.handler(context, args)
+                spent, budget = self._charge(
+                    task_name,
+                    dp,
+                    release_event(charged_sigmas(sigmas, session)),
+                    {}
+                    if session is None
+                    else {
+                        "secure_aggregation_threshold": session.threshold,
+                        "secure_aggregation_roster": "pinned" if session.pinned else "unpinned",
+                        **{
+                            f"site_noise_multiplier[{g.fields[0]}]": v
+                            for g, v in zip(groups, site_sigmas, strict=True)
+                        },
+                    },
+                )
+                noise = draw_noise(
+                    reply.payload,
+                    groups,
+                    site_sigmas,
+                    self._noise_rng(),
+                    site=self.name,
+                    task=task_name,
+                )
+                facts = self._private_facts(spent, budget)
+            if session is None:
+                payload = reply.payload if noise is None else add_noise(reply.payload, noise)
+            else:
+                # Shape and threshold are checked on the plain reply; then it is masked.
+                check_reply(
+                    self.policy,
+                    site=self.name,
+                    task=task_name,
+                    schema=plain,
+                    payload=reply.payload,
+                    contributors=reply.contributors,
+                )
+                payload = mask_reply(session, reply.payload, noise, plain, task_name)
+            payload.update(facts)
+            check_reply(
+                self.policy,
+                site=self.name,
+                task=task_name,
+                schema=schema,
+                payload=payload,
+                contributors=reply.contributors,
+            )
+            out = codec.encode({"status": "ok", "result": payload})
+        except SiteError as error:
+            error = checked_error(error.located(self.name, task_name), self.policy)
+            status = "refused" if isinstance(error, REFUSALS) else "error"
+            return self._record(
+                task_name,
+                status,
+                {"status": "error", "error": to_wire(error)},
+                detail=str(error),
+                reason=refusal_reason(error),
+            )
+        except Exception as error:
+            log.exception("site %s: task %s failed", self.name, task_name)
+            wire = to_wire(
+                InternalSiteError(site=self.name, task=task_name, error_type=type(error).__name__)
+            )
+            return self._record(
+                task_name,
+                "error",
+                {"status": "error", "error": wire},
+                detail=repr(error),
+                reason="InternalSiteError",
+            )
+        finally:
+            context.deadline, context.exact = None, True
+        self.log.append(SiteLogEntry(task_name, "released", len(out), _now()))
+        return out
+
+    def _admit(
+        self, task: Task, task_name: str, args: dict[str, Any], *, private: bool, secure: bool
+    ) -> None:
+        """Every check that needs no row: limits, protocol, required privacy, rounds."""
+        self.limits.check_arguments(self.name, task_name, args)
+        if task.cost is not None:
+            self.limits.check_work(self.name, task_name, task.cost(self._context, args))
+        if not task.about_patients:
+            return
+        approved = (
+            None
+            if self.protocol is None
+            else self.protocol.admit(self.name, task_name, args, private=private)
+        )
+        if not private and self.policy.require_privacy:
+            raise DisclosureError(
+                site=self.name,
+                task=task_name,
+                reason="this site answers it only as a differentially private release",
+                rule="privacy-required",
+            )
+        pin = self._context.secure_aggregation
+        if pin is not None and getattr(pin, "require", False) and not secure:
+            raise DisclosureError(
+                site=self.name,
+                task=task_name,
+                reason="this site answers it only inside secure aggregation with its pinned roster",
+                rule="secure-aggregation",
+            )
+        if not private:
+            self._context.guard.count_round(self.name, task_name, analysis_key(task_name, args))
+            if approved is not None and approved.max_rounds is not None:
+                self._context.guard.count_round(
+                    self.name, task_name, f"protocol:{approved.name}", limit=approved.max_rounds
+                )
+
+    def _private_facts(self, spent: float, budget: float) -> dict[str, Any]:
+        return {
+            "dp_epsilon_spent": spent,
+            "dp_budget_epsilon": budget,
+            "dp_fixed_seed": self._seeded_rng is not None,
+        }
+
+    def _charge(
+        self,
+        task: str,
+        dp: DpRequest,
+        event: dp_accounting.DpEvent,
+        distributed: dict[str, float],
+    ) -> tuple[float, float]:
+        """Charge the site's ledger for a release; returns (epsilon spent, budget).
+
+        ``event`` describes the release the coordinator can see; under secure
+        aggregation this site adds only its share of the noise, which the
+        entry records beside it (``distributed``: the threshold and this
+        site's multiplier per group).
+        """
+        if self.ledger is None:
+            raise NoBudgetError(
+                site=self.name, task=task, study=dp.study, reason="the site keeps no privacy ledger"
+            )
+        scope = accounting.Scope(unit="patient", owner=self.name, study=dp.study)
+        try:
+            entry = self.ledger.charge(
+                scope,
+                event,
+                note=dp.note,
+                analysis=dp.analysis,
+                task=task,
+                parameters={
+                    **{f"noise_multiplier[{k}]": v for k, v in dp.noise_multipliers.items()},
+                    **distributed,
+                },
+            )
+        except accounting.UnknownScope:
+            raise NoBudgetError(
+                site=self.name,
+                task=task,
+                study=dp.study,
+                reason="no privacy budget is set for this study",
+            ) from None
+        except accounting.BudgetExceeded as exceeded:
+            raise BudgetExceededError(
+                site=self.name,
+                task=task,
+                study=dp.study,
+                spent=exceeded.spent,
+                requested=exceeded.requested,
+                remaining=exceeded.remaining,
+                budget=exceeded.budget_epsilon,
+            ) from None
+        except accounting.UnsupportedMechanism as unsupported:
+            raise DisclosureError(site=self.name, task=task, reason=str(unsupported)) from None
+        return entry.epsilon_after, self.ledger.budget(scope).epsilon
+
+    def _training_seed(self) -> int | None:
+        """The seed a training mechanism must use: ``None`` (OS entropy) unless fixed for tests."""
+        if self._seeded_rng is None:
+            return None
+        return int(self._seeded_rng.integers(2**63 - 1))
+
+    def _noise_rng(self) -> np.random.Generator:
+        """A fresh OS-entropy generator per release, unless a fixed seed was asked for."""
+        return self._seeded_rng if self._seeded_rng is not None else np.random.default_rng()
+
+    def _parse(self, request: bytes) -> tuple[str, dict[str, Any]]:
+        try:
+            message = codec.decode(request)
+        except CodecError as error:
+            raise MalformedRequestError(site=self.name, task="?", reason=str(error)) from None
+        if not (isinstance(message, dict) and set(message) == {"task", "args"}):
+            raise MalformedRequestError(
+                site=self.name, task="?", reason="a request holds exactly 'task' and 'args'"
+            )
+        task, args = message["task"], message["args"]
+        if not isinstance(task, str) or not isinstance(args, dict):
+            raise MalformedRequestError(
+                site=self.name,
+                task=str(task)[:80],
+                reason="'task' must be a string, 'args' a mapping",
+            )
+        return task, args
+
+    def _record(self, task: str, status: str, message: dict, detail: str, reason: str) -> bytes:
+        out = codec.encode(message)
+        self.log.append(SiteLogEntry(task, status, len(out), _now(), detail, reason))
+        return out
+
+
+def charged_sigmas(sigmas: list[float], session: SiteSession | None) -> list[float]:
+    """The noise multipliers a release is charged for.
+
+    Alone, or inside secure aggregation with a pinned roster, the site is
+    charged for the release the coordinator can see: the sum's noise,
+    ``sigma`` per group. Inside a session the site could not check (no pinned
+    roster), the coordinator may be able to unmask this site's reply alone, so
+    the site is charged for the noise it adds itself, ``sigma / sqrt(t)`` of the
+    (rounding-inflated) sensitivity (:func:`fedstats.secagg.site.noise_multipliers`).
+    """
+    if session is None or session.pinned:
+        return sigmas
+    return [s / math.sqrt(session.threshold) for s in sigmas]
+
+
+def analysis_key(task: str, args: dict[str, Any]) -> str:
+    """What the site counts as one analysis: the agreed design, or the survival outcome.
+
+    Derived from the request's content, never from a label the coordinator
+    chooses, so renaming an analysis does not reset its rounds.
+    """
+    if isinstance(args.get("design"), dict):
+        what: Any = args["design"]
+    else:
+        what = [task, *(args.get(k) for k in ("time", "event", "group", "variables"))]
+    canonical = json.dumps(what, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
