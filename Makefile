@@ -25,16 +25,18 @@ demo: $(STAMP) report-packages
 
 test: $(STAMP) system-packages
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/ruff format --check .
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test,deep]'
 	touch $(STAMP)
 
 system-packages:

@@ -26,7 +26,7 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__)
 import fedstats  # noqa: E402
 from fedstats import datasets  # noqa: E402
 from fedstats.flower.local_study import LocalStudy, write_study  # noqa: E402
-from fedstats.models.inventory import MessageRecord  # noqa: E402
+from studyfiles.inventory import MessageRecord  # noqa: E402
 
 FIT = """
 [[fits]]

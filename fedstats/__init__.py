@@ -3,11 +3,13 @@
 Sites keep their rows behind a :class:`Silo`; a :class:`Federation` reaches
 them only through encoded messages; models such as
 :class:`LogisticRegression` combine the sites' aggregates into the answer a
-pooled analysis would give.
+pooled analysis would give. Deep models (:mod:`fedstats.deep`) need the
+``deep`` extra (``pip install 'fedstats[deep]'``) and are imported on first use.
 """
 
-from fedstats import deep
-from fedstats.deep import DeepModelResults, FederatedTrainer
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
@@ -34,31 +36,87 @@ from fedstats.errors import (
     StudyConfigurationError,
     UnknownLevelError,
 )
-from fedstats.models.client_dp import DPFedAvg
-from fedstats.models.cox import CoxPH
-from fedstats.models.federation import Federation
-from fedstats.models.heterogeneity import (
-    HeterogeneityResults,
-    SurvivalHeterogeneity,
-    heterogeneity,
-    survival_heterogeneity,
-)
-from fedstats.models.inventory import MessageInventory, MessageRecord
-from fedstats.models.kaplan_meier import (
-    KaplanMeier,
-    KaplanMeierResults,
-    LogRankResult,
-    logrank_test,
-)
-from fedstats.models.logistic import LogisticRegression
-from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
-from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
-from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_sum
-from fedstats.site.design import DesignSpec
-from fedstats.site.disclosure import DisclosurePolicy
-from fedstats.site.silo import Silo
+
+_PUBLIC: dict[str, str] = {
+    "DPFedAvg": "fedstats.models.client_dp",
+    "CoxPH": "fedstats.models.cox",
+    "Federation": "fedstats.models.federation",
+    "HeterogeneityResults": "fedstats.models.heterogeneity",
+    "SurvivalHeterogeneity": "fedstats.models.heterogeneity",
+    "heterogeneity": "fedstats.models.heterogeneity",
+    "survival_heterogeneity": "fedstats.models.heterogeneity",
+    "MessageInventory": "studyfiles.inventory",
+    "MessageRecord": "studyfiles.inventory",
+    "KaplanMeier": "fedstats.models.kaplan_meier",
+    "KaplanMeierResults": "fedstats.models.kaplan_meier",
+    "LogRankResult": "fedstats.models.kaplan_meier",
+    "logrank_test": "fedstats.models.kaplan_meier",
+    "LogisticRegression": "fedstats.models.logistic",
+    "ClientDP": "fedstats.models.privacy",
+    "PrivacyAccount": "fedstats.models.privacy",
+    "RecordDP": "fedstats.models.privacy",
+    "CoxPHResults": "fedstats.models.results",
+    "LogisticRegressionResults": "fedstats.models.results",
+    "Provenance": "fedstats.models.results",
+    "SecureAggregation": "fedstats.secagg.coordinator",
+    "SecureSum": "fedstats.secagg.coordinator",
+    "secure_sum": "fedstats.secagg.coordinator",
+    "DesignSpec": "fedstats.site.design",
+    "DisclosurePolicy": "fedstats.site.disclosure",
+    "Silo": "fedstats.site.silo",
+    "DeepModelResults": "fedstats.deep",
+    "FederatedTrainer": "fedstats.deep",
+}
+"""Where each public name is defined, imported on first use (PEP 562): ``import fedstats``
+loads no model, no SciPy and no torch until a name is used."""
+
+_SUBMODULES = frozenset({"datasets", "deep"})
+
+if TYPE_CHECKING:
+    from fedstats import datasets, deep
+    from fedstats.deep import DeepModelResults, FederatedTrainer
+    from fedstats.models.client_dp import DPFedAvg
+    from fedstats.models.cox import CoxPH
+    from fedstats.models.federation import Federation
+    from fedstats.models.heterogeneity import (
+        HeterogeneityResults,
+        SurvivalHeterogeneity,
+        heterogeneity,
+        survival_heterogeneity,
+    )
+    from fedstats.models.kaplan_meier import (
+        KaplanMeier,
+        KaplanMeierResults,
+        LogRankResult,
+        logrank_test,
+    )
+    from fedstats.models.logistic import LogisticRegression
+    from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
+    from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
+    from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_sum
+    from fedstats.site.design import DesignSpec
+    from fedstats.site.disclosure import DisclosurePolicy
+    from fedstats.site.silo import Silo
+    from studyfiles.inventory import MessageInventory, MessageRecord
 
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    """Import a public name's module the first time the name is used."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"fedstats.{name}")
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fedstats' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC, *_SUBMODULES})
+
 
 __all__ = [
     "BudgetExceededError",
@@ -110,6 +168,7 @@ __all__ = [
     "SurvivalHeterogeneity",
     "UnknownLevelError",
     "__version__",
+    "datasets",
     "deep",
     "heterogeneity",
     "logrank_test",

@@ -175,6 +175,19 @@ class UnknownTaskError(SiteError):
         )
 
 
+class ExtraNotInstalledError(UnknownTaskError):
+    """A task served by an optional extra (``fedstats[deep]``) that the site did not install."""
+
+    fields = ("site", "task", "extra")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} cannot answer task {self.task!r}: fedstats's {self.extra!r} "
+            f"extra is not installed there. Its data engineer installs it with "
+            f"pip install 'fedstats[{self.extra}]'; every statistical task is served without it."
+        )
+
+
 class MalformedRequestError(SiteError):
     """A request's arguments do not fit the task."""
 
@@ -309,6 +322,7 @@ SITE_ERRORS: dict[str, type[SiteError]] = {
         SiteError,
         DisclosureError,
         UnknownTaskError,
+        ExtraNotInstalledError,
         MalformedRequestError,
         InternalSiteError,
         BudgetExceededError,

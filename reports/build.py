@@ -25,7 +25,6 @@ from collections import Counter
 import pandas as pd
 
 from accounting import describe_event
-from fedstats.models.inventory import MessageInventory
 from harmonize.fingerprint import SiteFingerprint
 from reports.flows import data_flows
 from reports.mechanisms import event_facts
@@ -49,6 +48,7 @@ from reports.model import (
 from reports.plots import coefficient_comparison, epsilon_timeline
 from reports.records import FitRecord
 from reports.study import ScopeRecord, Study
+from studyfiles.inventory import MessageInventory
 
 SIGN_OFF_ROLES = (
     "Chief investigator",

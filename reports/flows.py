@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fedstats.models.inventory import MessageInventory
+from studyfiles.inventory import MessageInventory
 
 COLUMNS = [
     "site",

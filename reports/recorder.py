@@ -20,17 +20,23 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pandas as pd
 
 import accounting
-from fedstats.durable_files import file_sha256
-from fedstats.models.inventory import MessageInventory
-from fedstats.models.results import LikelihoodResults
 from harmonize.report import HarmonizationReport
 from reports.errors import RecordingError
 from reports.layout import FORMAT, StudyLayout, checked_name
+from studyfiles.durable import file_sha256
+from studyfiles.inventory import MessageInventory
+
+
+class RecordableResult(Protocol):
+    """A fitted model's results that can be written as a fit record."""
+
+    def to_record(self) -> dict[str, Any]: ...
+
 
 PACKAGES = (
     "fedstats",
@@ -125,7 +131,7 @@ class StudyRecorder:
     def record_fit(
         self,
         name: str,
-        result: LikelihoodResults,
+        result: RecordableResult,
         *,
         description: str,
         reference: str | None = None,

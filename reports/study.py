@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import accounting
-from fedstats.durable_files import file_sha256
-from fedstats.models.inventory import InventoryFileError, MessageInventory
 from harmonize.errors import HarmonizationError
 from harmonize.report import HarmonizationReport
 from reports.errors import StudyDirectoryError, StudyRecordError
 from reports.layout import StudyLayout
 from reports.records import AuditRecord, DiagnosticRecord, FitRecord, Manifest, parse_record
+from studyfiles.durable import file_sha256
+from studyfiles.errors import InventoryFileError
+from studyfiles.inventory import MessageInventory
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -32,3 +34,17 @@ def pooled(frames: dict[str, pd.DataFrame], with_site: bool = False) -> pd.DataF
     if with_site:
         out["site"] = np.repeat(list(frames), [len(f) for f in frames.values()])
     return out
+
+
+DEEP_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("torch", "opacus"))
+"""Whether the ``deep`` extra (torch, Opacus) is installed; tests marked ``deep`` need it."""
+DEEP_SKIP = "needs the deep extra (torch, Opacus): pip install 'fedstats[deep]'"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without the deep extra, tests marked ``deep`` are skipped, saying why."""
+    if DEEP_EXTRA:
+        return
+    for item in items:
+        if item.get_closest_marker("deep") is not None:
+            item.add_marker(pytest.mark.skip(reason=DEEP_SKIP))

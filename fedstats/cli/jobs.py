@@ -15,10 +15,7 @@ from typing import Annotated
 
 import typer
 
-from fedstats.jobs.site_batch import EXIT_HELP as SITE_EXIT_HELP
-from fedstats.jobs.site_batch import SiteExit, run_site_job
-from fedstats.jobs.study_run import EXIT_HELP as STUDY_EXIT_HELP
-from fedstats.jobs.study_run import StudyExit, run_study_job
+from fedstats.jobs.exit_codes import SITE_EXIT_HELP, STUDY_EXIT_HELP, SiteExit, StudyExit
 
 site_app = typer.Typer(help="A site's scheduled batch job.", no_args_is_help=True)
 study_app = typer.Typer(help="The coordinator's study run.", no_args_is_help=True)
@@ -51,6 +48,8 @@ A lock in WORKDIR keeps two runs from overlapping.
 def site_run(
     config: Annotated[Path, typer.Option(help="The site's configuration (site.toml).")],
 ) -> None:
+    from fedstats.jobs.site_batch import run_site_job
+
     run = run_site_job(config)
     where = f" (run record: {run.record_path})" if run.record_path else ""
     if run.exit_code == SiteExit.OK:
@@ -115,6 +114,7 @@ def study_run(
     config: Annotated[Path, typer.Option(help="The coordinator's study configuration.")],
 ) -> None:
     from fedstats.jobs.study_record import record_and_report
+    from fedstats.jobs.study_run import run_study_job
 
     run = run_study_job(config, record=record_and_report)
     if run.exit_code == StudyExit.OK:

@@ -4,21 +4,13 @@
 from __future__ import annotations
 
 import json
-import tempfile
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
-import numpy as np
-import pandas as pd
 import typer
 
-import accounting
-import fedstats
-from fedstats import datasets
 from fedstats.cli.jobs import site_app, study_app
-from fedstats.errors import DisclosureError, FedstatsError
-from reports import budget_table, data_flows
 
 app = typer.Typer(
     help="fedstats: privacy-accounted biostatistics for multi-site clinical studies.",
@@ -46,6 +38,9 @@ def budget_show(
     ] = False,
 ) -> None:
     """Scopes, budgets, epsilon spent (RDP and PLD), remaining and entries in a ledger."""
+    import accounting
+    from reports import budget_table
+
     if not ledger.is_file():
         typer.secho(f"error: no ledger at {ledger}", fg=typer.colors.RED, err=True)
         raise typer.Exit(code=2)
@@ -225,185 +220,18 @@ def demo(
     under record-level differential privacy: each hospital charges its own
     ledger (kept in a temporary folder) before it releases noisy aggregates.
 
-    Finally the whole workflow of a private study (``reports.demo``): four
+    Finally the whole workflow of a private study (``fedstats.jobs.demo``): four
     synthetic hospitals' FHIR and OMOP exports are harmonised, exact,
     record-level and client-level private fits are made, everything is
     recorded in OUT_DIR/study and the compliance report is written as
     OUT_DIR/compliance-report.html and .pdf.
     """
+    from fedstats.jobs.demo import DemoFailed, run_heart_demo
+
     try:
-        everyone = datasets.heart_disease(data_dir)
-        model = fedstats.LogisticRegression(datasets.HEART_FORMULA, site_intercepts=site_intercepts)
-        data, federation, result = _fit_where_answered(everyone, model)
-    except FedstatsError as error:
-        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(code=2) from None
-
-    typer.echo(f"Data: {data.source}")
-    typer.echo(data.counts().to_string())
-    typer.echo(f"(excluded: {data.exclusion_reason})\n")
-    typer.echo(result.summary())
-    typer.echo("")
-    comparison, largest = _compare_with_pooled(data.frames, result, site_intercepts)
-    typer.echo("Federated vs pooled statsmodels GLM Binomial (fit to tol=1e-12):")
-    typer.echo(comparison.to_string(float_format=lambda v: f"{v:.10f}"))
-    typer.echo(
-        f"\nLargest |difference|: coefficients {largest['params']:.2e}, "
-        f"standard errors {largest['bse']:.2e}, log-likelihood {largest['llf']:.2e}"
-    )
-    typer.echo("\nWhat left each site (messages and bytes; no row-level data):")
-    flows = data_flows(federation.inventory)
-    typer.echo(flows[["messages", "refused", "bytes_out", "bytes_in"]].to_string())
-    if private:
-        _private_demo(everyone.frames, result, site_intercepts)
-        _study_demo(out_dir)
-
-
-def _study_demo(out_dir: Path) -> None:
-    """Harmonise, fit, record and report the demonstration study under ``out_dir``."""
-    import time
-
-    from reports import ReportError, build_report, format_epsilon, write_html, write_pdf
-    from reports.demo import SITES, run_demo_study
-    from reports.study import Study
-
-    started = time.perf_counter()
-    sources = ", ".join(f"{s.name} ({s.source.upper()})" for s in SITES)
-    typer.echo(f"\nA private study from raw extracts: harmonising {sources} ...")
-    try:
-        study_dir = run_demo_study(out_dir)
-        study = Study.load(study_dir)
-        report = build_report(study)
-        html = write_html(report, out_dir / "compliance-report.html")
-        pdf = write_pdf(report, out_dir / "compliance-report.pdf")
-    except (FedstatsError, ReportError) as error:
-        _fail(str(error), 2)
-    typer.echo("Privacy spent per scope (from the ledgers in the study directory):")
-    budgets = pd.DataFrame(
-        [
-            {
-                "owner": s.owner,
-                "level": s.level,
-                "budget epsilon": s.budget_epsilon,
-                "epsilon (RDP)": s.epsilon_rdp,
-                "epsilon (PLD)": s.epsilon_pld,
-                "charges": s.entries,
-            }
-            for s in report.scopes
-        ]
-    )
-    typer.echo(budgets.to_string(index=False, float_format=format_epsilon))
-    typer.echo(f"\nStudy directory: {study_dir.resolve()}")
-    typer.echo(f"Compliance report (HTML): {html.resolve()}")
-    typer.echo(f"Compliance report (PDF):  {pdf.resolve()}")
-    typer.echo(f"(study and report in {time.perf_counter() - started:.0f} s)")
-
-
-def _fit_where_answered(
-    data: datasets.SiteFrames, model: fedstats.LogisticRegression
-) -> tuple[datasets.SiteFrames, fedstats.Federation, fedstats.LogisticRegressionResults]:
-    """Fit at every hospital that answers; a hospital whose disclosure rules refuse the exact
-    fit (Switzerland's cells are too small) is named with its reason and left out."""
-    while True:
-        federation = fedstats.Federation.in_process(data.frames, study="heart-disease-demo")
-        try:
-            return data, federation, model.fit(federation)
-        except DisclosureError as refusal:
-            if refusal.site not in data.frames or len(data.frames) == 1:
-                raise
-            typer.secho(
-                f"{refusal}\nThe exact fit goes on without {refusal.site!r} (it can take part "
-                "in private analyses, where noise protects its small cells).\n",
-                fg=typer.colors.YELLOW,
-            )
-            data = data.only([s for s in data.frames if s != refusal.site])
-
-
-def _private_demo(
-    frames: dict[str, pd.DataFrame],
-    exact: fedstats.LogisticRegressionResults,
-    site_intercepts: bool,
-) -> None:
-    """The same model under record-level DP, each site charging its own ledger."""
-    study = "heart-disease-demo"
-    privacy = fedstats.RecordDP(epsilon=1.0, delta=1e-3, bounds=datasets.HEART_BOUNDS)
-    with tempfile.TemporaryDirectory() as folder:
-        ledgers = {}
-        for site in frames:
-            ledger = accounting.Ledger(Path(folder) / f"{site}.ledger")
-            ledger.set_budget(
-                accounting.Scope(unit="patient", owner=site, study=study), epsilon=3.0, delta=1e-3
-            )
-            ledgers[site] = ledger
-        federation = fedstats.Federation.in_process(frames, study=study, ledgers=ledgers)
-        model = fedstats.LogisticRegression(
-            datasets.HEART_FORMULA, levels=datasets.HEART_LEVELS, site_intercepts=site_intercepts
-        )
-        try:
-            result = model.fit(federation, privacy=privacy)
-        except FedstatsError as error:
-            typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(code=2) from None
-        typer.echo(
-            "\nUnder record-level differential privacy (each hospital: epsilon 1, delta "
-            "1e-3 for this fit, out of a budget of 3):"
-        )
-        typer.echo(result.summary())
-        ratios = pd.DataFrame(
-            {
-                "exact odds ratio": exact.odds_ratios()["odds_ratio"],
-                "private odds ratio": result.odds_ratios()["odds_ratio"],
-            }
-        )
-        typer.echo(ratios.to_string(float_format=lambda v: f"{v:.3f}"))
-        typer.echo("\nEach hospital's ledger after the fit:")
-        budgets = pd.concat(
-            [budget_table(ledger) for ledger in ledgers.values()], ignore_index=True
-        )
-        typer.echo(
-            budgets[
-                ["owner", "budget_epsilon", "epsilon_rdp", "epsilon_pld", "remaining", "entries"]
-            ].to_string(index=False, float_format=lambda v: f"{v:.4f}")
-        )
-        for ledger in ledgers.values():
-            ledger.close()
-
-
-def _compare_with_pooled(
-    frames: dict[str, pd.DataFrame],
-    result: fedstats.LogisticRegressionResults,
-    site_intercepts: bool,
-) -> tuple[pd.DataFrame, dict[str, float]]:
-    import statsmodels.api as sm
-    import statsmodels.formula.api as smf
-
-    pooled = pd.concat(frames.values(), ignore_index=True)
-    formula = datasets.HEART_FORMULA
-    if site_intercepts:
-        pooled["site"] = np.repeat(list(frames), [len(f) for f in frames.values()])
-        formula = formula.replace("~", "~ 0 + C(site) +")
-    model = smf.glm(formula, pooled, family=sm.families.Binomial())
-    first = model.fit(tol=1e-12)
-    # One more IRLS pass from the estimate, so statsmodels' weights (and bse) are at the MLE.
-    reference = model.fit(start_params=first.params, tol=1e-12)
-    rename = {n: n.replace("C(site)[", "site[") for n in reference.params.index}
-    ref_params = reference.params.rename(rename)[result.params.index]
-    ref_bse = reference.bse.rename(rename)[result.params.index]
-    table = pd.DataFrame(
-        {
-            "federated": result.params,
-            "pooled": ref_params,
-            "|diff|": (result.params - ref_params).abs(),
-            "se federated": result.bse,
-            "se pooled": ref_bse,
-        }
-    )
-    largest = {
-        "params": float(table["|diff|"].max()),
-        "bse": float((result.bse - ref_bse).abs().max()),
-        "llf": abs(result.llf - reference.llf),
-    }
-    return table, largest
+        run_heart_demo(data_dir, site_intercepts=site_intercepts, private=private, out_dir=out_dir)
+    except DemoFailed as failure:
+        _fail(str(failure), failure.code)
 
 
 if __name__ == "__main__":

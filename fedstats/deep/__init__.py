@@ -9,7 +9,19 @@
 * :func:`audit_with_control` — a one-run canary audit of the training
   (Steinke, Nasr & Jagielski, NeurIPS 2023) beside a non-private control.
 * :func:`register_model` — the model registry shared by sites and coordinator.
+
+Needs the ``deep`` extra: ``pip install 'fedstats[deep]'`` (torch and Opacus).
 """
+
+try:
+    import opacus  # noqa: F401
+    import torch  # noqa: F401
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(
+        f"fedstats.deep needs the 'deep' extra ({missing.name} is not installed): "
+        "pip install 'fedstats[deep]'. Logistic, Cox and Kaplan-Meier models need no extra.",
+        name=missing.name,
+    ) from missing
 
 from fedstats.deep.aggregation import Aggregator, weighted_sum
 from fedstats.deep.canary_audit import (

@@ -43,7 +43,7 @@ from fedstats.schema import Array, Number
 from fedstats.site.design import DesignSpec
 from fedstats.site.handlers.survival import deferred_points
 from fedstats.site.private_release import DpRequest
-from fedstats.site.task import SiteContext, TaskReply
+from fedstats.site.task import SiteContext, Task, TaskReply
 
 TRAIN_TASK = "deep.train"
 EVALUATE_TASK = "deep.evaluate"
@@ -398,3 +398,23 @@ __all__ = [
     "train_schema",
     "training_event",
 ]
+
+
+SITE_TASKS = [
+    Task(
+        name=TRAIN_TASK,
+        handler=train,
+        schema=train_schema,
+        description="one round of local training of a registered network; the flat update",
+        private_training=training_event,
+        cost=train_cost,
+        validate=validate_train,
+    ),
+    Task(
+        name=EVALUATE_TASK,
+        handler=evaluate,
+        schema=evaluate_schema,
+        description="a network's performance on the site's rows as sums and counts",
+    ),
+]
+"""The tasks :data:`fedstats.site.registry.DEEP_TASKS` names, loaded by the site on first use."""

@@ -18,11 +18,11 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from fedstats.durable_files import write_json_atomically
 from fedstats.errors import FedstatsError
 from fedstats.flower.grid_transport import GridFederation, GridLink
 from fedstats.jobs.study_config import StudyConfig, load_study_config
 from fedstats.jobs.study_fits import run_fits
+from studyfiles.durable import write_json_atomically
 
 STUDY_CONFIG_KEY = "study-config"
 STATUS_FILE = "status.json"

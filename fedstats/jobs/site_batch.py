@@ -53,14 +53,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import IntEnum
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import accounting
-from fedstats.durable_files import file_sha256, write_json_atomically
 from fedstats.errors import FedstatsError, StudyConfigurationError
+from fedstats.jobs.exit_codes import SiteExit
 from fedstats.jobs.job_lock import JobAlreadyRunning, JobLock
 from fedstats.jobs.site_activity import Activity, activity, ledger_state, spent_scopes
 from fedstats.jobs.site_config import SiteConfig, load_site_config
@@ -75,29 +74,10 @@ from fedstats.jobs.site_serving import (
 )
 from fedstats.site.protocol import load_protocol
 from fedstats.toml_config import ConfigError
+from studyfiles.durable import file_sha256, write_json_atomically
 
 LOCK_FILE = "site-run.lock"
 RUNS_DIR = "runs"
-
-
-class SiteExit(IntEnum):
-    """Exit codes of ``fedstats site run`` (see the module docstring)."""
-
-    OK = 0
-    CONFIGURATION = 2
-    HARMONISATION = 3
-    BUDGET_EXHAUSTED = 4
-    COORDINATOR_UNREACHABLE = 5
-    DISCLOSURE_REFUSED = 6
-    ALREADY_RUNNING = 7
-    SERVE_FAILED = 8
-
-
-EXIT_HELP = (
-    "Exit codes: 0 success (also 'nothing new'); 2 configuration error; 3 harmonisation "
-    "failure; 4 budget exhausted; 5 coordinator unreachable; 6 refused by disclosure control; "
-    "7 already running; 8 the site's Flower processes failed or the job was stopped."
-)
 
 
 class JobStopped(FedstatsError):

@@ -38,11 +38,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import fedstats
-from fedstats.durable_files import file_sha256, replace_durably, write_json_atomically
 from fedstats.errors import FedstatsError
 from fedstats.jobs.site_config import SiteConfig
 from fedstats.jobs.site_service import CURRENT_FRAME
 from fedstats.toml_config import ConfigError
+from studyfiles.durable import file_sha256, replace_durably, write_json_atomically
 
 FINGERPRINT_FILE = "fingerprint.json"
 Origin = Literal["configured", "harmonised", "reused"]

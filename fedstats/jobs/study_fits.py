@@ -19,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 import fedstats
-from fedstats.durable_files import write_json_atomically
 from fedstats.jobs.study_config import (
     CoxFit,
     DeepFit,
@@ -29,6 +28,7 @@ from fedstats.jobs.study_config import (
     StudyConfig,
 )
 from fedstats.models.federation import Federation
+from studyfiles.durable import write_json_atomically
 
 RESULTS_DIR = "results"
 

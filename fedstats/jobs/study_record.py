@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedstats.durable_files import file_sha256
 from fedstats.jobs.study_config import StudyConfig
 from fedstats.jobs.study_run import Recorded, RunFailed
-from fedstats.models.inventory import MessageInventory
+from studyfiles.durable import file_sha256
+from studyfiles.inventory import MessageInventory
 
 STUDY_DIR = "study"
 REPORT_NAME = "compliance-report"

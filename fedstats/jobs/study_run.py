@@ -35,39 +35,23 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
 from fedstats.errors import FedstatsError
+from fedstats.jobs.exit_codes import StudyExit
 from fedstats.jobs.site_serving import CoordinatorUnreachable, probe_superlink
 from fedstats.jobs.study_config import CoordinatorSection, StudyConfig, load_study_config
 from fedstats.jobs.study_fits import result_path
-from fedstats.models.inventory import InventoryFileError, MessageInventory
 from fedstats.toml_config import ConfigError
+from studyfiles.errors import InventoryFileError
+from studyfiles.inventory import MessageInventory
 
 FINGERPRINT_TASK = "harmonize.fingerprint"
 CONNECT_TIMEOUT = 30.0
 """Seconds to wait for the SuperLink to accept a connection before submitting."""
 SITE_LOST_ERRORS = frozenset({"SitesMissingError", "SiteLost", "SiteUnreachableError"})
 POLL = 0.2
-
-
-class StudyExit(IntEnum):
-    """Exit codes of ``fedstats study run`` (see the module docstring)."""
-
-    OK = 0
-    CONFIGURATION = 2
-    SUPERLINK_UNREACHABLE = 5
-    SITE_LOST = 9
-    RUN_FAILED = 10
-
-
-EXIT_HELP = (
-    "Exit codes: 0 success; 2 configuration error; 5 SuperLink unreachable or submission "
-    "refused; 9 a site was lost or never answered (named); 10 the run failed (fit error, "
-    "incompatible sites, run_timeout, report)."
-)
 
 
 class RunFailed(FedstatsError):

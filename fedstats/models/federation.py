@@ -2,7 +2,7 @@
 
 A :class:`Federation` sends each request through the codec to a transport
 (in-process here; Flower for multi-machine studies), records it in the
-:class:`~fedstats.models.inventory.MessageInventory`, decodes the reply, checks it
+:class:`~studyfiles.inventory.MessageInventory`, decodes the reply, checks it
 against the task's declared schema and turns error replies back into the
 typed errors the site reported.
 """
@@ -22,6 +22,7 @@ import pandas as pd
 import accounting
 from fedstats.errors import (
     CodecError,
+    ExtraNotInstalledError,
     FedstatsError,
     FingerprintMismatchError,
     InvalidReplyError,
@@ -30,7 +31,6 @@ from fedstats.errors import (
     StudyConfigurationError,
     from_wire,
 )
-from fedstats.models.inventory import MessageInventory, MessageRecord
 from fedstats.schema import schema_mismatch
 from fedstats.secagg.roster import in_process_pins
 from fedstats.site import codec
@@ -41,6 +41,7 @@ from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo
 from fedstats.site.task import TaskRegistry
 from harmonize.fingerprint import FINGERPRINT_ATTR, SiteFingerprint
+from studyfiles.inventory import MessageInventory, MessageRecord
 
 FINGERPRINT_TASK = "harmonize.fingerprint"
 Transport = Callable[[bytes], bytes]
@@ -326,7 +327,13 @@ class Federation:
             raise StudyConfigurationError(
                 f"unknown site(s) {unknown}; the federation has {self.sites}"
             )
-        task_def = self._registry.get(task)
+        try:
+            task_def = self._registry.get(task)
+        except ExtraNotInstalledError as missing:
+            raise StudyConfigurationError(
+                f"task {task!r} needs fedstats's {missing.extra!r} extra at the coordinator as "
+                f"well as at the sites: pip install 'fedstats[{missing.extra}]'"
+            ) from None
         if task_def is None:
             raise StudyConfigurationError(f"no task {task!r} is registered")
         schema = reply_schema(task_def, dict(args))

@@ -19,9 +19,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from fedstats.models.inventory import MessageInventory
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.summary import render_html, render_text
+from studyfiles.inventory import MessageInventory
 
 
 @dataclass(frozen=True)

@@ -2,12 +2,13 @@
 
 A silo answers exactly these tasks; anything else is refused with
 :class:`~fedstats.errors.UnknownTaskError`. Each entry names its handler and
-the schema its reply must match (see :mod:`fedstats.schema`).
+the schema its reply must match (see :mod:`fedstats.schema`). Tasks of an
+optional extra are named here and defined by the extra's own module, imported
+the first time one of them is asked for.
 """
 
 from __future__ import annotations
 
-from fedstats.deep import site_tasks as deep_site
 from fedstats.secagg import site as secagg_site
 from fedstats.site.handlers import budget as budget_site
 from fedstats.site.handlers import cox as cox_site
@@ -16,7 +17,16 @@ from fedstats.site.handlers import fairness as fairness_site
 from fedstats.site.handlers import fingerprint as fingerprint_site
 from fedstats.site.handlers import logistic as logistic_site
 from fedstats.site.handlers import survival as survival_site
-from fedstats.site.task import Task, TaskRegistry
+from fedstats.site.task import OptionalTasks, Task, TaskRegistry
+
+DEEP_TASKS = OptionalTasks(
+    names=("deep.train", "deep.evaluate"),
+    module="fedstats.deep.site_tasks",
+    extra="deep",
+)
+"""Local training and evaluation of deep models: served when ``fedstats[deep]`` (torch,
+Opacus) is installed at the site; without it they are refused by name and the site
+never imports torch."""
 
 REGISTRY = TaskRegistry(
     [
@@ -113,20 +123,6 @@ REGISTRY = TaskRegistry(
             description="secure aggregation: the shares that remove the masks of one sum",
             about_patients=False,
         ),
-        Task(
-            name=deep_site.TRAIN_TASK,
-            handler=deep_site.train,
-            schema=deep_site.train_schema,
-            description="one round of local training of a registered network; the flat update",
-            private_training=deep_site.training_event,
-            cost=deep_site.train_cost,
-            validate=deep_site.validate_train,
-        ),
-        Task(
-            name=deep_site.EVALUATE_TASK,
-            handler=deep_site.evaluate,
-            schema=deep_site.evaluate_schema,
-            description="a network's performance on the site's rows as sums and counts",
-        ),
-    ]
+    ],
+    optional=[DEEP_TASKS],
 )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
-from fedstats.errors import StudyConfigurationError
+from fedstats.errors import ExtraNotInstalledError, StudyConfigurationError
 from fedstats.schema import ReplySchema
 from fedstats.site.disclosure import DisclosurePolicy
 
@@ -107,13 +108,37 @@ class Task:
     against the site's :class:`~fedstats.site.resource_limits.RequestLimits` before any work."""
 
 
+@dataclass(frozen=True)
+class OptionalTasks:
+    """Tasks served by an optional extra: their names, and the module that defines them.
+
+    The module is imported the first time one of its tasks is asked for, so a
+    site without the extra starts without it (no ``torch`` for a site that
+    answers only statistical tasks) and refuses those tasks with
+    :class:`~fedstats.errors.ExtraNotInstalledError`. The module must define
+    ``SITE_TASKS``, a list of :class:`Task` with exactly these names.
+    """
+
+    names: tuple[str, ...]
+    module: str
+    extra: str
+
+
 class TaskRegistry:
     """The set of tasks a silo answers, routed by name."""
 
-    def __init__(self, tasks: list[Task] | None = None) -> None:
+    def __init__(
+        self, tasks: list[Task] | None = None, optional: list[OptionalTasks] | None = None
+    ) -> None:
         self._tasks: dict[str, Task] = {}
+        self._optional: dict[str, OptionalTasks] = {}
         for task in tasks or []:
             self.add(task)
+        for family in optional or []:
+            for name in family.names:
+                if name in self._tasks or name in self._optional:
+                    raise StudyConfigurationError(f"task {name!r} is registered twice")
+                self._optional[name] = family
 
     def add(self, task: Task) -> None:
         if task.name in self._tasks:
@@ -121,13 +146,48 @@ class TaskRegistry:
         self._tasks[task.name] = task
 
     def get(self, name: str) -> Task | None:
+        """The task of this name; ``None`` for an unknown name.
+
+        Raises :class:`~fedstats.errors.ExtraNotInstalledError` (with the site
+        left for the caller to fill in) when the task belongs to an extra that
+        is not installed.
+        """
+        if name not in self._tasks and name in self._optional:
+            self._load(self._optional[name], asked=name)
         return self._tasks.get(name)
 
+    def _load(self, family: OptionalTasks, asked: str) -> None:
+        try:
+            module = importlib.import_module(family.module)
+        except ImportError as error:
+            missing = getattr(error, "name", None) or ""
+            if missing.split(".")[0] == "fedstats":
+                raise
+            raise ExtraNotInstalledError(site=None, task=asked, extra=family.extra) from error
+        defined = {task.name: task for task in module.SITE_TASKS}
+        if set(defined) != set(family.names):
+            raise StudyConfigurationError(
+                f"{family.module} defines tasks {sorted(defined)}, not {sorted(family.names)}"
+            )
+        for name in family.names:
+            self._optional.pop(name)
+            self.add(defined[name])
+
+    def available(self) -> list[Task]:
+        """Every task this site can answer: the extras that are installed are loaded."""
+        for family in {id(f): f for f in self._optional.values()}.values():
+            try:
+                self._load(family, asked=family.names[0])
+            except ExtraNotInstalledError:
+                continue
+        return list(self._tasks.values())
+
     def __contains__(self, name: object) -> bool:
-        return name in self._tasks
+        return name in self._tasks or name in self._optional
 
     def __iter__(self) -> Iterator[Task]:
-        return iter(self._tasks.values())
+        return iter(self.available())
 
     def names(self) -> list[str]:
-        return sorted(self._tasks)
+        """Every task name, those of extras included whether installed or not."""
+        return sorted([*self._tasks, *self._optional])

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
+
+DEEP_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("torch", "opacus"))
+"""Without the deep extra the study has no deep fit (its tests are marked ``deep``)."""
+
 SITES = ["region_0", "region_1", "region_2"]
 COVARIATES = ["age_at_index", "ajcc_pathologic_n_n0_i", "prior_malignancy_yes"]
 TERMS = " + ".join(COVARIATES)
@@ -26,7 +31,9 @@ group = "ajcc_pathologic_n_n0_i"
 width = 365
 horizon = 3650
 sparse_events = "defer"
+"""
 
+DEEP_FIT = f"""
 [[fits]]
 kind = "deep"
 name = "event_mlp"
@@ -47,3 +54,5 @@ age_at_index = [20, 95]
 ajcc_pathologic_n_n0_i = [0, 1]
 prior_malignancy_yes = [0, 1]
 """
+if DEEP_EXTRA:
+    FITS += DEEP_FIT

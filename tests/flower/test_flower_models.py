@@ -19,7 +19,7 @@ import tomllib
 import numpy as np
 import pydantic
 import pytest
-from flower_study import COVARIATES, FITS
+from flower_study import COVARIATES, DEEP_FIT
 
 from fedstats.jobs.study_config import DeepFit
 
@@ -56,6 +56,7 @@ def test_kaplan_meier_over_flower_equals_the_embedded_runtime(both_runtimes) -> 
     assert sum(a["events"]["0"]) > 0  # a curve that moves, not an empty table
 
 
+@pytest.mark.deep
 def test_deep_model_over_flower_equals_the_embedded_runtime(both_runtimes) -> None:
     """Final weights, history and evaluation of the seeded FedAvg MLP to 1e-10."""
     over_flower, embedded = both_runtimes
@@ -78,6 +79,7 @@ def test_deep_model_over_flower_equals_the_embedded_runtime(both_runtimes) -> No
     assert a["provenance"]["n_obs"] == b["provenance"]["n_obs"]
 
 
+@pytest.mark.deep
 def test_the_deep_model_trained(both_runtimes) -> None:
     """The weights moved from the seeded start: the fit is not a no-op that trivially agrees."""
     over_flower, _embedded = both_runtimes
@@ -97,7 +99,8 @@ def test_the_deep_model_trained(both_runtimes) -> None:
 )
 def test_a_deep_fit_entry_is_checked_strictly(change: dict, message: str) -> None:
     """A ``[[fits]]`` entry of kind ``deep`` that the trainer would refuse fails at load."""
-    entry = tomllib.loads(FITS)["fits"][3] | change
+    entry = tomllib.loads(DEEP_FIT)["fits"][0] | change
     with pytest.raises(pydantic.ValidationError, match=message):
         DeepFit.model_validate(entry)
-    assert DeepFit.model_validate(tomllib.loads(FITS)["fits"][3]).bounds["age_at_index"] == [20, 95]
+    unchanged = DeepFit.model_validate(tomllib.loads(DEEP_FIT)["fits"][0])
+    assert unchanged.bounds["age_at_index"] == [20, 95]

@@ -37,7 +37,6 @@ import accounting
 import fedstats
 from fedstats import datasets
 from fedstats.cli.jobs import site_app
-from fedstats.durable_files import file_sha256
 from fedstats.errors import FedstatsError
 from fedstats.flower import processes
 from fedstats.flower.local_study import write_study
@@ -50,6 +49,7 @@ from fedstats.jobs.site_service import SiteService
 from fedstats.jobs.site_serving import ServeResult
 from fedstats.jobs.study_run import wait_for_status
 from fedstats.toml_config import ConfigError
+from studyfiles.durable import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "examples" / "demo" / "study.toml"
@@ -436,7 +436,7 @@ def test_a_held_lock_exits_already_running_and_a_stale_one_is_taken_over(tmp_pat
 def test_the_cli_says_what_it_did_and_writes_the_record(tmp_path: Path, monkeypatch) -> None:
     path = tcga_site(tmp_path, rows=8)
     monkeypatch.setattr(
-        "fedstats.cli.jobs.run_site_job",
+        "fedstats.jobs.site_batch.run_site_job",
         lambda config: run_site_job(config, serve=coordinator_in_process(logistic)),
     )
     app = typer.Typer()

@@ -20,6 +20,12 @@ from nbclient import NotebookClient
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("*.ipynb"))
+DEEP_NOTEBOOKS = {"04_deep_model.ipynb"}
+"""Notebooks that train torch networks: they need the deep extra."""
+RUNNABLE = [
+    pytest.param(path, marks=pytest.mark.deep) if path.name in DEEP_NOTEBOOKS else path
+    for path in NOTEBOOKS
+]
 KERNEL_NAME = "python3"
 TIMEOUT = 600
 
@@ -59,7 +65,7 @@ def test_kernel_runs_this_interpreter(project_kernel: str) -> None:
     assert _stream_text(executed.cells[0]).splitlines() == [sys.executable, sys.prefix]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", RUNNABLE, ids=lambda p: p.name)
 def test_notebook_executes(path: Path, project_kernel: str) -> None:
     nb = nbformat.read(path, as_version=4)
     _execute(nb, project_kernel)  # raises CellExecutionError naming the failing cell

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from fedstats.jobs.demo import run_demo_study
 from reports import build_report, write_html, write_pdf
-from reports.demo import run_demo_study
 from reports.study import Study
 
 NOISE_SEED = 20260101

@@ -191,7 +191,7 @@ def test_mechanisms_as_run_match_the_ledger_events(demo_study, owner):
 
 
 def test_each_sites_protocol_hash_and_refusals_by_reason_are_reported(study_copy):
-    from reports.demo import PROTOCOL
+    from fedstats.jobs.demo import PROTOCOL
 
     approved = hashlib.sha256(PROTOCOL.read_bytes()).hexdigest()
     report = build_report(Study.load(study_copy))

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 
 import fedstats
-from fedstats.deep import FederatedTrainer
 from fedstats.errors import ResourceLimitError
 from fedstats.site import codec
 from fedstats.site.resource_limits import RequestLimits
@@ -37,9 +36,12 @@ def federation(limits: RequestLimits | None = None) -> fedstats.Federation:
 BOUNDS = {"x1": (-4.0, 4.0), "x2": (-4.0, 4.0)}
 
 
+@pytest.mark.deep
 def test_a_huge_training_request_is_refused_before_any_work():
     """100,000 local steps of a ~4M-parameter network: refused at the site, in well under a
     second, naming the site, the task and the limit."""
+    from fedstats.deep import FederatedTrainer
+
     fed = federation()
     trainer = FederatedTrainer(
         "mlp", {"hidden": [2000, 2000]}, formula="y ~ x1 + x2", bounds=BOUNDS, rounds=1,
@@ -55,7 +57,10 @@ def test_a_huge_training_request_is_refused_before_any_work():
         assert [e.reason for e in silo.log if e.status == "refused"] in ([], ["resources"])
 
 
+@pytest.mark.deep
 def test_training_stops_at_the_request_deadline_with_nothing_released():
+    from fedstats.deep import FederatedTrainer
+
     fed = federation(RequestLimits(max_seconds=1e-9))
     trainer = FederatedTrainer(
         "mlp", {"hidden": [4]}, formula="y ~ x1 + x2", bounds=BOUNDS, rounds=1,

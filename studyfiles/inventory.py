@@ -19,14 +19,10 @@ from typing import Any
 
 import pandas as pd
 
-from fedstats.errors import FedstatsError
+from studyfiles.errors import InventoryFileError
 
 STATUSES = ("ok", "refused", "error", "unreachable")
 """What became of a request: answered, refused by disclosure control or budget, failed, or lost."""
-
-
-class InventoryFileError(FedstatsError):
-    """A saved message inventory cannot be read (the message names the file, line and field)."""
 
 
 @dataclass(frozen=True)

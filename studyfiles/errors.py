@@ -1,0 +1,11 @@
+"""Errors of reading a study's files; each message names the file, line and field."""
+
+from __future__ import annotations
+
+
+class StudyFileError(Exception):
+    """A study file cannot be read as its format says."""
+
+
+class InventoryFileError(StudyFileError):
+    """A saved message inventory cannot be read (the message names the file, line and field)."""
