@@ -40,6 +40,7 @@ from fedstats.errors import (
 _PUBLIC: dict[str, str] = {
     "DPFedAvg": "fedstats.models.client_dp",
     "CoxPH": "fedstats.models.cox",
+    "concordance_index": "fedstats.models.cox",
     "Federation": "fedstats.models.federation",
     "HeterogeneityResults": "fedstats.models.heterogeneity",
     "SurvivalHeterogeneity": "fedstats.models.heterogeneity",
@@ -76,7 +77,7 @@ if TYPE_CHECKING:
     from fedstats import datasets, deep
     from fedstats.deep import DeepModelResults, FederatedTrainer
     from fedstats.models.client_dp import DPFedAvg
-    from fedstats.models.cox import CoxPH
+    from fedstats.models.cox import CoxPH, concordance_index
     from fedstats.models.federation import Federation
     from fedstats.models.heterogeneity import (
         HeterogeneityResults,
@@ -168,6 +169,7 @@ __all__ = [
     "SurvivalHeterogeneity",
     "UnknownLevelError",
     "__version__",
+    "concordance_index",
     "datasets",
     "deep",
     "heterogeneity",

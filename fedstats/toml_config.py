@@ -10,13 +10,33 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
 from fedstats.errors import FedstatsError
 
 Model = TypeVar("Model", bound=BaseModel)
+
+STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
+"""Every section of a job configuration: unknown keys refused, no type coercion, immutable."""
+
+Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
+"""A site, study or fit name: letters, digits, ``_ . -``; safe as a file name."""
+
+
+def resolve_path(value: object, info: ValidationInfo) -> object:
+    """A path field's value, relative to the configuration file's folder when not absolute.
+
+    For ``field_validator(..., mode="before")``: the folder is the ``base``
+    in the validation context (:func:`load_toml_model` sets it); anything
+    that is not a string or path is left for the field's own validation.
+    """
+    if not isinstance(value, str | Path):
+        return value
+    path = Path(value)
+    base = (info.context or {}).get("base")
+    return path if path.is_absolute() or base is None else Path(base) / path
 
 
 class ConfigError(FedstatsError):

@@ -338,9 +338,10 @@ class FederatedTrainer:
                 updates = self._received_updates(replies, n_params, row)
                 if client is not None:
                     # charged before the noisy aggregate exists, let alone moves the model
-                    client_dp.charge_round(federation, client, clip, analysis=analysis,
-                                           task=TRAIN_TASK, round_no=round_no)  # fmt: skip
-                    released = client.aggregate(updates, clip, noise_rng, dimension=n_params)
+                    released = client.aggregate(
+                        federation, updates, clip, noise_rng, dimension=n_params,
+                        analysis=analysis, task=TRAIN_TASK, round_no=round_no,
+                    )  # fmt: skip
                     aggregate = released.update
                     row["clip"] = clip
                     if client.adaptive:

@@ -181,7 +181,7 @@ def run_demo_study(
     recorder.record_diagnostic(
         "heterogeneity-exact",
         "Between-site heterogeneity of the exact fit (Cochran's Q, I², DerSimonian–Laird tau²)",
-        exact.heterogeneity(federation).summary_frame,
+        fedstats.heterogeneity(model, federation).summary_frame,
     )
     private = model.fit(federation, privacy=record_dp, secure_aggregation=secure)
     recorder.record_fit(

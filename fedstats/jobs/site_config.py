@@ -12,37 +12,26 @@ from datetime import date
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from fedstats.site.disclosure import DisclosurePolicy
-from fedstats.toml_config import load_toml_model
-
-_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
-Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
-
-
-def _resolve(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str | Path):
-        return value  # None, or a wrong type the field's own validation refuses
-    path = Path(value)
-    base = (info.context or {}).get("base")
-    return path if path.is_absolute() or base is None else Path(base) / path
+from fedstats.toml_config import STRICT, Name, load_toml_model, resolve_path
 
 
 class SiteSection(BaseModel):
     """``[site]``: the site's name in the study and its working folder."""
 
-    model_config = _STRICT
+    model_config = STRICT
     name: Name
     workdir: Path = Field(description="frames, run records, journal and lock live here")
 
-    _paths = field_validator("workdir", mode="before")(_resolve)
+    _paths = field_validator("workdir", mode="before")(resolve_path)
 
 
 class DataSection(BaseModel):
     """``[data]``: a ready analysis frame, or sources harmonised under the study specification."""
 
-    model_config = _STRICT
+    model_config = STRICT
     frame: Path | None = None
     spec: Path | None = None
     fhir: list[Path] | None = None
@@ -53,13 +42,13 @@ class DataSection(BaseModel):
     @field_validator("frame", "spec", "omop", mode="before")
     @classmethod
     def _relative(cls, value: object, info: ValidationInfo) -> object:
-        return _resolve(value, info) if isinstance(value, str) else value
+        return resolve_path(value, info) if isinstance(value, str) else value
 
     @field_validator("fhir", mode="before")
     @classmethod
     def _relative_list(cls, value: object, info: ValidationInfo) -> object:
         if isinstance(value, list) and all(isinstance(v, str) for v in value):
-            return [_resolve(v, info) for v in value]
+            return [resolve_path(v, info) for v in value]
         return value
 
     @model_validator(mode="after")
@@ -77,7 +66,7 @@ class DataSection(BaseModel):
 class DisclosureSection(BaseModel):
     """``[disclosure]``: the site's disclosure control."""
 
-    model_config = _STRICT
+    model_config = STRICT
     min_count: Annotated[int, Field(ge=1)] = 10
     k_cell: Annotated[int, Field(ge=1)] | None = None
     require_privacy: bool = False
@@ -88,7 +77,7 @@ class DisclosureSection(BaseModel):
     """The SHA-256 of the protocol text the privacy officer approved; a protocol file with
     another digest is refused (``fedstats site protocol`` prints it)."""
 
-    _paths = field_validator("protocol", mode="before")(_resolve)
+    _paths = field_validator("protocol", mode="before")(resolve_path)
 
     def policy(self) -> DisclosurePolicy:
         """The :class:`~fedstats.site.disclosure.DisclosurePolicy` these settings give."""
@@ -105,27 +94,27 @@ class SecureAggregationSection(BaseModel):
     ``require``: answer patient-level tasks only inside secure aggregation.
     """
 
-    model_config = _STRICT
+    model_config = STRICT
     roster: Path
     signing_key: Path
     require: bool = False
 
-    _paths = field_validator("roster", "signing_key", mode="before")(_resolve)
+    _paths = field_validator("roster", "signing_key", mode="before")(resolve_path)
 
 
 class PrivacySection(BaseModel):
     """``[privacy]``: the site's own ledger (budgets are set in it by the privacy officer)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     ledger: Path
 
-    _paths = field_validator("ledger", mode="before")(_resolve)
+    _paths = field_validator("ledger", mode="before")(resolve_path)
 
 
 class CoordinatorSection(BaseModel):
     """``[coordinator]``: where the study's SuperLink is and how to reach it safely."""
 
-    model_config = _STRICT
+    model_config = STRICT
     superlink: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$")]
     insecure: bool = False
     root_certificates: Path | None = None
@@ -136,7 +125,7 @@ class CoordinatorSection(BaseModel):
     idle_timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
     """``fedstats site run`` stops serving this long after the last request it answered."""
 
-    _paths = field_validator("root_certificates", "auth_private_key", mode="before")(_resolve)
+    _paths = field_validator("root_certificates", "auth_private_key", mode="before")(resolve_path)
 
     @model_validator(mode="after")
     def _tls(self) -> CoordinatorSection:
@@ -152,7 +141,7 @@ class CoordinatorSection(BaseModel):
 class SiteConfig(BaseModel):
     """The whole ``site.toml``."""
 
-    model_config = _STRICT
+    model_config = STRICT
     site: SiteSection
     data: DataSection
     privacy: PrivacySection

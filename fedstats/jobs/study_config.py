@@ -10,31 +10,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
-from fedstats.toml_config import load_toml_model
-
-_STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
-Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
-
-
-def _resolve(value: object, info: ValidationInfo) -> object:
-    if not isinstance(value, str):
-        return value
-    path = Path(value)
-    base = (info.context or {}).get("base")
-    return path if path.is_absolute() or base is None else Path(base) / path
+from fedstats.toml_config import STRICT, Name, load_toml_model, resolve_path
 
 
 class StudySection(BaseModel):
     """``[study]``: name, expected sites and the output folder."""
 
-    model_config = _STRICT
+    model_config = STRICT
     name: Name
     sites: Annotated[list[Name], Field(min_length=1)]
     out: Path
 
-    _paths = field_validator("out", mode="before")(_resolve)
+    _paths = field_validator("out", mode="before")(resolve_path)
 
     @field_validator("sites")
     @classmethod
@@ -52,7 +41,7 @@ class PolicySection(BaseModel):
     ``"abort"`` stops the fit at once. Either way the error names the site.
     """
 
-    model_config = _STRICT
+    model_config = STRICT
     round_timeout: Annotated[float, Field(gt=0, le=86400)] = 120.0
     on_site_lost: Literal["retry", "abort"] = "abort"
     retries: Annotated[int, Field(ge=0, le=100)] = 2
@@ -63,13 +52,13 @@ class PolicySection(BaseModel):
 class CoordinatorSection(BaseModel):
     """``[coordinator]``: how ``fedstats study run`` reaches the SuperLink's control API."""
 
-    model_config = _STRICT
+    model_config = STRICT
     superlink: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:\[\]-]+:[0-9]{1,5}$")]
     insecure: bool = False
     root_certificates: Path | None = None
     run_timeout: Annotated[float, Field(gt=0, le=7 * 86400)] = 3600.0
 
-    _paths = field_validator("root_certificates", mode="before")(_resolve)
+    _paths = field_validator("root_certificates", mode="before")(resolve_path)
 
     @model_validator(mode="after")
     def _tls(self) -> CoordinatorSection:
@@ -81,7 +70,7 @@ class CoordinatorSection(BaseModel):
 class LogisticFit(BaseModel):
     """A ``[[fits]]`` entry of kind ``logistic``."""
 
-    model_config = _STRICT
+    model_config = STRICT
     kind: Literal["logistic"]
     name: Name
     formula: Annotated[str, Field(min_length=3)]
@@ -91,7 +80,7 @@ class LogisticFit(BaseModel):
 class CoxFit(BaseModel):
     """A ``[[fits]]`` entry of kind ``cox`` (stratified by site unless ``strata = "none"``)."""
 
-    model_config = _STRICT
+    model_config = STRICT
     kind: Literal["cox"]
     name: Name
     formula: Annotated[str, Field(min_length=3)]
@@ -109,7 +98,7 @@ class KaplanMeierFit(BaseModel):
     (:class:`fedstats.KaplanMeier`).
     """
 
-    model_config = _STRICT
+    model_config = STRICT
     kind: Literal["kaplan_meier"]
     name: Name
     time: str
@@ -142,7 +131,7 @@ class DeepFit(BaseModel):
     weights, site sampling and batch order; without it, OS entropy).
     """
 
-    model_config = _STRICT
+    model_config = STRICT
     kind: Literal["deep"]
     name: Name
     model: Annotated[str, Field(min_length=1)] = "mlp"
@@ -181,7 +170,7 @@ Fit = Annotated[LogisticFit | CoxFit | KaplanMeierFit | DeepFit, Field(discrimin
 class StudyConfig(BaseModel):
     """The whole ``study.toml``."""
 
-    model_config = _STRICT
+    model_config = STRICT
     study: StudySection
     coordinator: CoordinatorSection | None = None
     policy: PolicySection = PolicySection()

@@ -10,8 +10,7 @@ resumes where it stopped.
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from fedstats.jobs.study_config import (
 )
 from fedstats.models.federation import Federation
 from studyfiles.durable import write_json_atomically
+from studyfiles.json_values import json_number, json_numbers
 
 RESULTS_DIR = "results"
 
@@ -70,18 +70,18 @@ def kaplan_meier_record(result: Any) -> dict[str, Any]:
     groups = [str(group) for group in counts.groups]
 
     def by_group(frame: pd.DataFrame) -> dict[str, list[float | None]]:
-        return {str(group): _numbers(frame[group]) for group in frame.columns}
+        return {str(group): json_numbers(frame[group]) for group in frame.columns}
 
     return {
-        "grid": _numbers(counts.grid),
+        "grid": json_numbers(counts.grid),
         "groups": groups,
         "survival": by_group(result.survival_function_),
         "lower": by_group(result.confidence_interval_["lower"]),
         "upper": by_group(result.confidence_interval_["upper"]),
         "greenwood": by_group(result.greenwood_),
-        "at_risk": {g: _numbers(row) for g, row in zip(groups, counts.at_risk, strict=True)},
-        "events": {g: _numbers(row) for g, row in zip(groups, counts.events, strict=True)},
-        "median": {str(g): _number(m) for g, m in result.median_survival_time_.items()},
+        "at_risk": {g: json_numbers(row) for g, row in zip(groups, counts.at_risk, strict=True)},
+        "events": {g: json_numbers(row) for g, row in zip(groups, counts.events, strict=True)},
+        "median": {str(g): json_number(m) for g, m in result.median_survival_time_.items()},
         "n_obs": {site: int(n) for site, n in counts.n_obs.items()},
         "truncated": {site: int(n) for site, n in counts.truncated.items()},
     }
@@ -121,7 +121,7 @@ def deep_record(result: Any) -> dict[str, Any]:
         evaluation = {
             "kind": result.evaluation.kind,
             "table": {
-                str(row): {str(k): _number(v) for k, v in values.items()}
+                str(row): {str(k): json_number(v) for k, v in values.items()}
                 for row, values in table.to_dict(orient="index").items()
             },
         }
@@ -134,25 +134,12 @@ def deep_record(result: Any) -> dict[str, Any]:
         "weight_names": names,
         "weights": [np.asarray(array, dtype=np.float64).tolist() for array in result.weights],
         "history": [
-            {str(k): _number(v) for k, v in row.items()} for row in history.to_dict("records")
+            {str(k): json_number(v) for k, v in row.items()} for row in history.to_dict("records")
         ],
         "evaluation": evaluation,
         "provenance": result.provenance.to_record(),
         "notes": list(result.notes),
     }
-
-
-def _number(value: Any) -> Any:
-    """A JSON number: numpy scalars as Python numbers, NaN and infinities as ``None``."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _numbers(values: Iterable[Any]) -> list[Any]:
-    return [_number(float(v)) for v in np.asarray(values, dtype=np.float64)]
 
 
 def result_path(out: Path, name: str) -> Path:

@@ -24,8 +24,9 @@ alone when every site takes part) *before* the aggregate is used.
 With few sites this guarantee is weak: hiding one hospital among four
 needs noise of the order of the updates themselves.
 
-At the coordinator (:func:`preview_training`, :func:`charge_round`,
-:func:`fedstats.models.privacy.coordinator_spending`): the whole planned training,
+At the coordinator (:func:`preview_training`, :meth:`DPFedAvg.aggregate` through
+:mod:`fedstats.models.client_release`, :func:`fedstats.models.privacy.coordinator_spending`):
+the whole planned training,
 ``SelfComposedDpEvent(round_event, rounds)``, is previewed against the
 coordinator's client-level budget (unit ``site``) before anything is sent;
 every round is charged to that ledger before its aggregate is used; a fit
@@ -44,11 +45,8 @@ import numpy as np
 
 import accounting
 from fedstats.errors import StudyConfigurationError
-from fedstats.models.privacy import (
-    coordinator_ledger,
-    coordinator_scope,
-    preview_coordinator_budget,
-)
+from fedstats.models.client_release import GaussianSum, clipped_sum, release
+from fedstats.models.privacy import preview_coordinator_budget
 
 if TYPE_CHECKING:
     from fedstats.models.federation import Federation
@@ -150,37 +148,59 @@ class DPFedAvg:
 
     def aggregate(
         self,
+        federation: Federation,
         updates: Sequence[np.ndarray],
         clip: float,
         rng: np.random.Generator,
         *,
         dimension: int | None = None,
+        analysis: str,
+        task: str,
+        round_no: int,
     ) -> ClientRound:
-        """Clip, sum, noise and average one round's updates (call after charging the event).
+        """Clip, sum, charge, noise and average one round's updates
+        (:func:`fedstats.models.client_release.release`).
 
-        A round in which no site took part still releases the noise alone
-        (``dimension`` entries): skipping it would tell that no site was
-        sampled, which the Poisson-subsampled event does not account for.
+        The round's event is charged to the coordinator's ledger before any
+        noise is drawn. A round in which no site took part still releases the
+        noise alone (``dimension`` entries): skipping it would tell that no
+        site was sampled, which the Poisson-subsampled event does not account for.
         """
-        if len(updates) == 0:
-            if dimension is None:
-                raise StudyConfigurationError("a round without updates needs their dimension")
-            stacked = np.zeros((0, dimension))
-        else:
-            stacked = np.stack([np.asarray(u, dtype=np.float64).ravel() for u in updates])
-        norms = np.linalg.norm(stacked, axis=1)
-        clipped = stacked * np.minimum(1.0, clip / np.maximum(norms, 1e-300))[:, None]
+        vectors = [np.asarray(u, dtype=np.float64).ravel() for u in updates]
+        if not vectors and dimension is None:
+            raise StudyConfigurationError("a round without updates needs their dimension")
+        total = clipped_sum(vectors, clip) if vectors else np.zeros(dimension)
         z_u = self.update_noise_multiplier()
-        total = clipped.sum(axis=0) + rng.normal(0.0, z_u * clip, stacked.shape[1])
+        sums = [GaussianSum(total, z_u * clip)]
+        if self.adaptive:
+            norms = np.array([np.linalg.norm(v) for v in vectors])
+            unclipped = float(np.sum(norms <= clip)) - 0.5 * len(norms)  # centred: sensitivity 1/2
+            sums.append(GaussianSum(np.asarray(unclipped), self.count_std()))
+        released = release(
+            federation,
+            sums,
+            self.round_event(),
+            rng,
+            note=f"client-level DP-FedAvg round {round_no}",
+            analysis=analysis,
+            task=task,
+            parameters={
+                "noise_multiplier": self.noise_multiplier,
+                "update_noise_multiplier": z_u,
+                "clip": clip,
+                "expected_sites": self.expected_sites,
+                "sample_rate": self.sample_rate,
+                "adaptive": self.adaptive,
+            },
+        )
         next_clip, fraction = clip, None
         if self.adaptive:
-            unclipped = float(np.sum(norms <= clip)) - 0.5 * len(norms)  # centred: sensitivity 1/2
-            fraction = (unclipped + rng.normal(0.0, self.count_std())) / self.expected_sites + 0.5
+            fraction = float(released[1]) / self.expected_sites + 0.5
             next_clip = clip * math.exp(
                 -self.clip_learning_rate * (fraction - self.target_quantile)
             )
         return ClientRound(
-            update=total / self.expected_sites,
+            update=released[0] / self.expected_sites,
             clip=clip,
             next_clip=next_clip,
             clipped_fraction=fraction,
@@ -207,31 +227,4 @@ def preview_training(federation: Federation, options: DPFedAvg, rounds: int) -> 
         f"training ({rounds} rounds of client-level DP-FedAvg, noise multiplier "
         f"{options.noise_multiplier:.4g})",
         "Train fewer rounds or raise the noise multiplier.",
-    )
-
-
-def charge_round(
-    federation: Federation,
-    options: DPFedAvg,
-    clip: float,
-    *,
-    analysis: str,
-    task: str,
-    round_no: int,
-) -> None:
-    """Charge one round's event to the coordinator's ledger (call before using the aggregate)."""
-    coordinator_ledger(federation).charge(
-        coordinator_scope(federation.study),
-        options.round_event(),
-        note=f"client-level DP-FedAvg round {round_no}",
-        analysis=analysis,
-        task=task,
-        parameters={
-            "noise_multiplier": options.noise_multiplier,
-            "update_noise_multiplier": options.update_noise_multiplier(),
-            "clip": clip,
-            "expected_sites": options.expected_sites,
-            "sample_rate": options.sample_rate,
-            "adaptive": options.adaptive,
-        },
     )

@@ -55,7 +55,7 @@ from fedstats.models.newton import check_rank, inverse_information, newton_step
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import Level
-from fedstats.site.handlers.cox import GRID_TASK, ROBUST_TASK
+from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 
 SITE = "site"
 _MAX_HALVINGS = 20
@@ -342,3 +342,29 @@ class CoxPH:
         replies = federation.request(GRID_TASK, args, analysis=analysis)
         sums = GridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
         return sums, {s: int(r["truncated"]) for s, r in replies.items()}
+
+
+def concordance_index(result: CoxPHResults, federation: Federation) -> float:
+    """Harrell's C of a fitted Cox model's risk scores at the sites of ``federation``.
+
+    Each site counts concordant, tied-score and comparable pairs among its
+    own patients (:func:`fedstats.cox_math.concordance_counts`); the index
+    is ``(concordant + tied / 2) / comparable`` over all sites' pairs
+    (Harrell, Califf, Pryor, Lee & Rosati, JAMA 1982). Pairs of patients at
+    different sites are not compared: that would need their times and scores
+    in one place. Pass a federation of held-out frames (same columns) to
+    validate out of sample.
+    """
+    if result.design is None:
+        raise ValueError("this result carries no design to evaluate")
+    replies = federation.request(
+        CONCORDANCE_TASK,
+        {"design": result.design, "beta": result.params.to_numpy()},
+        analysis=federation.new_analysis("concordance"),
+    )
+    concordant = sum(r["concordant"] for r in replies.values())
+    tied = sum(r["tied"] for r in replies.values())
+    comparable = sum(r["comparable"] for r in replies.values())
+    if comparable == 0:
+        raise ValueError("no comparable pair at any site (no events?)")
+    return float((concordant + tied / 2) / comparable)

@@ -242,8 +242,8 @@ class LogisticRegression:
             provenance=provenance,
             notes=notes,
             n_events=counts.n_events,
+            model=self,
         )
-        result.model = self
         return result
 
 

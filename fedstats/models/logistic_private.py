@@ -36,12 +36,12 @@ import dp_accounting
 import numpy as np
 
 from fedstats.errors import StudyConfigurationError
+from fedstats.models.client_release import GaussianSum, clipped_sum, release
 from fedstats.models.federation import Federation
 from fedstats.models.privacy import (
     ClientDP,
     PrivacyAccount,
     RecordDP,
-    coordinator_scope,
     coordinator_spending,
     feature_scaling,
     information_rounds,
@@ -53,7 +53,7 @@ from fedstats.models.privacy import (
 from fedstats.models.results import LogisticRegressionResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
 from fedstats.site.design import SITE_COLUMN
-from fedstats.site.private_release import DpRequest
+from fedstats.site.private_release import DpRequest, symmetric_gaussian
 
 if TYPE_CHECKING:
     from fedstats.models.logistic import LogisticRegression
@@ -249,8 +249,8 @@ def _replay(
         used = info
         for score_var, entry_sd in noise_plan:
             if entry_sd is not None:
-                upper = np.triu(rng.normal(0.0, entry_sd, (p, p)))
-                used = _floored(info + upper + np.triu(upper, 1).T, noise_floor(entry_sd, p))
+                noisy = info + symmetric_gaussian(rng, entry_sd, p)
+                used = _floored(noisy, noise_floor(entry_sd, p))
             score = info @ (target - b) + rng.normal(0.0, math.sqrt(score_var), p)
             b = b + np.linalg.solve(used, score)
         ends[d] = b
@@ -323,14 +323,18 @@ def _client_release(
     analysis: str,
     round_no: int,
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """Clip each site's score and information, charge the coordinator's ledger, noise the sums."""
-    score = sum(_clip(g, client.gradient_clip) for g in scores)
-    info = None if infos is None else sum(_clip(h, client.hessian_clip) for h in infos)
-    mechanisms = 1 if info is None else 2
-    event = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(sigma)] * mechanisms)
-    federation.ledger.charge(
-        coordinator_scope(federation.study),
+    """Clip each site's score and information, charge the coordinator's ledger, noise the sums
+    (:func:`fedstats.models.client_release.release`)."""
+    sums = [GaussianSum(clipped_sum(scores, client.gradient_clip), sigma * client.gradient_clip)]
+    if infos is not None:
+        info = clipped_sum(infos, client.hessian_clip)
+        sums.append(GaussianSum(info, sigma * client.hessian_clip, symmetric=True))
+    event = dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(sigma)] * len(sums))
+    released = release(
+        federation,
+        sums,
         event,
+        rng,
         note=f"client-level logistic round {round_no}",
         analysis=analysis,
         task="logistic.summaries",
@@ -340,16 +344,7 @@ def _client_release(
             "hessian_clip": client.hessian_clip,
         },
     )
-    score = score + rng.normal(0.0, sigma * client.gradient_clip, score.shape)
-    if info is None:
-        return score, None
-    upper = np.triu(rng.normal(0.0, sigma * client.hessian_clip, info.shape))
-    return score, info + upper + np.triu(upper, 1).T
-
-
-def _clip(value: np.ndarray, bound: float) -> np.ndarray:
-    norm = float(np.linalg.norm(value))
-    return value if norm <= bound else value * (bound / norm)
+    return released[0], (released[1] if infos is not None else None)
 
 
 def _summed_noise_var(

@@ -9,8 +9,6 @@ Wald inference from the inverse observed information ``I(beta)^-1``:
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -22,6 +20,7 @@ from scipy import stats
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.summary import render_html, render_text
 from studyfiles.inventory import MessageInventory
+from studyfiles.json_values import json_number, json_tree
 
 
 @dataclass(frozen=True)
@@ -95,14 +94,14 @@ class Provenance:
             "study": self.study,
             "analysis": self.analysis,
             "sites": list(self.sites),
-            "n_obs": {site: _plain(n) for site, n in self.n_obs.items()},
-            "n_dropped": {site: _plain(n) for site, n in self.n_dropped.items()},
+            "n_obs": {site: json_number(n) for site, n in self.n_obs.items()},
+            "n_dropped": {site: json_number(n) for site, n in self.n_dropped.items()},
             "rounds": self.rounds,
             "messages": self.messages,
             "request_bytes": self.request_bytes,
             "reply_bytes": self.reply_bytes,
             "bytes_by_site": {
-                str(site): {str(k): _plain(v) for k, v in row.items()}
+                str(site): {str(k): json_number(v) for k, v in row.items()}
                 for site, row in self.bytes_by_site.to_dict(orient="index").items()
             },
             "started": self.started.isoformat(),
@@ -110,26 +109,8 @@ class Provenance:
         }
 
 
-def _plain(value: Any) -> Any:
-    """A JSON value: numpy scalars as Python numbers, NaN and infinities as ``None``."""
-    if isinstance(value, np.generic):
-        value = value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 def _series_record(series: pd.Series) -> dict[str, Any]:
-    return {str(k): _plain(v) for k, v in series.items()}
-
-
-def _plain_tree(value: Any) -> Any:
-    """``value`` with tuples as lists, mappings as dicts and numbers made JSON-plain."""
-    if isinstance(value, Mapping):
-        return {str(k): _plain_tree(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain_tree(v) for v in value]
-    return _plain(value)
+    return {str(k): json_number(v) for k, v in series.items()}
 
 
 def _count(value: float) -> str:
@@ -241,14 +222,14 @@ class LikelihoodResults:
             },
             "alpha": alpha,
             "pvalues": _series_record(self.pvalues),
-            "llf": _plain(self.llf),
+            "llf": json_number(self.llf),
             "converged": self.converged,
             "iterations": self.iterations,
             "notes": list(self.notes),
             "provenance": self.provenance.to_record(),
             "privacy": None
             if self.privacy is None
-            else _plain_tree(dataclasses.asdict(self.privacy)),
+            else json_tree(dataclasses.asdict(self.privacy)),
             **self._record_fields(),
         }
 
@@ -307,8 +288,11 @@ class LogisticRegressionResults(LikelihoodResults):
 
     model_name = "Federated logistic regression"
 
-    def __init__(self, *, n_events: dict[str, float], **kwargs: Any) -> None:
+    def __init__(self, *, n_events: dict[str, float], model: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        self.model = model
+        """The :class:`fedstats.LogisticRegression` that was fitted (None for derived results);
+        site-by-site estimates of it: :func:`fedstats.heterogeneity`."""
         self.n_events_by_site = pd.Series(n_events, name="n_events")
 
     def _record_fields(self) -> dict[str, Any]:
@@ -328,20 +312,6 @@ class LogisticRegressionResults(LikelihoodResults):
         return pd.DataFrame(
             {"odds_ratio": np.exp(self.params), "lower": ci["lower"], "upper": ci["upper"]}
         )
-
-    model: Any = None
-    """The :class:`fedstats.LogisticRegression` that was fitted (None for derived results)."""
-
-    def heterogeneity(self, federation: Any) -> Any:
-        """Site-by-site fits of this model, with Q and I² (:mod:`fedstats.models.heterogeneity`)."""
-        from fedstats.models.heterogeneity import heterogeneity
-
-        if self.model is None or self.privacy is not None:
-            raise ValueError(
-                "site-by-site estimates need the fitted model of a non-private fit; call "
-                "fedstats.heterogeneity(model, federation)"
-            )
-        return heterogeneity(self.model, federation)
 
     def recalibrate(
         self, target_prevalence: float | None = None, *, site: str | None = None
@@ -461,7 +431,9 @@ class CoxPHResults(LikelihoodResults):
         self.ties = ties
         self.strata = strata
         self._baseline = baseline
-        self._design = design
+        self.design = design
+        """The agreed design (wire form) the coefficients apply to, or ``None``; with it
+        :func:`fedstats.concordance_index` scores held-out sites."""
 
     def _record_fields(self) -> dict[str, Any]:
         return {
@@ -469,30 +441,6 @@ class CoxPHResults(LikelihoodResults):
             "ties": self.ties,
             "strata": list(self.strata),
         }
-
-    def concordance_index(self, federation: Any) -> float:
-        """Harrell's C of the fitted risk scores at the sites of ``federation``.
-
-        Each site counts concordant, tied-score and comparable pairs among its
-        own patients (:func:`fedstats.cox_math.concordance_counts`); the index
-        is ``(concordant + tied / 2) / comparable`` over all sites' pairs.
-        Pairs of patients at different sites are not compared: that would
-        need their times and scores in one place. Pass a federation of
-        held-out frames (same columns) to validate out of sample.
-        """
-        if self._design is None:
-            raise ValueError("this result carries no design to evaluate")
-        replies = federation.request(
-            "cox.concordance",
-            {"design": self._design, "beta": self.params.to_numpy()},
-            analysis=federation.new_analysis("concordance"),
-        )
-        concordant = sum(r["concordant"] for r in replies.values())
-        tied = sum(r["tied"] for r in replies.values())
-        comparable = sum(r["comparable"] for r in replies.values())
-        if comparable == 0:
-            raise ValueError("no comparable pair at any site (no events?)")
-        return float((concordant + tied / 2) / comparable)
 
     @property
     def baseline_cumulative_hazard_(self) -> pd.DataFrame:

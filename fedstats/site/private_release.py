@@ -199,11 +199,18 @@ def draw_noise(
                     raise DisclosureError(
                         site=site, task=task, reason=f"field {name!r} is not a square matrix"
                     )
-                upper = np.triu(rng.normal(0.0, scale, value.shape))
-                noise[name] = upper + np.triu(upper, 1).T
+                noise[name] = symmetric_gaussian(rng, scale, value.shape[0])
             else:
                 noise[name] = rng.normal(0.0, scale, value.shape)
     return noise
+
+
+def symmetric_gaussian(rng: np.random.Generator, scale: float, size: int) -> np.ndarray:
+    """A symmetric ``size x size`` matrix of ``N(0, scale^2)`` entries: the upper triangle
+    (diagonal included) drawn, then mirrored, so each distinct entry has standard deviation
+    ``scale`` (the Gaussian mechanism on the upper triangle; Dwork & Roth 2014, App. A)."""
+    upper = np.triu(rng.normal(0.0, scale, (size, size)))
+    return upper + np.triu(upper, 1).T
 
 
 def add_noise(payload: dict[str, Any], noise: dict[str, Any]) -> dict[str, Any]:

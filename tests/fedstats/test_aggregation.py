@@ -18,6 +18,22 @@ from fedstats.models.client_dp import DPFedAvg
 from fedstats.models.quantize import Quantized, dequantize, quantize
 
 
+class Coordinator:
+    """What a client-level release uses of a federation: its study and the coordinator's ledger."""
+
+    def __init__(self, path, epsilon: float = 1e9) -> None:
+        self.study = "s"
+        self.scope = accounting.Scope(unit="site", owner="coordinator", study="s")
+        self.ledger = accounting.Ledger(path)
+        self.ledger.set_budget(self.scope, epsilon=epsilon, delta=1e-5)
+
+
+def aggregate(options: DPFedAvg, coordinator: Coordinator, updates, clip, rng, round_no=1):
+    return options.aggregate(
+        coordinator, updates, clip, rng, analysis="a", task="deep.train", round_no=round_no
+    )
+
+
 def honest_updates(n: int, d: int, seed: int = 0) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     centre = rng.normal(size=d)
@@ -96,16 +112,31 @@ def test_quantisation_is_unbiased():
     assert np.max(np.abs(nearest - x)) > 10 * step / (2 * math.sqrt(20_000))
 
 
-def test_dp_fedavg_releases_the_clipped_mean_plus_noise_of_the_stated_scale():
+def test_dp_fedavg_releases_the_clipped_mean_plus_noise_of_the_stated_scale(tmp_path):
     rng = np.random.default_rng(2)
     updates = [np.full(4000, v) for v in (0.01, 0.02, 3.0, 5.0)]  # norms 0.6, 1.3, 190, 316
     options = DPFedAvg(noise_multiplier=1.5, clip=2.0, expected_sites=4)
-    released = options.aggregate(updates, clip=2.0, rng=rng)
+    coordinator = Coordinator(tmp_path / "coordinator.ledger")
+    released = aggregate(options, coordinator, updates, 2.0, rng)
+    entries = coordinator.ledger.entries(coordinator.scope)
+    assert len(entries) == 1 and entries[0].parameters["clip"] == 2.0
     clipped = [u * min(1.0, 2.0 / np.linalg.norm(u)) for u in updates]
     noise = released.update - np.sum(clipped, axis=0) / 4
     assert abs(noise.mean()) < 4 * (1.5 * 2.0 / 4) / math.sqrt(4000)
     assert noise.std() == pytest.approx(1.5 * 2.0 / 4, rel=0.05)
     assert released.event == dp_accounting.GaussianDpEvent(1.5)
+
+
+def test_a_dp_fedavg_round_over_budget_draws_no_noise_and_releases_nothing(tmp_path):
+    """The charge comes first: refused, no noise is drawn (the generator is untouched)."""
+    options = DPFedAvg(noise_multiplier=0.5, clip=1.0, expected_sites=4)
+    coordinator = Coordinator(tmp_path / "coordinator.ledger", epsilon=0.1)
+    rng = np.random.default_rng(5)
+    state = rng.bit_generator.state
+    with pytest.raises(accounting.BudgetExceeded):
+        aggregate(options, coordinator, honest_updates(4, 10), 1.0, rng)
+    assert rng.bit_generator.state == state
+    assert coordinator.ledger.entries(coordinator.scope) == []
 
 
 def test_adaptive_clipping_splits_the_privacy_of_one_gaussian_exactly():
@@ -122,8 +153,9 @@ def test_adaptive_clipping_splits_the_privacy_of_one_gaussian_exactly():
         DPFedAvg(noise_multiplier=1.2, clip=1.0, expected_sites=4, adaptive=True, count_noise=0.5)
 
 
-def test_adaptive_clip_moves_to_the_target_quantile_of_update_norms():
+def test_adaptive_clip_moves_to_the_target_quantile_of_update_norms(tmp_path):
     rng = np.random.default_rng(3)
+    coordinator = Coordinator(tmp_path / "coordinator.ledger")
     norms = np.linspace(1, 10, 200)
     updates = [np.array([n]) for n in norms]
     options = DPFedAvg(
@@ -131,7 +163,7 @@ def test_adaptive_clip_moves_to_the_target_quantile_of_update_norms():
     )
     clip = 0.1
     for _ in range(300):
-        clip = options.aggregate(updates, clip=clip, rng=rng).next_clip
+        clip = aggregate(options, coordinator, updates, clip, rng).next_clip
     assert clip == pytest.approx(np.quantile(norms, 0.7), rel=0.08)
 
 

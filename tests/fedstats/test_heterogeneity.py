@@ -117,8 +117,13 @@ def test_survival_distances_between_site_curves():
     assert (np.diag(result.wasserstein) == 0).all()
 
 
-def test_available_on_results(sites):
+def test_a_result_is_a_value_that_names_its_model(sites):
+    """Results hold no federation: the site-by-site fits of a result's model are a function."""
     fed = fedstats.Federation.in_process(sites)
-    result = fedstats.LogisticRegression(FORMULA).fit(fed)
+    model = fedstats.LogisticRegression(FORMULA)
+    result = model.fit(fed)
+    assert result.model is model
+    assert not hasattr(result, "heterogeneity")
+    assert not any(isinstance(v, fedstats.Federation) for v in vars(result).values())
     direct = fedstats.heterogeneity(fedstats.LogisticRegression(FORMULA), fed)
-    assert result.heterogeneity(fed).summary_frame.equals(direct.summary_frame)
+    assert fedstats.heterogeneity(result.model, fed).summary_frame.equals(direct.summary_frame)
