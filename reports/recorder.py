@@ -29,6 +29,7 @@ from harmonize.report import HarmonizationReport
 from reports.errors import RecordingError
 from reports.layout import FORMAT, StudyLayout, checked_name
 from studyfiles.durable import file_sha256
+from studyfiles.fit_records import checked_result_record
 from studyfiles.inventory import MessageInventory
 
 
@@ -131,14 +132,17 @@ class StudyRecorder:
     def record_fit(
         self,
         name: str,
-        result: RecordableResult,
+        result: RecordableResult | Mapping[str, Any],
         *,
         description: str,
         reference: str | None = None,
     ) -> Path:
         """One fit's released results; ``reference`` names the non-private fit it is compared with.
 
-        The reference must have been recorded first.
+        ``result`` is a fitted model's results (its ``to_record()`` is written) or a record
+        already made (:class:`studyfiles.fit_records.ResultRecord`, e.g. read back from a
+        Flower run's results), checked before it is written. The reference must have been
+        recorded first.
         """
         name = checked_name("fit", name)
         if reference is not None and reference not in self._fits:
@@ -150,7 +154,9 @@ class StudyRecorder:
             "name": name,
             "description": description,
             "reference": reference,
-            "result": result.to_record(),
+            "result": checked_result_record(
+                result if isinstance(result, Mapping) else result.to_record()
+            ),
         }
         path = _write_json(self.layout.fits / f"{name}.json", record)
         if name not in self._fits:

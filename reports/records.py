@@ -1,8 +1,8 @@
 """The JSON records of a study directory, validated field by field (pydantic).
 
 Each model mirrors what the recorder writes: :class:`Manifest` (``study.json``),
-:class:`FitRecord` (``fits/<name>.json``, the result of
-``LikelihoodResults.to_record``), :class:`AuditRecord` and
+:class:`FitRecord` (``fits/<name>.json``; defined with the records it holds in
+:mod:`studyfiles.fit_records`, shared with the writer), :class:`AuditRecord` and
 :class:`DiagnosticRecord`. Unknown fields are ignored, so records written by a
 newer package still load; missing or mistyped fields are refused by
 :func:`parse_record` with a :class:`~reports.errors.StudyRecordError` naming
@@ -18,6 +18,14 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reports.errors import StudyRecordError
+from studyfiles.fit_records import (
+    FitRecord,
+    PrivacyRecord,
+    ProvenanceRecord,
+    ResultRecord,
+    ScopeSpendingRecord,
+    validation_problems,
+)
 
 Number = float | int
 
@@ -35,68 +43,6 @@ class Manifest(_Record):
     platform: str
     hashes: dict[str, str]
     fits: list[str]
-
-
-class ScopeSpendingRecord(_Record):
-    """One scope's spending for one fit (``fedstats.models.privacy.ScopeSpending``)."""
-
-    unit: str
-    owner: str
-    epsilon: Number
-    epsilon_pld: Number | None
-    delta: Number
-    cumulative_epsilon: Number | None
-    budget_epsilon: Number | None
-    noise_multipliers: list[Number]
-    releases: int
-    fixed_seed: bool
-
-
-class PrivacyRecord(_Record):
-    """A private fit's account (``fedstats.models.privacy.PrivacyAccount``)."""
-
-    scopes: list[ScopeSpendingRecord]
-    rounds: int
-    row_norm: Number | None
-    neighbouring: str
-    secure_aggregation: dict[str, Any] | None = None
-
-
-class ProvenanceRecord(_Record):
-    study: str
-    analysis: str
-    sites: list[str]
-    n_obs: dict[str, Number]
-    n_dropped: dict[str, Number]
-    rounds: int
-    messages: int
-    request_bytes: int
-    reply_bytes: int
-    started: datetime
-    finished: datetime
-
-
-class ResultRecord(_Record):
-    model: str
-    params: dict[str, Number]
-    bse: dict[str, Number | None]
-    conf_int: dict[Literal["lower", "upper"], dict[str, Number | None]]
-    alpha: Number
-    pvalues: dict[str, Number | None]
-    llf: Number | None
-    converged: bool
-    iterations: int
-    notes: list[str]
-    provenance: ProvenanceRecord
-    privacy: PrivacyRecord | None
-    n_events: dict[str, Number] = {}
-
-
-class FitRecord(_Record):
-    name: str
-    description: str
-    reference: str | None
-    result: ResultRecord
 
 
 class AuditRecord(_Record):
@@ -120,7 +66,19 @@ class DiagnosticRecord(_Record):
     rows: list[list[Any]]
 
 
-Model = TypeVar("Model", bound=_Record)
+Model = TypeVar("Model", bound=BaseModel)
+
+__all__ = [
+    "AuditRecord",
+    "DiagnosticRecord",
+    "FitRecord",
+    "Manifest",
+    "PrivacyRecord",
+    "ProvenanceRecord",
+    "ResultRecord",
+    "ScopeSpendingRecord",
+    "parse_record",
+]
 
 
 def parse_record(model: type[Model], path: Path) -> Model:
@@ -134,8 +92,5 @@ def parse_record(model: type[Model], path: Path) -> Model:
     try:
         return model.model_validate_json(text)
     except ValidationError as error:
-        problems = "; ".join(
-            f"field {'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}"
-            for e in error.errors()[:5]
-        )
+        problems = validation_problems(error)
         raise StudyRecordError(path, f"not a valid {model.__name__} ({problems})") from None

@@ -9,3 +9,7 @@ class StudyFileError(Exception):
 
 class InventoryFileError(StudyFileError):
     """A saved message inventory cannot be read (the message names the file, line and field)."""
+
+
+class FitRecordError(StudyFileError):
+    """A fit's results do not make a valid fit record (the message names every bad field)."""

@@ -36,6 +36,7 @@ import pandas as pd
 from fedstats.jobs.study_config import StudyConfig
 from fedstats.jobs.study_run import Recorded, RunFailed
 from studyfiles.durable import file_sha256
+from studyfiles.errors import StudyFileError
 from studyfiles.inventory import MessageInventory
 
 STUDY_DIR = "study"
@@ -49,17 +50,6 @@ DISCLOSURE_STATEMENT = {
     "set by": "each site, in its own site.toml ([disclosure] min_count, require_privacy)",
     "seen by the coordinator": "only refusals, listed below from the message inventory",
 }
-
-
-class _RecordedResult:
-    """A fit result already turned into its record (``LikelihoodResults.to_record``) by the
-    ServerApp; :meth:`reports.StudyRecorder.record_fit` needs only its ``to_record``."""
-
-    def __init__(self, record: dict[str, Any]) -> None:
-        self._record = {k: v for k, v in record.items() if k != "kind"}
-
-    def to_record(self) -> dict[str, Any]:
-        return self._record
 
 
 def record_study(
@@ -107,7 +97,7 @@ def record_study(
     for fit in models:
         recorder.record_fit(
             fit.name,
-            _RecordedResult(results[fit.name]),  # type: ignore[arg-type]
+            {k: v for k, v in results[fit.name].items() if k != "kind"},
             description=f"{fit.kind} {getattr(fit, 'formula', '')} over Flower "
             f"(run {status.get('run_id')}); {LEDGERS_STATEMENT}",
         )
@@ -142,7 +132,7 @@ def record_and_report(
     try:
         study_dir = record_study(config, study_toml, status, results, inventory)
         html, pdf, note = write_compliance_report(study_dir, Path(config.study.out))
-    except ReportError as error:
+    except (ReportError, StudyFileError) as error:
         raise RunFailed(f"the study directory or report could not be written: {error}") from None
     return Recorded(study_dir, html, pdf, note)
 

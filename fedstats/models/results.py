@@ -19,6 +19,7 @@ from scipy import stats
 
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.summary import render_html, render_text
+from studyfiles.fit_records import checked_result_record
 from studyfiles.inventory import MessageInventory
 from studyfiles.json_values import json_number, json_tree
 
@@ -209,10 +210,11 @@ class LikelihoodResults:
         (``None`` when not released), ``converged``, ``iterations``, ``notes``,
         ``provenance`` (:meth:`Provenance.to_record`) and ``privacy`` (the
         :class:`~fedstats.models.privacy.PrivacyAccount` as a dict, ``None`` for a
-        non-private fit), plus the model's own fields (events, ties, strata).
+        non-private fit), plus the model's own fields (events, ties, strata). The
+        format is :class:`studyfiles.fit_records.ResultRecord`, checked before it is returned.
         """
         ci = self.conf_int(alpha)
-        return {
+        record = {
             "model": self.model_name,
             "params": _series_record(self.params),
             "bse": _series_record(self.bse),
@@ -232,6 +234,7 @@ class LikelihoodResults:
             else json_tree(dataclasses.asdict(self.privacy)),
             **self._record_fields(),
         }
+        return checked_result_record(record)
 
     def _record_fields(self) -> dict[str, Any]:
         """Model-specific entries of :meth:`to_record`."""

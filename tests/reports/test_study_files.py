@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reports import StudyRecordError
+from reports.recorder import StudyRecorder
 from reports.records import FitRecord, parse_record
 from reports.study import Study
 
@@ -127,3 +128,18 @@ def test_the_inventory_and_harmonisation_reports_round_trip(demo_study, tmp_path
         report = HarmonizationReport.read_json(path)
         assert report.to_dict() == json.loads(path.read_text())
         assert report.balanced
+
+
+def test_the_writer_checks_a_fit_record_against_the_readers_format(tmp_path) -> None:
+    """A record the report could not read is refused when it is written, naming the field."""
+    from studyfiles.errors import FitRecordError
+    from studyfiles.fit_records import checked_result_record
+
+    recorder = StudyRecorder(tmp_path / "study", study="s")
+    with pytest.raises(FitRecordError, match="params"):
+        recorder.record_fit(
+            "broken", {"model": "logistic", "params": "not a table"}, description="x"
+        )
+    with pytest.raises(FitRecordError, match="not a valid fit record"):
+        checked_result_record({"model": "logistic", "llf": float("nan")})
+    assert not (tmp_path / "study" / "fits" / "broken.json").exists()
