@@ -36,7 +36,7 @@ import fedstats  # noqa: E402
 from fedstats import datasets  # noqa: E402
 from fedstats.deep import FederatedTrainer  # noqa: E402
 from fedstats.models.agree import agree_design  # noqa: E402
-from fedstats.models.privacy import feature_scaling  # noqa: E402
+from fedstats.site.design import feature_scaling  # noqa: E402
 
 # FLamby's published, non-private setting leaves cells of one or two patients in its
 # training split (Cleveland's ST-T abnormality, VA's women): allowed here explicitly.

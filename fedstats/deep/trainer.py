@@ -78,7 +78,6 @@ from fedstats.models.privacy import (
     RecordDP,
     ScopeSpending,
     coordinator_spending,
-    feature_scaling,
     preview_site_budgets,
     privacy_levels,
     site_spending,
@@ -86,7 +85,7 @@ from fedstats.models.privacy import (
 from fedstats.models.quantize import Quantized, check_bits, dequantize
 from fedstats.models.results import Provenance
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
-from fedstats.site.design import Level, parse_formula, survival_outcome
+from fedstats.site.design import Level, feature_scaling, parse_formula, survival_outcome
 from fedstats.site.private_release import DpRequest
 
 FLOAT32_BYTES = 4

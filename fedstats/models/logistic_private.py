@@ -43,16 +43,14 @@ from fedstats.models.privacy import (
     PrivacyAccount,
     RecordDP,
     coordinator_spending,
-    feature_scaling,
     information_rounds,
     preview_coordinator_budget,
     preview_site_budgets,
     site_spending,
-    unscale,
 )
 from fedstats.models.results import LogisticRegressionResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
-from fedstats.site.design import SITE_COLUMN
+from fedstats.site.design import SITE_COLUMN, feature_scaling, unscale
 from fedstats.site.private_release import DpRequest, symmetric_gaussian
 
 if TYPE_CHECKING:

@@ -372,3 +372,61 @@ def model_frame(
         structure.append((factors, [rename(c) for c in part.columns]))
     matrix.columns = [rename(c) for c in matrix.columns]
     return matrix, structure
+
+
+def feature_scaling(
+    layout: DesignLayout,
+    columns: tuple[str, ...],
+    bounds: Mapping[str, tuple[float, float]],
+    sites: tuple[str, ...],
+) -> np.ndarray:
+    """Per-column ``(centre, half-width)`` mapping public bounds to ``[-1, 1]``.
+
+    Intercepts and dummies of categorical terms keep ``(0, 1)``. Without an
+    intercept column numeric columns are only scaled (centre 0), since a
+    shift could not be absorbed.
+    """
+    intercepts = {"Intercept"} | {SITE_COLUMN.format(s) for s in sites}
+    has_intercept = bool(intercepts & set(columns))
+    unknown = sorted(set(bounds) - set(columns))
+    if unknown:
+        raise FormulaError(
+            f"bounds were given for {unknown}, which are not design columns "
+            f"(the design has {list(columns)})"
+        )
+    missing = [
+        c
+        for c in columns
+        if c not in intercepts and c not in layout.categorical and c not in bounds
+    ]
+    if missing:
+        raise FormulaError(
+            f"a private fit needs public bounds for the numeric design columns {missing}: "
+            "pass bounds={'column': (low, high), ...} from the study specification"
+        )
+    scaling = np.tile([0.0, 1.0], (len(columns), 1))
+    for j, name in enumerate(columns):
+        if name in bounds:
+            low, high = (float(v) for v in bounds[name])
+            if not (math.isfinite(low) and math.isfinite(high) and high > low):
+                raise FormulaError(f"bounds for {name!r} must be finite with low < high")
+            if has_intercept:
+                scaling[j] = ((low + high) / 2, (high - low) / 2)
+            else:
+                scaling[j] = (0.0, max(abs(low), abs(high)))
+    return scaling
+
+
+def unscale(columns: tuple[str, ...], scaling: np.ndarray, sites: tuple[str, ...]) -> np.ndarray:
+    """Matrix ``A`` with ``beta = A beta'`` from scaled to original design coordinates.
+
+    ``x'_j = (x_j - c_j) / h_j`` gives ``beta_j = beta'_j / h_j`` and each
+    intercept absorbs ``- sum_j beta'_j c_j / h_j``.
+    """
+    intercepts = {"Intercept"} | {SITE_COLUMN.format(s) for s in sites}
+    A = np.diag(1.0 / scaling[:, 1])
+    for k, name in enumerate(columns):
+        if name in intercepts:  # intercepts have centre 0, so their own entries stay 0 here
+            A[k, :] = -scaling[:, 0] / scaling[:, 1]
+            A[k, k] = 1.0
+    return A

@@ -202,7 +202,9 @@ def test_tasks_that_describe_no_patient_are_answered_under_any_protocol(heart, p
 
 def test_every_task_about_patients_is_classified_by_the_protocol():
     about_patients = {t.name for t in REGISTRY if t.about_patients}
-    assert about_patients == set(TASK_MODELS)
+    extra_missing = set(REGISTRY.names()) - {t.name for t in REGISTRY}  # deep, not installed
+    assert extra_missing <= {"deep.train", "deep.evaluate"}
+    assert about_patients | extra_missing == set(TASK_MODELS)
 
 
 # ---------------------------------------------------------------- survival grid and groups
