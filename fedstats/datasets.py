@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from fedstats.errors import FedstatsError
+from fedstats.errors import DataFileError
 
 HEART_COLUMNS = [
     "age",
@@ -76,10 +76,6 @@ HEART_BOUNDS = {
     "exang": (0, 1),
 }
 """Plausible clinical ranges of the numeric covariates (public bounds for a private fit)."""
-
-
-class DataFileError(FedstatsError):
-    """A data file is missing or malformed (the message names the file and line)."""
 
 
 @dataclass(frozen=True)

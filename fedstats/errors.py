@@ -357,3 +357,98 @@ def from_wire(payload: dict[str, Any], site: str) -> SiteError:
     kept = {k: v for k, v in values.items() if k in cls.fields and isinstance(v, str | int | float)}
     kept["site"] = site
     return cls(**kept)
+
+
+# ---- operations (site job, study run, Flower), data files, configuration and models
+
+
+class JobStopped(FedstatsError):
+    """The job received SIGTERM; every process it started was stopped."""
+
+
+class SiteHarmonisationError(FedstatsError):
+    """The site's sources could not be harmonised (the message names the file, line or field)."""
+
+
+class CoordinatorUnreachable(FedstatsError):
+    """The study's SuperLink did not accept a connection within ``connect_timeout``."""
+
+
+class SiteProcessesFailed(FedstatsError):
+    """The site's SuperNode or site worker ended by itself while serving.
+
+    :func:`serve_over_flower` sets ``processes``: the ids of the processes the
+    run had started (all stopped).
+    """
+
+
+class JobAlreadyRunning(FedstatsError):
+    """Another run of the job holds the lock; this one did nothing."""
+
+
+class RunFailed(FedstatsError):
+    """The study's run did not produce what a completed run must, or could not be recorded."""
+
+
+class DemoFailed(Exception):
+    """The demonstration stopped; the message says why, the exit code how."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class DataFileError(FedstatsError):
+    """A data file is missing or malformed (the message names the file and line)."""
+
+
+class MessageFormatError(ValueError):
+    """A Flower message does not hold what a fedstats message must hold."""
+
+
+class SiteLost(RuntimeError):
+    """A site's reply did not come back in time (after the retries the policy allows)."""
+
+
+class SitesMissingError(FedstatsError):
+    """Sites the study expects never answered on the Flower network."""
+
+
+class FlowerProcessError(RuntimeError):
+    """A Flower process could not be started, or a run could not be submitted."""
+
+
+class StudyPkiError(FedstatsError):
+    """A study key or certificate could not be made (e.g. the file already exists)."""
+
+
+class ConfigError(FedstatsError):
+    """A job configuration file is missing, unreadable or invalid (the message names the field)."""
+
+
+class PrevalenceShiftWarning(FedstatsWarning):
+    """The intercept shift is only approximate for this model."""
+
+
+class ModelSpecError(StudyConfigurationError):
+    """A model name or hyperparameters cannot build a module (message names which and why)."""
+
+
+class UnsafeTermError(FormulaError):
+    """A formula term the grammar does not allow; ``token`` is the offending text."""
+
+    def __init__(self, token: str, reason: str) -> None:
+        self.token = token[:200]
+        self.reason = reason
+        super().__init__(f"formula term {self.token!r} {reason}")
+
+
+class DomainError(FormulaError):
+    """An expression cannot be computed for every row (outside a function's domain)."""
+
+    def __init__(self, term: str) -> None:
+        self.term = term
+        super().__init__(
+            f"{term!r} cannot be computed for every row (a value outside the domain of a "
+            "function, a division by zero or an overflow)"
+        )

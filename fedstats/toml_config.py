@@ -14,7 +14,7 @@ from typing import Annotated, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
 
-from fedstats.errors import FedstatsError
+from fedstats.errors import ConfigError
 
 Model = TypeVar("Model", bound=BaseModel)
 
@@ -37,10 +37,6 @@ def resolve_path(value: object, info: ValidationInfo) -> object:
     path = Path(value)
     base = (info.context or {}).get("base")
     return path if path.is_absolute() or base is None else Path(base) / path
-
-
-class ConfigError(FedstatsError):
-    """A job configuration file is missing, unreadable or invalid (the message names the field)."""
 
 
 def load_toml_model(path: str | Path, model: type[Model], *, what: str) -> Model:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from harmonize.report import HarmonizationReport
+
 
 class HarmonizationError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -13,3 +18,15 @@ class SpecError(HarmonizationError):
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         super().__init__(message)
         self.problems = list(problems or [])
+
+
+class UnitError(HarmonizationError):
+    """A unit is unknown, or cannot be converted to the one the study asks for."""
+
+
+class HarmonizationFailed(HarmonizationError):
+    """The run failed; ``report`` says how far it got and why."""
+
+    def __init__(self, message: str, report: HarmonizationReport) -> None:
+        super().__init__(message)
+        self.report = report

@@ -19,20 +19,12 @@ from tempfile import TemporaryDirectory
 
 import pandas as pd
 
-from harmonize.errors import HarmonizationError
+from harmonize.errors import HarmonizationError, HarmonizationFailed
 from harmonize.fingerprint import FINGERPRINT_ATTR, fingerprint_frame
 from harmonize.frame import HARMONIZE, build_frame, coding_coverage
 from harmonize.records import RecordStore
 from harmonize.report import HarmonizationReport, column_summary, counts_by
 from harmonize.spec import StudySpec
-
-
-class HarmonizationFailed(HarmonizationError):
-    """The run failed; ``report`` says how far it got and why."""
-
-    def __init__(self, message: str, report: HarmonizationReport) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 @dataclass

@@ -24,11 +24,7 @@ import numpy as np
 import pint
 from ucumvert import PintUcumRegistry
 
-from harmonize.errors import HarmonizationError
-
-
-class UnitError(HarmonizationError):
-    """A unit is unknown, or cannot be converted to the one the study asks for."""
+from harmonize.errors import UnitError
 
 
 @dataclass(frozen=True)

@@ -108,10 +108,10 @@ def harmonize(
     4 empty cohort. report.json is written in every case but a missing
     source option.
     """
-    from harmonize.errors import HarmonizationError, SpecError
+    from harmonize.errors import HarmonizationError, HarmonizationFailed, SpecError
     from harmonize.report import HarmonizationReport
-    from harmonize.run import HarmonizationFailed, write_outputs, write_report
     from harmonize.run import harmonize as run_harmonize
+    from harmonize.run import write_outputs, write_report
     from harmonize.spec import load_spec
 
     if (fhir is None) == (omop is None):
@@ -226,7 +226,8 @@ def demo(
     recorded in OUT_DIR/study and the compliance report is written as
     OUT_DIR/compliance-report.html and .pdf.
     """
-    from fedstats.jobs.demo import DemoFailed, run_heart_demo
+    from fedstats.errors import DemoFailed
+    from fedstats.jobs.demo import run_heart_demo
 
     try:
         run_heart_demo(data_dir, site_intercepts=site_intercepts, private=private, out_dir=out_dir)

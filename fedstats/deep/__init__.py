@@ -33,9 +33,10 @@ from fedstats.deep.canary_audit import (
 )
 from fedstats.deep.evaluation import Evaluation
 from fedstats.deep.losses import binary_loss, cox_loss
-from fedstats.deep.models import ModelSpecError, build_model, register_model, registered_models
+from fedstats.deep.models import build_model, register_model, registered_models
 from fedstats.deep.results import DeepModelResults
 from fedstats.deep.trainer import FederatedTrainer
+from fedstats.errors import ModelSpecError
 from fedstats.models.client_dp import DPFedAvg
 
 __all__ = [

@@ -22,17 +22,13 @@ from typing import Any
 
 from torch import nn
 
-from fedstats.errors import StudyConfigurationError
+from fedstats.errors import ModelSpecError
 
 ModelFactory = Callable[..., nn.Module]
 MAX_PARAMETERS = 5_000_000
 """Largest model a request may describe (a guard against requests that exhaust a site)."""
 
 _REGISTRY: dict[str, ModelFactory] = {}
-
-
-class ModelSpecError(StudyConfigurationError):
-    """A model name or hyperparameters cannot build a module (message names which and why)."""
 
 
 def register_model(name: str, factory: ModelFactory, *, replace: bool = False) -> None:

@@ -34,10 +34,10 @@ from fedstats.cox_math import concordance_counts
 from fedstats.deep.dp_sgd import DpSgdPlan
 from fedstats.deep.local_training import ALGORITHMS, LocalPlan, train_locally
 from fedstats.deep.losses import BINARY, SURVIVAL
-from fedstats.deep.models import ModelSpecError, build_model
+from fedstats.deep.models import build_model
 from fedstats.deep.site_data import checked_spec, input_columns, site_tensors
 from fedstats.deep.weights import checked_arrays, load_arrays
-from fedstats.errors import MalformedRequestError
+from fedstats.errors import MalformedRequestError, ModelSpecError
 from fedstats.models.quantize import quantize
 from fedstats.schema import Array, Number
 from fedstats.site.design import DesignSpec

@@ -55,7 +55,7 @@ from fedstats.deep.dp_sgd import ENGINES
 from fedstats.deep.evaluation import Evaluation, combine_binary, combine_survival
 from fedstats.deep.local_training import ALGORITHMS
 from fedstats.deep.losses import BINARY, SURVIVAL
-from fedstats.deep.models import ModelSpecError, build_model
+from fedstats.deep.models import build_model
 from fedstats.deep.privacy_plan import (
     COUNTS_NOISE_MULTIPLIER,
     DpSgdSchedule,
@@ -68,7 +68,7 @@ from fedstats.deep.server_optimizers import ServerOptimizer
 from fedstats.deep.site_data import input_columns
 from fedstats.deep.site_tasks import DP_GROUP, EVALUATE_TASK, TRAIN_TASK
 from fedstats.deep.weights import checked_arrays, flatten, parameter_arrays, unflatten
-from fedstats.errors import InvalidReplyError, StudyConfigurationError
+from fedstats.errors import InvalidReplyError, ModelSpecError, StudyConfigurationError
 from fedstats.models import client_dp
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.client_dp import DPFedAvg

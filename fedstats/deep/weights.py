@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedstats.deep.models import ModelSpecError
+from fedstats.errors import ModelSpecError
 
 
 def parameter_arrays(model: nn.Module) -> list[np.ndarray]:

@@ -30,21 +30,13 @@ from typing import Any
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedstats.errors import FedstatsError
+from fedstats.errors import SiteLost, SitesMissingError
 from fedstats.flower import messages
 from fedstats.jobs.site_journal import digest
 from fedstats.jobs.study_config import PolicySection
 from fedstats.models.federation import Federation, Transport
 
 log = logging.getLogger(__name__)
-
-
-class SiteLost(RuntimeError):
-    """A site's reply did not come back in time (after the retries the policy allows)."""
-
-
-class SitesMissingError(FedstatsError):
-    """Sites the study expects never answered on the Flower network."""
 
 
 class GridLink:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fedstats.errors import FlowerProcessError
 from fedstats.flower import processes, study_pki
 
 STUDY_TEMPLATE = """
@@ -165,7 +166,7 @@ class LocalStudy:
     def start(self, frames: dict[str, pd.DataFrame]) -> LocalStudy:
         """Start the SuperLink, then add every site of ``frames`` (registered, trusted)."""
         if self.node_auth and not self.tls:
-            raise processes.FlowerProcessError(
+            raise FlowerProcessError(
                 "SuperNode authentication needs TLS: LocalStudy(root, tls=True, node_auth=True)"
             )
         self.port = processes.free_port()
@@ -248,11 +249,9 @@ class LocalStudy:
                 if status.get("run_id") == run_id and status["status"] != "running":
                     return status
             if self.superlink is not None and self.superlink.poll() is not None:
-                raise processes.FlowerProcessError(f"the SuperLink exited: {self.logs()}")
+                raise FlowerProcessError(f"the SuperLink exited: {self.logs()}")
             time.sleep(0.1)
-        raise processes.FlowerProcessError(
-            f"run {run_id} did not finish within {timeout} s: {self.logs()}"
-        )
+        raise FlowerProcessError(f"run {run_id} did not finish within {timeout} s: {self.logs()}")
 
     def logs(self) -> str:
         parts = []

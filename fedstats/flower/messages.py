@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from flwr.app import ConfigRecord, Message, RecordDict
 
+from fedstats.errors import MessageFormatError
+
 TASK_ACTION = "fedstats"
 IDENTIFY_ACTION = "identify"
 TASK_MESSAGE_TYPE = f"query.{TASK_ACTION}"
@@ -19,10 +21,6 @@ IDENTIFY_MESSAGE_TYPE = f"query.{IDENTIFY_ACTION}"
 RECORD = "fedstats"
 PAYLOAD = "payload"
 SITE = "site"
-
-
-class MessageFormatError(ValueError):
-    """A Flower message does not hold what a fedstats message must hold."""
 
 
 def pack(payload: bytes) -> RecordDict:

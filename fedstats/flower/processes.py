@@ -24,6 +24,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from fedstats.errors import FlowerProcessError
+
 BIN = Path(sys.executable).parent
 APP_DIR = Path(__file__).resolve().parents[2] / "examples" / "flower" / "app"
 CONNECTION = "study"
@@ -34,10 +36,6 @@ QUIET_ENV = {
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
 }
 FAST_POLL_ENV = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.02"}
-
-
-class FlowerProcessError(RuntimeError):
-    """A Flower process could not be started, or a run could not be submitted."""
 
 
 @dataclass(frozen=True)

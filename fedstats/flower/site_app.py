@@ -17,9 +17,10 @@ from pathlib import Path
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from fedstats.errors import ConfigError
 from fedstats.flower import messages
 from fedstats.jobs.site_service import SiteService, frame_path
-from fedstats.toml_config import ConfigError, load_toml_model
+from fedstats.toml_config import load_toml_model
 
 SITE_CONFIG_KEY = "site-config"
 

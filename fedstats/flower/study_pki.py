@@ -45,17 +45,13 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from fedstats.errors import FedstatsError, StudyConfigurationError
+from fedstats.errors import StudyConfigurationError, StudyPkiError
 from fedstats.secagg.roster import write_roster
 
 CURVE = ec.SECP256R1()
 """NIST P-256: accepted by Flower for node keys and by every TLS stack."""
 CA_DAYS = 3 * 365
 LEAF_DAYS = 365
-
-
-class StudyPkiError(FedstatsError):
-    """A study key or certificate could not be made (e.g. the file already exists)."""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ import typer
 import accounting
 import fedstats
 from fedstats import datasets
-from fedstats.errors import DisclosureError, FedstatsError
+from fedstats.errors import DemoFailed, DisclosureError, FedstatsError
 from fedstats.site.protocol import load_protocol
 from harmonize.run import harmonize
 from harmonize.spec import load_spec
@@ -220,14 +220,6 @@ def _options(privacy: fedstats.RecordDP | fedstats.ClientDP) -> dict:
     options = asdict(privacy)
     options["bounds"] = {k: list(v) for k, v in privacy.bounds.items()}
     return options
-
-
-class DemoFailed(Exception):
-    """The demonstration stopped; the message says why, the exit code how."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def run_heart_demo(

@@ -15,11 +15,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
-from fedstats.errors import FedstatsError
-
-
-class JobAlreadyRunning(FedstatsError):
-    """Another run of the job holds the lock; this one did nothing."""
+from fedstats.errors import JobAlreadyRunning
 
 
 class JobLock:

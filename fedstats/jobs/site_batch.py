@@ -58,12 +58,18 @@ from types import FrameType
 from typing import Any
 
 import accounting
-from fedstats.errors import FedstatsError, StudyConfigurationError
+from fedstats.errors import (
+    ConfigError,
+    JobAlreadyRunning,
+    JobStopped,
+    SiteHarmonisationError,
+    StudyConfigurationError,
+)
 from fedstats.jobs.exit_codes import SiteExit
-from fedstats.jobs.job_lock import JobAlreadyRunning, JobLock
+from fedstats.jobs.job_lock import JobLock
 from fedstats.jobs.site_activity import Activity, activity, ledger_state, spent_scopes
 from fedstats.jobs.site_config import SiteConfig, load_site_config
-from fedstats.jobs.site_frame import PreparedFrame, SiteHarmonisationError, prepare_frame
+from fedstats.jobs.site_frame import PreparedFrame, prepare_frame
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal
 from fedstats.jobs.site_serving import (
     CoordinatorUnreachable,
@@ -73,15 +79,10 @@ from fedstats.jobs.site_serving import (
     serve_over_flower,
 )
 from fedstats.site.protocol import load_protocol
-from fedstats.toml_config import ConfigError
 from studyfiles.durable import file_sha256, write_json_atomically
 
 LOCK_FILE = "site-run.lock"
 RUNS_DIR = "runs"
-
-
-class JobStopped(FedstatsError):
-    """The job received SIGTERM; every process it started was stopped."""
 
 
 @dataclass

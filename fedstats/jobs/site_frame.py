@@ -38,18 +38,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import fedstats
-from fedstats.errors import FedstatsError
+from fedstats.errors import ConfigError, SiteHarmonisationError
 from fedstats.jobs.site_config import SiteConfig
 from fedstats.jobs.site_service import CURRENT_FRAME
-from fedstats.toml_config import ConfigError
 from studyfiles.durable import file_sha256, replace_durably, write_json_atomically
 
 FINGERPRINT_FILE = "fingerprint.json"
 Origin = Literal["configured", "harmonised", "reused"]
-
-
-class SiteHarmonisationError(FedstatsError):
-    """The site's sources could not be harmonised (the message names the file, line or field)."""
 
 
 @dataclass(frozen=True)
@@ -152,8 +147,8 @@ def prepare_frame(config: SiteConfig, *, failure_dir: Path) -> PreparedFrame:
 
 def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> dict[str, Any]:
     """Harmonise the sources and write frame, report and quarantine beside ``current``."""
-    from harmonize.errors import HarmonizationError, SpecError
-    from harmonize.run import HarmonizationFailed, harmonize, write_report
+    from harmonize.errors import HarmonizationError, HarmonizationFailed, SpecError
+    from harmonize.run import harmonize, write_report
     from harmonize.spec import load_spec
 
     data = config.data

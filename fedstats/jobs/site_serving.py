@@ -37,24 +37,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedstats.errors import FedstatsError
+from fedstats.errors import CoordinatorUnreachable, SiteProcessesFailed
 from fedstats.jobs.site_config import CoordinatorSection, SiteConfig
 from fedstats.jobs.site_journal import SiteJournal
 
 WATCH_INTERVAL = 0.2
 """Seconds between looks at the journal and the processes."""
-
-
-class CoordinatorUnreachable(FedstatsError):
-    """The study's SuperLink did not accept a connection within ``connect_timeout``."""
-
-
-class SiteProcessesFailed(FedstatsError):
-    """The site's SuperNode or site worker ended by itself while serving.
-
-    :func:`serve_over_flower` sets ``processes``: the ids of the processes the
-    run had started (all stopped).
-    """
 
 
 @dataclass

@@ -33,8 +33,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.errors import RunFailed
 from fedstats.jobs.study_config import StudyConfig
-from fedstats.jobs.study_run import Recorded, RunFailed
+from fedstats.jobs.study_run import Recorded
 from studyfiles.durable import file_sha256
 from studyfiles.errors import StudyFileError
 from studyfiles.inventory import MessageInventory

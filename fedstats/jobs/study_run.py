@@ -38,12 +38,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fedstats.errors import FedstatsError
+from fedstats.errors import (
+    ConfigError,
+    CoordinatorUnreachable,
+    FedstatsError,
+    FlowerProcessError,
+    RunFailed,
+)
 from fedstats.jobs.exit_codes import StudyExit
-from fedstats.jobs.site_serving import CoordinatorUnreachable, probe_superlink
+from fedstats.jobs.site_serving import probe_superlink
 from fedstats.jobs.study_config import CoordinatorSection, StudyConfig, load_study_config
 from fedstats.jobs.study_fits import result_path
-from fedstats.toml_config import ConfigError
 from studyfiles.errors import InventoryFileError
 from studyfiles.inventory import MessageInventory
 
@@ -52,10 +57,6 @@ CONNECT_TIMEOUT = 30.0
 """Seconds to wait for the SuperLink to accept a connection before submitting."""
 SITE_LOST_ERRORS = frozenset({"SitesMissingError", "SiteLost", "SiteUnreachableError"})
 POLL = 0.2
-
-
-class RunFailed(FedstatsError):
-    """The study's run did not produce what a completed run must, or could not be recorded."""
 
 
 @dataclass(frozen=True)
@@ -169,7 +170,7 @@ def _submit(config: StudyConfig, config_path: Path) -> int:
     processes.write_connection(home, coordinator.superlink, ca=ca)
     try:
         return processes.submit_run(home, config_path)
-    except (processes.FlowerProcessError, OSError) as error:
+    except (FlowerProcessError, OSError) as error:
         raise CoordinatorUnreachable(
             f"the SuperLink at {coordinator.superlink} did not accept the study: {error}"
         ) from None

@@ -37,11 +37,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from fedstats.errors import FedstatsWarning, StudyConfigurationError
-
-
-class PrevalenceShiftWarning(FedstatsWarning):
-    """The intercept shift is only approximate for this model."""
+from fedstats.errors import StudyConfigurationError
 
 
 def logit(p: float) -> float:

@@ -327,12 +327,12 @@ class LogisticRegressionResults(LikelihoodResults):
         how it is derived. A fit with one intercept per site gets the
         label-shift estimate of the target intercept (its variance from the
         site intercepts' covariance); a single-intercept fit gets the shift
-        ``delta``, with a :class:`~fedstats.models.recalibration.PrevalenceShiftWarning`.
+        ``delta``, with a :class:`~fedstats.errors.PrevalenceShiftWarning`.
         """
         import warnings
 
+        from fedstats.errors import PrevalenceShiftWarning
         from fedstats.models.recalibration import (
-            PrevalenceShiftWarning,
             checked_prevalence,
             prevalence_shift,
             site_intercepts_to_target,

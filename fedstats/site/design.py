@@ -27,8 +27,8 @@ from formulaic import Formula, model_matrix
 from formulaic.errors import FormulaicError
 from formulaic.parser.types import Term
 
-from fedstats.errors import FormulaError, InconsistentColumnError
-from fedstats.site.formula_grammar import Factor, UnsafeTermError, parse_factor, plain_message
+from fedstats.errors import FormulaError, InconsistentColumnError, UnsafeTermError
+from fedstats.site.formula_grammar import Factor, parse_factor, plain_message
 
 Level = int | float | str
 

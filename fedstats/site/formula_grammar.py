@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from fedstats.errors import FormulaError
+from fedstats.errors import DomainError, FormulaError, UnsafeTermError
 
 FUNCTIONS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "log": np.log,
@@ -57,15 +57,6 @@ MAX_NODES = 200
 """Most characters and syntax-tree nodes of one factor (a bound on the work it can ask for)."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m|⧛|⧚")
-
-
-class UnsafeTermError(FormulaError):
-    """A formula term the grammar does not allow; ``token`` is the offending text."""
-
-    def __init__(self, token: str, reason: str) -> None:
-        self.token = token[:200]
-        self.reason = reason
-        super().__init__(f"formula term {self.token!r} {reason}")
 
 
 def plain_message(text: str) -> str:
@@ -216,17 +207,6 @@ def _check_name(name: str) -> None:
 
 Indicator = Callable[[str, np.ndarray], None]
 """Called with every true/false value an expression computes: (its text, the mask)."""
-
-
-class DomainError(FormulaError):
-    """An expression cannot be computed for every row (outside a function's domain)."""
-
-    def __init__(self, term: str) -> None:
-        self.term = term
-        super().__init__(
-            f"{term!r} cannot be computed for every row (a value outside the domain of a "
-            "function, a division by zero or an overflow)"
-        )
 
 
 def evaluate(

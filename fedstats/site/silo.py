@@ -34,6 +34,7 @@ from fedstats.errors import (
     UnknownTaskError,
     to_wire,
 )
+from fedstats.schema import ReplySchema
 from fedstats.secagg.roster import RosterPin
 from fedstats.secagg.site import (
     MaskBlock,
@@ -57,7 +58,7 @@ from fedstats.site.private_release import (
 )
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
-from fedstats.site.task import SiteContext, Task, TaskRegistry
+from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
 
 log = logging.getLogger(__name__)
 
@@ -188,63 +189,13 @@ class Silo:
             context.deadline = self.limits.deadline()
             context.exact = dp is None
             session = None if secure is None else open_shares(context, secure, task_name)
-            noise = None
-            facts: dict = {}
             if dp is None:
-                reply = task.handler(context, args)
+                reply, noise, facts = task.handler(context, args), None, {}
             elif task.private_training is not None:
-                # The handler runs the mechanism (e.g. DP-SGD): data checks, then the charge.
-                if task.validate is not None:
-                    task.validate(context, args)
-                event = training_event(task, args, self.name)
-                spent, budget = self._charge(task_name, dp, event, {})
-                reply = task.handler(context, {**args, "noise_seed": self._training_seed()})
-                facts = self._private_facts(spent, budget)
+                reply, noise, facts = self._trained(task, task_name, args, dp)
             else:
-                groups = noisy_groups(task, args, self.name)
-                sigmas = dp.sigmas_for(groups, self.name, task_name)
-                site_sigmas = (
-                    sigmas if session is None else noise_multipliers(session, groups, sigmas, plain)
-                )
-                # Computed (and every data check passed) before the charge; released after it.
-                reply = task.handler(context, args)
-                spent, budget = self._charge(
-                    task_name,
-                    dp,
-                    release_event(charged_sigmas(sigmas, session)),
-                    {}
-                    if session is None
-                    else {
-                        "secure_aggregation_threshold": session.threshold,
-                        "secure_aggregation_roster": "pinned" if session.pinned else "unpinned",
-                        **{
-                            f"site_noise_multiplier[{g.fields[0]}]": v
-                            for g, v in zip(groups, site_sigmas, strict=True)
-                        },
-                    },
-                )
-                noise = draw_noise(
-                    reply.payload,
-                    groups,
-                    site_sigmas,
-                    self._noise_rng(),
-                    site=self.name,
-                    task=task_name,
-                )
-                facts = self._private_facts(spent, budget)
-            if session is None:
-                payload = reply.payload if noise is None else add_noise(reply.payload, noise)
-            else:
-                # Shape and threshold are checked on the plain reply; then it is masked.
-                check_reply(
-                    self.policy,
-                    site=self.name,
-                    task=task_name,
-                    schema=plain,
-                    payload=reply.payload,
-                    contributors=reply.contributors,
-                )
-                payload = mask_reply(session, reply.payload, noise, plain, task_name)
+                reply, noise, facts = self._released(task, task_name, args, dp, session, plain)
+            payload = self._outgoing(task_name, reply, noise, session, plain)
             payload.update(facts)
             check_reply(
                 self.policy,
@@ -281,6 +232,76 @@ class Silo:
             context.deadline, context.exact = None, True
         self.log.append(SiteLogEntry(task_name, "released", len(out), _now()))
         return out
+
+    def _trained(
+        self, task: Task, task_name: str, args: dict[str, Any], dp: DpRequest
+    ) -> tuple[TaskReply, None, dict[str, Any]]:
+        """A task whose handler runs the mechanism itself (DP-SGD): every data check, then the
+        charge of the declared event, then the handler; its output is the release."""
+        if task.validate is not None:
+            task.validate(self._context, args)
+        event = training_event(task, args, self.name)
+        spent, budget = self._charge(task_name, dp, event, {})
+        reply = task.handler(self._context, {**args, "noise_seed": self._training_seed()})
+        return reply, None, self._private_facts(spent, budget)
+
+    def _released(
+        self,
+        task: Task,
+        task_name: str,
+        args: dict[str, Any],
+        dp: DpRequest,
+        session: SiteSession | None,
+        plain: ReplySchema,
+    ) -> tuple[TaskReply, dict[str, Any], dict[str, Any]]:
+        """A Gaussian release: the reply computed (every data check passed), the ledger charged,
+        and only then the noise drawn (this site's share of it under secure aggregation)."""
+        groups = noisy_groups(task, args, self.name)
+        sigmas = dp.sigmas_for(groups, self.name, task_name)
+        site_sigmas = (
+            sigmas if session is None else noise_multipliers(session, groups, sigmas, plain)
+        )
+        reply = task.handler(self._context, args)
+        distributed = (
+            {}
+            if session is None
+            else {
+                "secure_aggregation_threshold": session.threshold,
+                "secure_aggregation_roster": "pinned" if session.pinned else "unpinned",
+                **{
+                    f"site_noise_multiplier[{g.fields[0]}]": v
+                    for g, v in zip(groups, site_sigmas, strict=True)
+                },
+            }
+        )
+        event = release_event(charged_sigmas(sigmas, session))
+        spent, budget = self._charge(task_name, dp, event, distributed)
+        noise = draw_noise(
+            reply.payload, groups, site_sigmas, self._noise_rng(), site=self.name, task=task_name
+        )
+        return reply, noise, self._private_facts(spent, budget)
+
+    def _outgoing(
+        self,
+        task_name: str,
+        reply: TaskReply,
+        noise: dict[str, Any] | None,
+        session: SiteSession | None,
+        plain: ReplySchema,
+    ) -> dict[str, Any]:
+        """The payload as it leaves: noised, or (inside secure aggregation) checked plain for
+        shape and threshold, then masked."""
+        if session is None:
+            return reply.payload if noise is None else add_noise(reply.payload, noise)
+        check_reply(
+            self.policy,
+            site=self.name,
+            task=task_name,
+            schema=plain,
+            payload=reply.payload,
+            contributors=reply.contributors,
+        )
+        return mask_reply(session, reply.payload, noise, plain, task_name)
 
     def _admit(
         self, task: Task, task_name: str, args: dict[str, Any], *, private: bool, secure: bool

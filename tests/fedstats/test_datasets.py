@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fedstats import datasets
-from fedstats.datasets import DataFileError
+from fedstats.errors import DataFileError
 
 
 def test_flamby_preparation_counts(heart):

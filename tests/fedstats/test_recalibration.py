@@ -11,7 +11,7 @@ import statsmodels.api as sm
 from scipy.special import expit, logit
 
 import fedstats
-from fedstats.models.recalibration import PrevalenceShiftWarning
+from fedstats.errors import PrevalenceShiftWarning
 
 PREVALENCES = [0.05, 0.10, 0.20, 0.30, 0.40]
 SHIFT = np.array([0.8, -0.5, 0.3])  # class 1 mean; class 0 at 0; unit covariance

@@ -37,7 +37,7 @@ import accounting
 import fedstats
 from fedstats import datasets
 from fedstats.cli.jobs import site_app
-from fedstats.errors import FedstatsError
+from fedstats.errors import ConfigError, FedstatsError
 from fedstats.flower import processes
 from fedstats.flower.local_study import write_study
 from fedstats.flower.study_pki import make_study_ca
@@ -48,7 +48,6 @@ from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.site_service import SiteService
 from fedstats.jobs.site_serving import ServeResult
 from fedstats.jobs.study_run import wait_for_status
-from fedstats.toml_config import ConfigError
 from studyfiles.durable import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,10 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedstats
-from fedstats.errors import FormulaError
+from fedstats.errors import FormulaError, UnsafeTermError
 from fedstats.site import codec
 from fedstats.site.design import DesignSpec, parse_formula
-from fedstats.site.formula_grammar import UnsafeTermError
 from fedstats.site.silo import Silo
 
 

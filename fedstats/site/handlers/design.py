@@ -16,6 +16,7 @@ import pandas as pd
 
 from fedstats.errors import (
     DisclosureError,
+    DomainError,
     FormulaError,
     FormulaRefusedError,
     InconsistentColumnError,
@@ -25,6 +26,7 @@ from fedstats.errors import (
     NoEventsError,
     NonBinaryOutcomeError,
     UnknownLevelError,
+    UnsafeTermError,
 )
 from fedstats.schema import Number, Text, Values
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
@@ -38,7 +40,7 @@ from fedstats.site.design import (
     survival_outcome,
 )
 from fedstats.site.disclosure import check_levels, check_saturation
-from fedstats.site.formula_grammar import DomainError, Factor, Indicator, UnsafeTermError, evaluate
+from fedstats.site.formula_grammar import Factor, Indicator, evaluate
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 
 MAX_LEVELS_ON_WIRE = 1000
