@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
 from fedstats.models.federation import Federation
@@ -12,6 +13,7 @@ from fedstats.site.design import (
     DesignLayout,
     DesignSpec,
     Level,
+    ParsedFormula,
     design_columns,
     normalise_level,
     parse_formula,
@@ -80,8 +82,44 @@ def agree_design(
     """
     if missing not in ("raise", "drop"):
         raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
-    parsed = parse_formula(formula)
     strata = tuple(strata)
+    parsed = _checked_formula(formula, outcome_kind, strata, site_intercepts, offset)
+    fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in (levels or {}).items()}
+    unknown_fixed = sorted(set(fixed) - parsed.covariates)
+    if unknown_fixed:
+        raise FormulaError(f"levels were given for {unknown_fixed}, which the formula does not use")
+    replies, kinds = _described(federation, parsed, fixed, offset, strata, dp, analysis)
+    agreed = _levels(parsed, fixed, kinds, replies)
+    overlap = sorted(parsed.outcome_variables & parsed.covariates)
+    if overlap:
+        raise FormulaError(f"{overlap} appear on both sides of the formula")
+    layout = design_columns(parsed, sorted(parsed.covariates), agreed)
+    columns = _columns(layout, formula, outcome_kind, site_intercepts, federation.sites)
+    spec = DesignSpec(
+        formula=formula,
+        outcome=parsed.outcome,
+        variables=tuple(sorted(parsed.outcome_variables | parsed.covariates)),
+        levels=agreed,
+        columns=tuple(columns),
+        site_intercepts=site_intercepts,
+        sites=federation.sites,
+        offset=offset,
+        missing=missing,
+        outcome_kind=outcome_kind,
+        strata=strata,
+    )
+    return Agreement(spec=spec, layout=layout, counts=_prepared(federation, spec, dp, analysis))
+
+
+def _checked_formula(
+    formula: str,
+    outcome_kind: str,
+    strata: tuple[str, ...],
+    site_intercepts: bool,
+    offset: str | None,
+) -> ParsedFormula:
+    """The parsed formula, refused when its outcome, strata or intercepts do not fit the model."""
+    parsed = parse_formula(formula)
     if outcome_kind == "survival":
         if survival_outcome(parsed.outcome) is None:
             raise FormulaError(
@@ -94,13 +132,27 @@ def agree_design(
             raise FormulaError(f"strata {clash} may not also appear in the formula")
     elif strata:
         raise StudyConfigurationError("only survival models have strata")
-    variables = set(parsed.outcome_variables | parsed.covariates)
+    return parsed
+
+
+def _described(
+    federation: Federation,
+    parsed: ParsedFormula,
+    fixed: Mapping[str, tuple[Level, ...]],
+    offset: str | None,
+    strata: tuple[str, ...],
+    dp: DpRequest | None,
+    analysis: str,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Each site's ``describe`` reply and the kinds of the variables the sites agree on.
+
+    Under privacy sites list no levels, so every categorical covariate's
+    levels must be fixed by the study.
+    """
     wrapped = set(parsed.wrapped)
-    fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in (levels or {}).items()}
-    unknown_fixed = sorted(set(fixed) - parsed.covariates)
-    if unknown_fixed:
-        raise FormulaError(f"levels were given for {unknown_fixed}, which the formula does not use")
-    asked = sorted(variables | ({offset} if offset else set()) | set(strata))
+    asked = sorted(
+        parsed.outcome_variables | parsed.covariates | ({offset} if offset else set()) | set(strata)
+    )
     replies = federation.request(
         "describe",
         {
@@ -126,17 +178,35 @@ def agree_design(
             )
     if offset and kinds[offset] != "numeric":
         raise FormulaError(f"the offset {offset!r} must be a numeric column")
+    return replies, kinds
+
+
+def _levels(
+    parsed: ParsedFormula,
+    fixed: Mapping[str, tuple[Level, ...]],
+    kinds: Mapping[str, str],
+    replies: Mapping[str, Mapping[str, Any]],
+) -> dict[str, tuple[Level, ...]]:
+    """Each categorical covariate's levels: as the study fixed them, else the sites' union."""
     agreed: dict[str, tuple[Level, ...]] = {}
     for var in sorted(parsed.covariates):
         if var in fixed:
             agreed[var] = fixed[var]
-        elif kinds[var] == "categorical" or var in wrapped:
+        elif kinds[var] == "categorical" or var in parsed.wrapped:
             per_site = {site: reply[f"{var}.levels"] for site, reply in replies.items()}
             agreed[var] = union_levels(per_site, var)
-    overlap = sorted(parsed.outcome_variables & parsed.covariates)
-    if overlap:
-        raise FormulaError(f"{overlap} appear on both sides of the formula")
-    layout = design_columns(parsed, sorted(parsed.covariates), agreed)
+    return agreed
+
+
+def _columns(
+    layout: DesignLayout,
+    formula: str,
+    outcome_kind: str,
+    site_intercepts: bool,
+    sites: Sequence[str],
+) -> list[str]:
+    """The design's columns: no intercept for a Cox model (the baseline hazard), one intercept
+    per site for ``site_intercepts``."""
     columns = list(layout.columns)
     if outcome_kind == "survival":
         if "Intercept" not in columns:
@@ -154,41 +224,33 @@ def agree_design(
                 "site_intercepts=True replaces the formula's intercept with one per site; "
                 "keep the intercept in the formula (do not write '- 1' or '0 +')"
             )
-        columns = [SITE_COLUMN.format(s) for s in federation.sites] + [
-            c for c in columns if c != "Intercept"
-        ]
-    spec = DesignSpec(
-        formula=formula,
-        outcome=parsed.outcome,
-        variables=tuple(sorted(variables)),
-        levels=agreed,
-        columns=tuple(columns),
-        site_intercepts=site_intercepts,
-        sites=federation.sites,
-        offset=offset,
-        missing=missing,
-        outcome_kind=outcome_kind,
-        strata=strata,
-    )
+        columns = [SITE_COLUMN.format(s) for s in sites] + [c for c in columns if c != "Intercept"]
+    return columns
+
+
+def _prepared(
+    federation: Federation, spec: DesignSpec, dp: DpRequest | None, analysis: str
+) -> SiteCounts:
+    """Each site builds and validates the agreed design (``prepare``) and counts its rows:
+    exact, or under privacy a charged noisy release clamped to ``0 <= events <= patients``
+    (post-processing, free of privacy cost)."""
     prepare_args: dict = {"design": spec.to_wire()}
     if dp is not None:
         prepare_args["dp"] = dp.to_args()
     counts = federation.request("prepare", prepare_args, analysis=analysis)
     if dp is None:
-        site_counts = SiteCounts(
+        return SiteCounts(
             n_obs={s: int(r["n_obs"]) for s, r in counts.items()},
             n_dropped={s: int(r["n_dropped"]) for s, r in counts.items()},
             n_events={s: int(r["n_events"]) for s, r in counts.items()},
         )
-    else:  # post-processing, free of privacy cost: 0 <= events <= patients
-        n_obs = {s: max(0.0, float(r["n_obs"])) for s, r in counts.items()}
-        site_counts = SiteCounts(
-            n_obs=n_obs,
-            n_dropped={s: max(0.0, float(r["n_dropped"])) for s, r in counts.items()},
-            n_events={s: min(max(0.0, float(r["n_events"])), n_obs[s]) for s, r in counts.items()},
-            noisy=True,
-        )
-    return Agreement(spec=spec, layout=layout, counts=site_counts)
+    n_obs = {s: max(0.0, float(r["n_obs"])) for s, r in counts.items()}
+    return SiteCounts(
+        n_obs=n_obs,
+        n_dropped={s: max(0.0, float(r["n_dropped"])) for s, r in counts.items()},
+        n_events={s: min(max(0.0, float(r["n_events"])), n_obs[s]) for s, r in counts.items()},
+        noisy=True,
+    )
 
 
 def agreed_levels(federation: Federation, variable: str, analysis: str) -> tuple[Level, ...]:

@@ -39,7 +39,7 @@ concave, and a step that lowers it is halved (at most 20 times).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -196,6 +196,73 @@ class CoxPH:
         design = spec.to_wire()
         last: dict[str, Any] = {}  # the pooled model's latest sums, and patients censored early
 
+        evaluate = self._evaluator(federation, design, analysis, secure_aggregation, ridge, last)
+        beta = np.zeros(p)
+        objective, score, information, loglik = evaluate(beta)
+        if sum(counts.n_events.values()) == 0:
+            raise StudyConfigurationError("no site has an event: the Cox model cannot be fitted")
+        if self.pooled and not last["sums"].d.any():
+            raise StudyConfigurationError(
+                "no site could release an event on this time grid: each site's follow-up ends "
+                "before its first interval with fewer than k events or leavers (patients "
+                f"censored early: {last['truncated']}); use a coarser grid"
+            )
+        check_rank(information, names)
+        beta, (objective, score, information, loglik), converged, rounds, notes = self._newton(
+            evaluate, beta, (objective, score, information, loglik), names
+        )
+        if not converged and not notes:
+            message = f"Newton's method did not converge in {self.maxiter} rounds"
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+            notes.append(message)
+        if self.penalizer:
+            notes.append(
+                f"ridge penalty {self.penalizer:g} x n / 2 x ||beta||^2 on the coefficients; "
+                "standard errors from the penalised information"
+            )
+        if note := counts.dropped_note():
+            notes.append(note)
+        cov = inverse_information(information)
+        if self.robust:
+            cov = self._robust(federation, design, beta, cov, analysis, secure_aggregation, notes)
+        baseline = None
+        if self.pooled:
+            baseline = self._baseline(last["sums"], last["truncated"], notes)
+        else:
+            strata = ", ".join(["site", *self.strata])
+            notes.append(f"stratified by {strata} (strata never span sites); ties: {self.ties}")
+        if secure_aggregation is not None:
+            notes.append(secure_note(secure_aggregation, len(federation.sites)))
+        provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
+        return CoxPHResults(
+            names=names,
+            params=beta,
+            cov=cov,
+            llf=loglik,
+            converged=converged,
+            iterations=rounds,
+            provenance=provenance,
+            notes=notes,
+            n_events=counts.n_events,
+            ties=self.ties,
+            strata=() if self.pooled else ("site", *self.strata),
+            baseline=baseline,
+            design=design,
+        )
+
+    def _evaluator(
+        self,
+        federation: Federation,
+        design: dict[str, Any],
+        analysis: str,
+        secure_aggregation: SecureAggregation | None,
+        ridge: float,
+        last: dict[str, Any],
+    ) -> Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray, float]]:
+        """One round's evaluation at ``beta``, from the sites' summed statistics: the
+        pooled model's grid sums (kept in ``last``) or the stratified sites' own sums."""
+        p = len(design["columns"])
+
         def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
             """Penalised objective, its score and information, and the log partial likelihood."""
             if self.pooled:
@@ -218,25 +285,25 @@ class CoxPH:
             penalised = loglik - ridge / 2 * float(beta @ beta)
             return penalised, score - ridge * beta, information + ridge * np.eye(p), loglik
 
-        beta = np.zeros(p)
-        objective, score, information, loglik = evaluate(beta)
-        if sum(counts.n_events.values()) == 0:
-            raise StudyConfigurationError("no site has an event: the Cox model cannot be fitted")
-        if self.pooled and not last["sums"].d.any():
-            raise StudyConfigurationError(
-                "no site could release an event on this time grid: each site's follow-up ends "
-                "before its first interval with fewer than k events or leavers (patients "
-                f"censored early: {last['truncated']}); use a coarser grid"
-            )
-        check_rank(information, names)
-        converged = False
+        return evaluate
+
+    def _newton(
+        self,
+        evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray, float]],
+        beta: np.ndarray,
+        state: tuple[float, np.ndarray, np.ndarray, float],
+        names: list[str],
+    ) -> tuple[np.ndarray, tuple[float, np.ndarray, np.ndarray, float], bool, int, list[str]]:
+        """Newton rounds from ``beta``, each step halved until the penalised objective does
+        not fall: ``(beta, its evaluation, converged, rounds, notes)``."""
+        objective, score, information, _ = state
         notes: list[str] = []
         rounds = 1
         while rounds < self.maxiter + 1:
             step = newton_step(information, score, names, first=False)
             if step is None:
                 notes.append("the information matrix became singular; the fit stopped early")
-                break
+                return beta, state, False, rounds, notes
             candidate = beta + step
             for _ in range(_MAX_HALVINGS):
                 trial = evaluate(candidate)
@@ -246,78 +313,58 @@ class CoxPH:
                 step = step / 2
                 candidate = beta + step
             small = np.max(np.abs(step)) <= self.tol * (1 + np.max(np.abs(candidate)))
-            beta = candidate
-            objective, score, information, loglik = trial
+            beta, state = candidate, trial
+            objective, score, information, _ = state
             if small:
-                converged = True
-                break
-        if not converged and not notes:
-            message = f"Newton's method did not converge in {self.maxiter} rounds"
-            warnings.warn(message, ConvergenceWarning, stacklevel=2)
-            notes.append(message)
-        if self.penalizer:
+                return beta, state, True, rounds, notes
+        return beta, state, False, rounds, notes
+
+    def _robust(
+        self,
+        federation: Federation,
+        design: dict[str, Any],
+        beta: np.ndarray,
+        cov: np.ndarray,
+        analysis: str,
+        secure_aggregation: SecureAggregation | None,
+        notes: list[str],
+    ) -> np.ndarray:
+        """Lin & Wei's (1989) sandwich ``V M V`` from the sites' summed score cross-products."""
+        meat = summed_replies(
+            federation,
+            ROBUST_TASK,
+            {"design": design, "beta": beta, "cluster": self.cluster},
+            analysis=analysis,
+            secure=secure_aggregation,
+        )["meat"]
+        who = f"clusters of {self.cluster!r}" if self.cluster else "patients"
+        notes.append(
+            f"robust (sandwich) covariance, Lin & Wei (1989), over {who}; clusters never span sites"
+        )
+        return cov @ meat @ cov
+
+    def _baseline(
+        self, sums: GridSums, truncated: Mapping[str, int], notes: list[str]
+    ) -> pd.DataFrame:
+        """Breslow's cumulative baseline hazard ``sum_{j<=k} d_j / S0_j`` on the grid (NaN where
+        no one is at risk) and its survival ``exp(-H0)``."""
+        notes.append(
+            f"one baseline hazard across sites, on a grid of {len(self.grid)} points "
+            f"(times coarsened up to the next point); ties: {self.ties}"
+        )
+        if any(truncated.values()):
             notes.append(
-                f"ridge penalty {self.penalizer:g} x n / 2 x ||beta||^2 on the coefficients; "
-                "standard errors from the penalised information"
+                "follow-up censored at each site's safe horizon (fewer than k patients "
+                "would stand behind later sums); patients censored there: "
+                + ", ".join(f"{s}={n}" for s, n in truncated.items())
             )
-        if note := counts.dropped_note():
-            notes.append(note)
-        cov = inverse_information(information)
-        if self.robust:
-            meat = summed_replies(
-                federation,
-                ROBUST_TASK,
-                {"design": design, "beta": beta, "cluster": self.cluster},
-                analysis=analysis,
-                secure=secure_aggregation,
-            )["meat"]
-            cov = cov @ meat @ cov
-            who = f"clusters of {self.cluster!r}" if self.cluster else "patients"
-            notes.append(
-                f"robust (sandwich) covariance, Lin & Wei (1989), over {who}; clusters never "
-                "span sites"
-            )
-        baseline = None
-        if self.pooled:
-            sums, truncated = last["sums"], last["truncated"]
-            notes.append(
-                f"one baseline hazard across sites, on a grid of {len(self.grid)} points "
-                f"(times coarsened up to the next point); ties: {self.ties}"
-            )
-            if any(truncated.values()):
-                notes.append(
-                    "follow-up censored at each site's safe horizon (fewer than k patients "
-                    "would stand behind later sums); patients censored there: "
-                    + ", ".join(f"{s}={n}" for s, n in truncated.items())
-                )
-            with np.errstate(divide="ignore", invalid="ignore"):
-                hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
-            cumulative = np.cumsum(hazard)
-            cumulative[sums.S0 <= 0] = np.nan
-            baseline = pd.DataFrame(
-                {"cumulative_hazard": cumulative, "survival": np.exp(-cumulative)},
-                index=pd.Index(self.grid, name="time"),
-            )
-        else:
-            strata = ", ".join(["site", *self.strata])
-            notes.append(f"stratified by {strata} (strata never span sites); ties: {self.ties}")
-        if secure_aggregation is not None:
-            notes.append(secure_note(secure_aggregation, len(federation.sites)))
-        provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
-        return CoxPHResults(
-            names=names,
-            params=beta,
-            cov=cov,
-            llf=loglik,
-            converged=converged,
-            iterations=rounds,
-            provenance=provenance,
-            notes=notes,
-            n_events=counts.n_events,
-            ties=self.ties,
-            strata=() if self.pooled else ("site", *self.strata),
-            baseline=baseline,
-            design=design,
+        with np.errstate(divide="ignore", invalid="ignore"):
+            hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
+        cumulative = np.cumsum(hazard)
+        cumulative[sums.S0 <= 0] = np.nan
+        return pd.DataFrame(
+            {"cumulative_hazard": cumulative, "survival": np.exp(-cumulative)},
+            index=pd.Index(self.grid, name="time"),
         )
 
     def _grid_sums(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import dp_accounting
 import numpy as np
@@ -50,7 +50,7 @@ from fedstats.models.privacy import (
 )
 from fedstats.models.results import LogisticRegressionResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
-from fedstats.site.design import SITE_COLUMN, feature_scaling, unscale
+from fedstats.site.design import SITE_COLUMN, DesignSpec, feature_scaling, unscale
 from fedstats.site.private_release import DpRequest, symmetric_gaussian
 
 if TYPE_CHECKING:
@@ -111,60 +111,29 @@ def fit_private(
     for round_no in range(1, rounds + 1):
         gradient_only = round_no not in informed
         round_sigmas = {g: sigmas[r, g] for (r, g) in sigmas if r == round_no}
-        args: dict = {
-            "design": spec.to_wire(),
-            "beta": beta,
-            "clip": {"row_norm": row_norm, "scaling": scaling},
-        }
+        args = _round_args(spec, beta, row_norm, scaling)
         if record is not None:
-            args["dp"] = DpRequest(
-                round_sigmas, federation.study, analysis, f"logistic round {round_no}"
-            ).to_args()
+            note = f"logistic round {round_no}"
+            args["dp"] = DpRequest(round_sigmas, federation.study, analysis, note).to_args()
             args["release"] = "gradient" if gradient_only else "both"
-        if secure is not None:
-            summed = secure_sum(
-                federation, "logistic.summaries", args, analysis=analysis, options=secure
-            )
-            secure_rounds.append(summed)
-            last_replies = summed.public
-            scores = [summed.total["gradient"]]
-            infos = None if gradient_only else [summed.total["hessian"]]
-        else:
-            last_replies = federation.request("logistic.summaries", args, analysis=analysis)
-            scores = [r["gradient"] for r in last_replies.values()]
-            infos = None if gradient_only else [r["hessian"] for r in last_replies.values()]
-        contributing = len(last_replies)
+        last_replies, scores, infos = _gathered(
+            federation, args, analysis, secure, gradient_only, secure_rounds
+        )
+        # sites whose noise the sum carries (under secure aggregation, t shares make one)
+        noisy_sites = len(last_replies) / threshold if threshold else len(last_replies)
         if client is not None:
             score, hessian = _client_release(
                 federation, client, sigma_c, scores, infos, rng, analysis, round_no
             )
         else:
             score, hessian = sum(scores), (None if infos is None else sum(infos))
-        entry_sd = None
+        score_var, entry_sd = _round_noise(
+            noisy_sites, round_sigmas, row_norm, sigma_c, client, informed=hessian is not None
+        )
         if hessian is not None:
-            entry_sd = math.sqrt(
-                _summed_noise_var(
-                    contributing / threshold if threshold else contributing,
-                    round_sigmas.get("hessian"),
-                    row_norm**2 / 4,
-                    sigma_c,
-                    client.hessian_clip if client else 0.0,
-                )
-            )
             released_info, released_floor = hessian, noise_floor(entry_sd, p)
             info = _floored(hessian, released_floor)
-        noise_plan.append(
-            (
-                _summed_noise_var(
-                    contributing / threshold if threshold else contributing,
-                    round_sigmas.get("gradient"),
-                    row_norm,
-                    sigma_c,
-                    client.gradient_clip if client else 0.0,
-                ),
-                entry_sd,
-            )
-        )
+        noise_plan.append((score_var, entry_sd))
         beta = beta + np.linalg.solve(info, score)
 
     # Information below a tenth of its noise level is indistinguishable from noise: the
@@ -178,14 +147,6 @@ def fit_private(
             secure_record(secure, len(federation.sites), secure_rounds)
         )
     provenance = Provenance.of_fit(federation, analysis, agreement.counts, rounds, started)
-    notes = [
-        f"differentially private fit: {rounds} noisy Newton rounds; the log-likelihood is not "
-        "released; counts are noisy"
-        if record
-        else f"client-level private fit: {rounds} noisy Newton rounds; the log-likelihood is not "
-        "released",
-        *account.notes(),
-    ]
     return LogisticRegressionResults(
         names=list(spec.columns),
         params=A @ beta,
@@ -194,10 +155,83 @@ def fit_private(
         converged=True,
         iterations=rounds,
         provenance=provenance,
-        notes=notes,
+        notes=_notes(rounds, record is not None, account),
         n_events=agreement.counts.n_events,
         privacy=account,
     )
+
+
+def _round_args(
+    spec: DesignSpec, beta: np.ndarray, row_norm: float, scaling: np.ndarray
+) -> dict[str, Any]:
+    """One round's ``logistic.summaries`` request: the coefficients and the clipping the sites
+    apply (each scaled row to L2 norm ``row_norm``)."""
+    return {
+        "design": spec.to_wire(),
+        "beta": beta,
+        "clip": {"row_norm": row_norm, "scaling": scaling},
+    }
+
+
+def _round_noise(
+    noisy_sites: float,
+    round_sigmas: dict[str, float],
+    row_norm: float,
+    sigma_c: float | None,
+    client: ClientDP | None,
+    *,
+    informed: bool,
+) -> tuple[float, float | None]:
+    """The variance of each released score entry, and the standard deviation of each released
+    information entry (``None`` in a gradient-only round), from every noise source."""
+    score_var = _summed_noise_var(
+        noisy_sites,
+        round_sigmas.get("gradient"),
+        row_norm,
+        sigma_c,
+        client.gradient_clip if client else 0.0,
+    )
+    if not informed:
+        return score_var, None
+    entry_var = _summed_noise_var(
+        noisy_sites,
+        round_sigmas.get("hessian"),
+        row_norm**2 / 4,
+        sigma_c,
+        client.hessian_clip if client else 0.0,
+    )
+    return score_var, math.sqrt(entry_var)
+
+
+def _gathered(
+    federation: Federation,
+    args: dict,
+    analysis: str,
+    secure: SecureAggregation | None,
+    gradient_only: bool,
+    secure_rounds: list[SecureSum],
+) -> tuple[dict, list[np.ndarray], list[np.ndarray] | None]:
+    """One round's replies (under secure aggregation, the sum's public part), the sites'
+    scores and, in an information round, their information matrices."""
+    if secure is not None:
+        summed = secure_sum(
+            federation, "logistic.summaries", args, analysis=analysis, options=secure
+        )
+        secure_rounds.append(summed)
+        infos = None if gradient_only else [summed.total["hessian"]]
+        return summed.public, [summed.total["gradient"]], infos
+    replies = federation.request("logistic.summaries", args, analysis=analysis)
+    infos = None if gradient_only else [r["hessian"] for r in replies.values()]
+    return replies, [r["gradient"] for r in replies.values()], infos
+
+
+def _notes(rounds: int, record_level: bool, account: PrivacyAccount) -> list[str]:
+    what = "differentially private fit" if record_level else "client-level private fit"
+    counts = "; counts are noisy" if record_level else ""
+    return [
+        f"{what}: {rounds} noisy Newton rounds; the log-likelihood is not released{counts}",
+        *account.notes(),
+    ]
 
 
 def noise_covariance(
