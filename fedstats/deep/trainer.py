@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -51,9 +52,7 @@ import torch
 from tqdm.auto import tqdm
 
 from fedstats.deep.aggregation import Aggregator, client_weights, sample_sites, weighted_sum
-from fedstats.deep.dp_sgd import ENGINES
 from fedstats.deep.evaluation import Evaluation, combine_binary, combine_survival
-from fedstats.deep.local_training import ALGORITHMS
 from fedstats.deep.losses import BINARY, SURVIVAL
 from fedstats.deep.models import build_model
 from fedstats.deep.privacy_plan import (
@@ -64,11 +63,20 @@ from fedstats.deep.privacy_plan import (
     steps_for_epochs,
 )
 from fedstats.deep.results import DeepModelResults
+from fedstats.deep.rounds import (
+    RoundOutcome,
+    TrainingState,
+    received_updates,
+    round_seed,
+    secure_round,
+    train_arguments,
+)
 from fedstats.deep.server_optimizers import ServerOptimizer
 from fedstats.deep.site_data import input_columns
 from fedstats.deep.site_tasks import DP_GROUP, EVALUATE_TASK, TRAIN_TASK
+from fedstats.deep.training_options import DpSgdOptions, LocalWork, RoundPlan
 from fedstats.deep.weights import checked_arrays, flatten, parameter_arrays, unflatten
-from fedstats.errors import InvalidReplyError, ModelSpecError, StudyConfigurationError
+from fedstats.errors import ModelSpecError, StudyConfigurationError
 from fedstats.models import client_dp
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.client_dp import DPFedAvg
@@ -82,14 +90,38 @@ from fedstats.models.privacy import (
     privacy_levels,
     site_spending,
 )
-from fedstats.models.quantize import Quantized, check_bits, dequantize
 from fedstats.models.results import Provenance
-from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
-from fedstats.site.design import Level, feature_scaling, parse_formula, survival_outcome
+from fedstats.secagg.coordinator import SecureAggregation, secure_record
+from fedstats.site.design import (
+    DesignSpec,
+    Level,
+    feature_scaling,
+    parse_formula,
+    survival_outcome,
+)
 from fedstats.site.private_release import DpRequest
 
-FLOAT32_BYTES = 4
-"""Bytes of one entry of an unquantised update (float32 on the wire)."""
+
+@dataclass(frozen=True)
+class _Run:
+    """What one fit fixes before its first round: the federation and analysis label,
+    the agreed design, DP-SGD's schedule, the input scaling and the privacy options."""
+
+    federation: Federation
+    analysis: str
+    agreement: Agreement
+    schedule: DpSgdSchedule | None
+    scaling: np.ndarray
+    client: DPFedAvg | None
+    secure: SecureAggregation | None
+
+    @property
+    def spec(self) -> DesignSpec:
+        return self.agreement.spec
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(input_columns(self.agreement.spec))
 
 
 class FederatedTrainer:
@@ -133,6 +165,11 @@ class FederatedTrainer:
         the sites' batch order; ``None`` draws it from OS entropy.
     progress:
         A progress bar over rounds (``tqdm.auto``: a widget in notebooks).
+
+    The options are kept as three checked values: :attr:`local`
+    (:class:`~fedstats.deep.training_options.LocalWork`), :attr:`dp_sgd`
+    (:class:`~fedstats.deep.training_options.DpSgdOptions`) and :attr:`plan`
+    (:class:`~fedstats.deep.training_options.RoundPlan`).
     """
 
     def __init__(
@@ -162,53 +199,20 @@ class FederatedTrainer:
         seed: int | None = None,
         progress: bool = True,
     ) -> None:
-        if algorithm not in ALGORITHMS:
-            raise StudyConfigurationError(f"algorithm must be one of {ALGORITHMS}")
-        if (local_epochs is None) == (local_steps is None):
-            raise StudyConfigurationError("give exactly one of local_epochs and local_steps")
-        for name, value in (("rounds", rounds), ("batch_size", batch_size)):
-            if type(value) is not int or value < 1:
-                raise StudyConfigurationError(f"{name} must be a positive integer")
-        for name, value in (("local_epochs", local_epochs), ("local_steps", local_steps)):
-            if value is not None and (type(value) is not int or value < 1):
-                raise StudyConfigurationError(f"{name} must be a positive integer")
-        if not (_finite(lr) and lr > 0 and _finite(mu) and mu >= 0):
-            raise StudyConfigurationError("lr must be positive and mu non-negative")
-        if algorithm == "fedprox" and mu <= 0:
-            raise StudyConfigurationError("FedProx needs mu > 0 (mu = 0 is FedAvg)")
-        if not (_finite(sample_rate_sites) and 0 < sample_rate_sites <= 1):
-            raise StudyConfigurationError("sample_rate_sites must be in (0, 1]")
-        if not (_finite(max_grad_norm) and max_grad_norm > 0):
-            raise StudyConfigurationError("max_grad_norm must be positive")
-        if sample_rate is not None and not (_finite(sample_rate) and 0 < sample_rate <= 1):
-            raise StudyConfigurationError("sample_rate must be in (0, 1]")
-        if engine not in ENGINES:
-            raise StudyConfigurationError(f"engine must be one of {ENGINES}")
-        if quantize_bits is not None:
-            check_bits(quantize_bits)
+        self.local = LocalWork(algorithm, local_epochs, local_steps, lr, batch_size, mu)
+        self.plan = RoundPlan.of(
+            rounds, sample_rate_sites, quantize_bits, server_optimizer, server_lr
+        )
+        ServerOptimizer(self.plan.server_optimizer, self.plan.server_lr)  # checks them now
+        self.dp_sgd = DpSgdOptions(max_grad_norm, sample_rate, engine)
         self.model = model
         self.hyper = dict(hyper or {})
         self.formula = formula
         self.bounds = dict(bounds)
         self.levels = levels
         self.kind = SURVIVAL if survival_outcome(parse_formula(formula).outcome) else BINARY
-        self.algorithm = algorithm
-        self.rounds = rounds
-        self.local_epochs = local_epochs
-        self.local_steps = local_steps
-        self.lr = float(lr)
-        self.batch_size = batch_size
-        self.mu = float(mu)
-        default_lr = 1.0 if server_optimizer is None else 0.01
-        self.server = (server_optimizer, float(default_lr if server_lr is None else server_lr))
-        ServerOptimizer(*self.server)  # checks the options now
-        self.sample_rate_sites = float(sample_rate_sites)
-        self.max_grad_norm = float(max_grad_norm)
-        self.sample_rate = sample_rate
-        self.engine = engine
         self.missing = missing
         self.aggregator = aggregator or weighted_sum
-        self.quantize_bits = quantize_bits
         self.seed = seed
         self.progress = progress
 
@@ -230,6 +234,11 @@ class FederatedTrainer:
         ``privacy``: :class:`~fedstats.RecordDP` (DP-SGD at every site, charged to each
         site's ledger), :class:`~fedstats.models.client_dp.DPFedAvg` (client-level DP-FedAvg at the
         coordinator, charged to ``federation.ledger``), or one of each in a tuple.
+
+        The steps: check the options against each other; preview the whole
+        training against the budgets; agree the design (:meth:`_agree`); start
+        the model (:meth:`_start`); run the rounds (:meth:`_round`); evaluate;
+        account the privacy spent (:meth:`_account`).
         """
         record, client = privacy_levels(
             privacy,
@@ -239,20 +248,68 @@ class FederatedTrainer:
         )
         self._check_options(record, client, secure_aggregation, federation)
         if client is not None:  # before any message: the whole training must fit the budget
-            client_dp.preview_training(federation, client, self.rounds)
+            client_dp.preview_training(federation, client, self.plan.rounds)
         started = datetime.now(UTC)
-        analysis = federation.new_analysis("deep")
+        run = self._agree(federation, record, client, secure_aggregation)
         rng = np.random.default_rng(self.seed)
+        state = self._start(run, rng, initial_weights)
+        bar = tqdm(range(1, self.plan.rounds + 1), desc="rounds", disable=not self.progress)
+        for round_no in bar:
+            loss = self._round(run, state, round_no, rng)
+            if self.progress and math.isfinite(loss):
+                bar.set_postfix(loss=f"{loss:.4f}")
+        final = unflatten(state.weights, state.shapes)
+        evaluated = None
+        if evaluation is not False:
+            target = federation if evaluation is True else evaluation
+            evaluated = self.evaluate(target, final, spec_wire=run.spec.to_wire(),
+                                      scaling=run.scaling, analysis=run.analysis)  # fmt: skip
+        account = self._account(run, record, state)
+        return DeepModelResults(
+            model=self.model,
+            hyper=dict(self.hyper),
+            columns=run.columns,
+            scaling=run.scaling,
+            weights=final,
+            algorithm=self.local.algorithm,
+            history=pd.DataFrame(state.history),
+            evaluation=evaluated,
+            provenance=Provenance.of_fit(
+                federation, run.analysis, run.agreement.counts, self.plan.rounds, started
+            ),
+            privacy=account,
+            notes=self._notes(run, account),
+            dp_schedule=run.schedule,
+            design=run.spec,
+            dp_steps=(
+                state.dp_steps if run.schedule is not None and secure_aggregation is None else None
+            ),
+        )
+
+    def _agree(
+        self,
+        federation: Federation,
+        record: RecordDP | None,
+        client: DPFedAvg | None,
+        secure: SecureAggregation | None,
+    ) -> _Run:
+        """Agree the design with the sites (noisy counts under record-level DP) and fix
+        DP-SGD's schedule, previewing the training against every site's budget before
+        the first training message: with a given ``sample_rate`` before the agreement,
+        otherwise (the rate needs the median site size) right after it."""
+        analysis = federation.new_analysis("deep")
         bounds = {**self.bounds, **(dict(record.bounds) if record else {})}
         schedule: DpSgdSchedule | None = None
-        if record is not None and self.sample_rate is not None:
-            schedule = self._schedule(record, self.sample_rate)
-            preview_site_budgets(federation, schedule.planned_event(), analysis, what="training")
         counts_dp = None
         if record is not None:
             counts_dp = DpRequest(
                 {"n_obs": COUNTS_NOISE_MULTIPLIER}, federation.study, analysis, "counts"
             )
+            if self.dp_sgd.sample_rate is not None:
+                schedule = self._schedule(record, self.dp_sgd.sample_rate)
+                preview_site_budgets(
+                    federation, schedule.planned_event(), analysis, what="training"
+                )
         agreement = agree_design(
             federation,
             self.formula,
@@ -262,165 +319,173 @@ class FederatedTrainer:
             dp=counts_dp,
             outcome_kind=self.kind,
         )
-        n_obs = dict(agreement.counts.n_obs)
         if record is not None and schedule is None:
-            schedule = self._schedule(record, default_sample_rate(self.batch_size, n_obs))
+            rate = default_sample_rate(self.local.batch_size, dict(agreement.counts.n_obs))
+            schedule = self._schedule(record, rate)
             training_only = schedule.planned_event()  # counts are in the ledgers already
             preview_site_budgets(federation, training_only.events[1], analysis, what="training")
         spec = agreement.spec
-        scaling = feature_scaling(agreement.layout, spec.columns, bounds, federation.sites)
-        columns = tuple(input_columns(spec))
-        init_seed = int(rng.integers(2**31))
-        torch.manual_seed(init_seed)
-        network = build_model(self.model, len(columns), self.hyper)
+        return _Run(
+            federation=federation,
+            analysis=analysis,
+            agreement=agreement,
+            schedule=schedule,
+            scaling=feature_scaling(agreement.layout, spec.columns, bounds, federation.sites),
+            client=client,
+            secure=secure,
+        )
+
+    def _start(
+        self, run: _Run, rng: np.random.Generator, initial_weights: list[np.ndarray] | None
+    ) -> TrainingState:
+        """The initial global model (seeded from ``rng``, or ``initial_weights`` checked
+        against the network's shapes) and the empty round-to-round state."""
+        torch.manual_seed(int(rng.integers(2**31)))
+        network = build_model(self.model, len(run.columns), self.hyper)
         shapes = parameter_arrays(network)
         if initial_weights is not None:
             try:
                 shapes = checked_arrays(list(initial_weights), network, "initial_weights")
             except ModelSpecError as error:
                 raise StudyConfigurationError(str(error)) from None
-        global_weights = flatten(shapes)
-        n_params = global_weights.size
-        control = np.zeros_like(global_weights) if self.algorithm == "scaffold" else None
-        server = ServerOptimizer(*self.server)
-        history: list[dict[str, Any]] = []
-        last_public: dict[str, dict[str, Any]] = {}
-        dp_steps = dict.fromkeys(federation.sites, 0)
-        sessions: list[SecureSum] = []
-        participation = dict.fromkeys(federation.sites, 0)
-        noise_rng = federation.noise_rng() if client is not None else None
-        clip = client.clip if client is not None else math.nan
-        base = self._base_args(spec.to_wire(), scaling, analysis, schedule, federation.study)
-        bar = tqdm(range(1, self.rounds + 1), desc="rounds", disable=not self.progress)
-        for round_no in bar:
-            tick = time.perf_counter()
-            sampled = sample_sites(federation.sites, self.sample_rate_sites, rng)
-            if not sampled and client is None:
-                history.append({"round": round_no, "sites": 0, "train_loss": math.nan,
-                                "update_norm": 0.0, "seconds": 0.0})  # fmt: skip
-                continue
-            row: dict[str, Any] = {"round": round_no}
-            weights = client_weights(n_obs, sampled, self.sample_rate_sites) if sampled else {}
-            args = {
-                **base,
-                "weights": unflatten(global_weights, shapes),
-                "seed": None if schedule else round_seed(self.seed, round_no),
-            }
-            if schedule is not None:
-                args["dp"] = DpRequest(
-                    {DP_GROUP: schedule.noise_multiplier},
-                    federation.study,
-                    analysis,
-                    f"DP-SGD round {round_no}",
-                ).to_args()
-            if control is not None:
-                args["control"] = control
-            part = federation if len(sampled) == len(federation.sites) else (
-                federation.subset(sampled) if sampled else None
+        weights = flatten(shapes)
+        sites = run.federation.sites
+        return TrainingState(
+            weights=weights,
+            shapes=shapes,
+            control=np.zeros_like(weights) if self.local.algorithm == "scaffold" else None,
+            server=ServerOptimizer(self.plan.server_optimizer, self.plan.server_lr),
+            clip=run.client.clip if run.client is not None else math.nan,
+            noise_rng=run.federation.noise_rng() if run.client is not None else None,
+            participation=dict.fromkeys(sites, 0),
+            dp_steps=dict.fromkeys(sites, 0),
+        )
+
+    def _round(
+        self, run: _Run, state: TrainingState, round_no: int, rng: np.random.Generator
+    ) -> float:
+        """One round: sample sites, send them the global weights, combine their updates
+        (securely, or in the clear with the aggregator or DP-FedAvg) and take the server
+        step. Returns the round's training loss (``nan`` when it is not released)."""
+        tick = time.perf_counter()
+        federation = run.federation
+        sampled = sample_sites(federation.sites, self.plan.sample_rate_sites, rng)
+        if not sampled and run.client is None:
+            state.skip(round_no)
+            return math.nan
+        n_obs = dict(run.agreement.counts.n_obs)
+        weights = client_weights(n_obs, sampled, self.plan.sample_rate_sites) if sampled else {}
+        args = self._round_args(run, state, round_no)
+        part = federation if len(sampled) == len(federation.sites) else (
+            federation.subset(sampled) if sampled else None
+        )  # fmt: skip
+        row: dict[str, Any] = {"round": round_no}
+        if run.secure is not None:
+            outcome, session = secure_round(
+                part, args, weights, n_sites=len(federation.sites), analysis=run.analysis,
+                options=run.secure, loss_released=run.schedule is None,
             )  # fmt: skip
-            if secure_aggregation is not None:
-                args["scale"] = weights
-                args["control_scale"] = 1.0 / len(federation.sites)
-                summed = secure_sum(
-                    part, TRAIN_TASK, args, analysis=analysis, options=secure_aggregation
-                )
-                sessions.append(summed)
-                contributed = list(summed.survivors)
-                aggregate = np.asarray(summed.total["update"], dtype=np.float64)
-                control_step = summed.total.get("control_update")
-                loss = summed.total.get("train_loss", math.nan)
-                loss = loss / sum(weights[s] for s in contributed) if schedule is None else loss
-                last_public.update(summed.public)
-            else:
-                replies = {} if part is None else part.request(TRAIN_TASK, args, analysis=analysis)
-                contributed = list(replies)
-                updates = self._received_updates(replies, n_params, row)
-                if client is not None:
-                    # charged before the noisy aggregate exists, let alone moves the model
-                    released = client.aggregate(
-                        federation, updates, clip, noise_rng, dimension=n_params,
-                        analysis=analysis, task=TRAIN_TASK, round_no=round_no,
-                    )  # fmt: skip
-                    aggregate = released.update
-                    row["clip"] = clip
-                    if client.adaptive:
-                        row["unclipped_fraction"] = released.clipped_fraction
-                    clip = released.next_clip
-                else:
-                    aggregate = self.aggregator(updates, [weights[s] for s in contributed])
-                control_step = (
-                    None
-                    if control is None
-                    else sum(replies[s]["control_update"] for s in contributed)
-                    / len(federation.sites)
-                )
-                loss = (
-                    math.nan
-                    if schedule is not None or client is not None
-                    else sum(weights[s] * replies[s]["train_loss"] for s in contributed)
-                    / sum(weights[s] for s in contributed)
-                )
-                last_public.update(replies)
-                for site in contributed:
-                    dp_steps[site] += int(replies[site].get("dp_steps", 0))
-            for site in contributed:
-                participation[site] += 1
-            global_weights = server.step(global_weights, aggregate)
-            if control is not None and control_step is not None:
-                control = (control + np.asarray(control_step, dtype=np.float64)).astype(np.float32)
-            history.append(
-                {
-                    **row,
-                    "sites": len(contributed),
-                    "train_loss": float(loss),
-                    "update_norm": float(np.linalg.norm(aggregate)),
-                    "seconds": time.perf_counter() - tick,
-                }
-            )
-            if self.progress and math.isfinite(loss):
-                bar.set_postfix(loss=f"{loss:.4f}")
-        final = unflatten(global_weights, shapes)
-        evaluated = None
-        if evaluation is not False:
-            target = federation if evaluation is True else evaluation
-            evaluated = self.evaluate(target, final, spec_wire=spec.to_wire(), scaling=scaling,
-                                      analysis=analysis)  # fmt: skip
-        scopes = []
-        if schedule is not None:
-            scopes += _site_scopes(federation, record, schedule, participation, last_public)
+            state.sessions.append(session)
+        else:
+            outcome = self._clear_round(run, state, part, args, weights, row)
+        state.advance(row, outcome, time.perf_counter() - tick)
+        return outcome.loss
+
+    def _round_args(self, run: _Run, state: TrainingState, round_no: int) -> dict[str, Any]:
+        """``deep.train``'s arguments in round ``round_no``: the fixed ones, the global
+        weights, the batch-order seed (without DP-SGD), the round's DP request and
+        SCAFFOLD's control variate."""
+        args = {
+            **self._base_args(run),
+            "weights": unflatten(state.weights, state.shapes),
+            "seed": None if run.schedule else round_seed(self.seed, round_no),
+        }
+        if run.schedule is not None:
+            args["dp"] = DpRequest(
+                {DP_GROUP: run.schedule.noise_multiplier},
+                run.federation.study,
+                run.analysis,
+                f"DP-SGD round {round_no}",
+            ).to_args()
+        if state.control is not None:
+            args["control"] = state.control
+        return args
+
+    def _clear_round(
+        self,
+        run: _Run,
+        state: TrainingState,
+        part: Federation | None,
+        args: dict[str, Any],
+        weights: Mapping[str, float],
+        row: dict[str, Any],
+    ) -> RoundOutcome:
+        """A round whose updates the coordinator sees: combined by the aggregator with
+        weights ``w_k``, or released by DP-FedAvg (clipped, charged, then noised)."""
+        replies = {} if part is None else part.request(TRAIN_TASK, args, analysis=run.analysis)
+        contributed = tuple(replies)
+        n_params = state.weights.size
+        updates = received_updates(replies, n_params, self.plan.quantize_bits, row)
+        client = run.client
         if client is not None:
+            # charged before the noisy aggregate exists, let alone moves the model
+            released = client.aggregate(
+                run.federation, updates, state.clip, state.noise_rng,
+                dimension=n_params, analysis=run.analysis, task=TRAIN_TASK,
+                round_no=row["round"],
+            )  # fmt: skip
+            aggregate = released.update
+            row["clip"] = state.clip
+            if client.adaptive:
+                row["unclipped_fraction"] = released.clipped_fraction
+            state.clip = released.next_clip
+        else:
+            aggregate = self.aggregator(updates, [weights[s] for s in contributed])
+        control_step = None
+        if state.control is not None:
+            n_sites = len(run.federation.sites)
+            control_step = sum(replies[s]["control_update"] for s in contributed) / n_sites
+        loss = math.nan
+        if run.schedule is None and client is None:
+            total = sum(weights[s] for s in contributed)
+            loss = sum(weights[s] * replies[s]["train_loss"] for s in contributed) / total
+        return RoundOutcome(
+            contributed=contributed,
+            aggregate=aggregate,
+            control_step=control_step,
+            loss=loss,
+            public=replies,
+            dp_steps={s: int(replies[s].get("dp_steps", 0)) for s in contributed},
+        )
+
+    def _account(
+        self, run: _Run, record: RecordDP | None, state: TrainingState
+    ) -> PrivacyAccount | None:
+        """Each site's DP-SGD spending (by its participation) and the coordinator's
+        DP-FedAvg spending; the secure-aggregation sessions' record beside them."""
+        scopes = []
+        if run.schedule is not None and record is not None:
+            scopes += _site_scopes(
+                run.federation, record, run.schedule, state.participation, state.last_public
+            )
+        if run.client is not None:
             scopes.append(
                 coordinator_spending(
-                    federation,
-                    client_dp.planned_training(client, self.rounds),
-                    (client.noise_multiplier,),
-                    self.rounds,
+                    run.federation,
+                    client_dp.planned_training(run.client, self.plan.rounds),
+                    (run.client.noise_multiplier,),
+                    self.plan.rounds,
                 )
             )
-        account = PrivacyAccount(tuple(scopes), self.rounds, None) if scopes else None
-        if account is not None and secure_aggregation is not None:
+        if not scopes:
+            return None
+        account = PrivacyAccount(tuple(scopes), self.plan.rounds, None)
+        if run.secure is not None:
+            n_sites = len(run.federation.sites)
             account = account.with_secure_aggregation(
-                secure_record(secure_aggregation, len(federation.sites), sessions)
+                secure_record(run.secure, n_sites, state.sessions)
             )
-        notes = self._notes(agreement, schedule, client, secure_aggregation, account, federation)
-        return DeepModelResults(
-            model=self.model,
-            hyper=dict(self.hyper),
-            columns=columns,
-            scaling=scaling,
-            weights=final,
-            algorithm=self.algorithm,
-            history=pd.DataFrame(history),
-            evaluation=evaluated,
-            provenance=Provenance.of_fit(
-                federation, analysis, agreement.counts, self.rounds, started
-            ),
-            privacy=account,
-            notes=notes,
-            dp_schedule=schedule,
-            design=spec,
-            dp_steps=dp_steps if schedule is not None and secure_aggregation is None else None,
-        )
+        return account
 
     def evaluate(
         self,
@@ -480,7 +545,7 @@ class FederatedTrainer:
                 "secure aggregation shows the coordinator only the weighted sum of updates; "
                 "a custom aggregator or client-level DP-FedAvg needs each update"
             )
-        if secure is not None and self.quantize_bits is not None:
+        if secure is not None and self.plan.quantize_bits is not None:
             raise StudyConfigurationError(
                 "quantised updates cannot be summed by secure aggregation, which masks exact "
                 "fixed-point values: set quantize_bits=None or drop secure_aggregation"
@@ -489,86 +554,42 @@ class FederatedTrainer:
             _check_client(self, client, federation)
 
     def _schedule(self, privacy: RecordDP, sample_rate: float) -> DpSgdSchedule:
-        steps = self.local_steps or steps_for_epochs(self.local_epochs, sample_rate)
+        local = self.local
+        steps = local.local_steps or steps_for_epochs(local.local_epochs, sample_rate)
+        rounds = self.plan.rounds
         sigma = privacy.noise_multiplier or calibrate_noise(
-            privacy.epsilon, privacy.delta, sample_rate, steps * self.rounds
+            privacy.epsilon, privacy.delta, sample_rate, steps * rounds
         )
         return DpSgdSchedule(
             sample_rate=sample_rate,
             noise_multiplier=sigma,
-            max_grad_norm=self.max_grad_norm,
+            max_grad_norm=self.dp_sgd.max_grad_norm,
             local_steps=steps,
-            rounds=self.rounds,
+            rounds=rounds,
             delta=privacy.delta,
-            engine=self.engine,
+            engine=self.dp_sgd.engine,
         )
 
-    def _base_args(
-        self,
-        design: dict,
-        scaling: np.ndarray,
-        analysis: str,
-        schedule: DpSgdSchedule | None,
-        study: str,
-    ) -> dict[str, Any]:
-        args: dict[str, Any] = {
-            "design": design,
-            "scaling": scaling,
-            "model": self.model,
-            "hyper": dict(self.hyper),
-            "algorithm": self.algorithm,
-            "lr": self.lr,
-            "batch_size": self.batch_size,
-            "mu": self.mu,
-            "analysis": f"{study}/{analysis}",
-        }
-        if self.quantize_bits is not None:
-            args["quantize_bits"] = self.quantize_bits
-        if schedule is not None:
-            args["local_steps"] = schedule.local_steps
-            args["dp_sgd"] = schedule.round_plan().to_args()
-        elif self.local_steps is not None:
-            args["local_steps"] = self.local_steps
-        else:
-            args["local_epochs"] = self.local_epochs
-        return args
+    def _base_args(self, run: _Run) -> dict[str, Any]:
+        return train_arguments(
+            design=run.spec.to_wire(),
+            scaling=run.scaling,
+            model=self.model,
+            hyper=self.hyper,
+            local=self.local,
+            quantize_bits=self.plan.quantize_bits,
+            schedule=run.schedule,
+            analysis=f"{run.federation.study}/{run.analysis}",
+        )
 
-    def _received_updates(
-        self, replies: Mapping[str, Mapping[str, Any]], n_params: int, row: dict[str, Any]
-    ) -> list[np.ndarray]:
-        """The sites' flat updates (quantised ones decoded); records the bytes they took in
-        ``row`` (``update_bytes``) beside the bytes of float32 updates
-        (``update_bytes_unquantized``)."""
-        updates, sent = [], 0
-        for site, reply in replies.items():
-            if self.quantize_bits is None:
-                updates.append(np.asarray(reply["update"], dtype=np.float64))
-                sent += int(reply["update"].nbytes)
-            else:
-                received = _quantized_update(site, reply, self.quantize_bits, n_params)
-                updates.append(dequantize(received))
-                sent += received.nbytes
-        row["update_bytes"] = sent
-        row["update_bytes_unquantized"] = len(replies) * n_params * FLOAT32_BYTES
-        return updates
-
-    def _notes(
-        self,
-        agreement: Agreement,
-        schedule: DpSgdSchedule | None,
-        client: DPFedAvg | None,
-        secure: SecureAggregation | None,
-        account: PrivacyAccount | None,
-        federation: Federation,
-    ) -> list[str]:
+    def _notes(self, run: _Run, account: PrivacyAccount | None) -> list[str]:
+        schedule, client, plan = run.schedule, run.client, self.plan
         notes = [
-            f"{self.algorithm} over {self.rounds} rounds; local SGD lr {self.lr}; "
-            + (f"{self.local_steps} local steps" if self.local_steps else
-               f"{self.local_epochs} local epoch(s)")
-            + (f"; server optimiser {self.server[0]} (lr {self.server[1]})"
-               if self.server[0] else "")
+            f"{self.local.algorithm} over {plan.rounds} rounds; {self.local.describe()}"
+            + (f"; server optimiser {plan.server_optimizer} (lr {plan.server_lr})"
+               if plan.server_optimizer else "")
         ]  # fmt: skip
-        dropped = agreement.counts.dropped_note()
+        dropped = run.agreement.counts.dropped_note()
         if dropped:
             notes.append(dropped)
         if self.seed is not None:
@@ -585,15 +606,15 @@ class FederatedTrainer:
                 "counts and FedAvg weights are noisy"
             )
         if client is not None:
-            notes.append(_client_note(client, len(federation.sites)))
-        if self.quantize_bits is not None:
+            notes.append(_client_note(client, len(run.federation.sites)))
+        if plan.quantize_bits is not None:
             notes.append(
-                f"the sites sent their updates stochastically rounded to {self.quantize_bits} "
+                f"the sites sent their updates stochastically rounded to {plan.quantize_bits} "
                 "bits per entry (unbiased), bit-packed with one float64 scale"
             )
         if account is not None:
             notes += account.notes()
-        elif secure is not None:
+        elif run.secure is not None:
             notes.append("secure aggregation: the coordinator saw only the sums of the updates")
         return notes
 
@@ -625,16 +646,16 @@ def _check_client(trainer: FederatedTrainer, client: DPFedAvg, federation: Feder
             "client-level DP-FedAvg is itself the aggregation rule (clip, sum, noise, divide "
             "by m); drop the custom aggregator"
         )
-    if trainer.algorithm == "scaffold":
+    if trainer.local.algorithm == "scaffold":
         raise StudyConfigurationError(
             "SCAFFOLD's control variates would leave the coordinator without client-level "
             "noise; use fedavg or fedprox with DP-FedAvg"
         )
-    if not math.isclose(client.sample_rate, trainer.sample_rate_sites, rel_tol=1e-12):
+    if not math.isclose(client.sample_rate, trainer.plan.sample_rate_sites, rel_tol=1e-12):
         raise StudyConfigurationError(
             f"DPFedAvg.sample_rate ({client.sample_rate:g}) is the site sampling its privacy "
             f"amplification assumes; the trainer samples sites at sample_rate_sites="
-            f"{trainer.sample_rate_sites:g}. Make them equal."
+            f"{trainer.plan.sample_rate_sites:g}. Make them equal."
         )
     expected = client.sample_rate * len(federation.sites)
     if not math.isclose(client.expected_sites, expected, rel_tol=1e-9):
@@ -664,28 +685,3 @@ def _client_note(client: DPFedAvg, n_sites: int) -> str:
         "updates themselves. The training loss is not released; the design agreement's "
         "counts and the evaluation are not covered by this guarantee"
     )
-
-
-def _quantized_update(site: str, reply: Mapping[str, Any], bits: int, n_params: int) -> Quantized:
-    """A site's quantised update as sent, checked (the reply schema fixed its shape)."""
-    packed = reply["update_packed"]
-    try:
-        if packed.dtype != np.uint8:
-            raise ValueError(f"codes of dtype {packed.dtype}, not uint8")
-        return Quantized.from_wire(
-            {"packed": packed, "scale": reply["update_scale"], "bits": bits, "length": n_params}
-        )
-    except ValueError as error:
-        raise InvalidReplyError(f"site {site!r}, task {TRAIN_TASK!r}: {error}") from None
-
-
-def round_seed(seed: int | None, round_no: int) -> int | None:
-    """The sites' batch-order seed in round ``round_no`` (non-private training):
-    ``SeedSequence([seed, round_no])``'s first word, or ``None`` (OS entropy) without a seed."""
-    if seed is None:
-        return None
-    return int(np.random.SeedSequence([seed, round_no]).generate_state(1)[0])
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

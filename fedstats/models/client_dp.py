@@ -45,7 +45,7 @@ import numpy as np
 
 import accounting
 from fedstats.errors import StudyConfigurationError
-from fedstats.models.client_release import GaussianSum, clipped_sum, release
+from fedstats.models.client_release import GaussianSum, clipped_sum, l2_norms, release
 from fedstats.models.privacy import preview_coordinator_budget
 
 if TYPE_CHECKING:
@@ -169,11 +169,11 @@ class DPFedAvg:
         vectors = [np.asarray(u, dtype=np.float64).ravel() for u in updates]
         if not vectors and dimension is None:
             raise StudyConfigurationError("a round without updates needs their dimension")
-        total = clipped_sum(vectors, clip) if vectors else np.zeros(dimension)
+        norms = l2_norms(vectors)
+        total = clipped_sum(vectors, clip, norms) if vectors else np.zeros(dimension)
         z_u = self.update_noise_multiplier()
         sums = [GaussianSum(total, z_u * clip)]
         if self.adaptive:
-            norms = np.array([np.linalg.norm(v) for v in vectors])
             unclipped = float(np.sum(norms <= clip)) - 0.5 * len(norms)  # centred: sensitivity 1/2
             sums.append(GaussianSum(np.asarray(unclipped), self.count_std()))
         released = release(

@@ -35,15 +35,26 @@ from fedstats.models.privacy import coordinator_ledger, coordinator_scope
 from fedstats.site.private_release import symmetric_gaussian
 
 
-def clip_norm(value: np.ndarray, bound: float) -> np.ndarray:
-    """``value min(1, bound / ||value||_2)``: the value, or scaled to L2 norm ``bound``."""
-    norm = float(np.linalg.norm(value))
+def clip_norm(value: np.ndarray, bound: float, norm: float | None = None) -> np.ndarray:
+    """``value min(1, bound / ||value||_2)``: the value, or scaled to L2 norm ``bound``
+    (``norm``, when given, is ``||value||_2`` already computed)."""
+    norm = float(np.linalg.norm(value)) if norm is None else norm
     return value if norm <= bound else value * (bound / norm)
 
 
-def clipped_sum(contributions: Sequence[np.ndarray], bound: float) -> np.ndarray:
-    """``sum_k clip(c_k, bound)``: the sum one site can move by at most ``bound``."""
-    return sum(clip_norm(np.asarray(c, dtype=np.float64), bound) for c in contributions)
+def l2_norms(contributions: Sequence[np.ndarray]) -> np.ndarray:
+    """``||c_k||_2`` of every contribution."""
+    return np.array([float(np.linalg.norm(c)) for c in contributions])
+
+
+def clipped_sum(
+    contributions: Sequence[np.ndarray], bound: float, norms: np.ndarray | None = None
+) -> np.ndarray:
+    """``sum_k clip(c_k, bound)``: the sum one site can move by at most ``bound``
+    (``norms``, when given, are :func:`l2_norms` of the contributions)."""
+    vectors = [np.asarray(c, dtype=np.float64) for c in contributions]
+    norms = l2_norms(vectors) if norms is None else norms
+    return sum(clip_norm(v, bound, float(n)) for v, n in zip(vectors, norms, strict=True))
 
 
 @dataclass(frozen=True)

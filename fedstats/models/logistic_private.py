@@ -29,6 +29,7 @@ released.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ import dp_accounting
 import numpy as np
 
 from fedstats.errors import StudyConfigurationError
+from fedstats.models.agree import Agreement
 from fedstats.models.client_release import GaussianSum, clipped_sum, release
 from fedstats.models.federation import Federation
 from fedstats.models.privacy import (
@@ -71,94 +73,181 @@ def fit_private(
     aggregation: the coordinator sees only the sums, and each site adds
     ``1/sqrt(t)`` of the noise (distributed noise), so the sum carries the
     noise of one central release instead of one per site.
+
+    The steps: preview the whole fit against every budget and agree the
+    design with noisy counts (:func:`_prepared`); run the noisy Newton rounds
+    (:func:`_noisy_round`); estimate the covariance with the privacy noise's
+    share (:func:`noise_covariance`); account what was spent.
     """
+    started = datetime.now(UTC)
+    run = _prepared(model, federation, record, client, secure)
+    rng = federation.noise_rng()
+    path = _NoisyPath.starting_at(
+        _start(run.spec, run.agreement.counts, run.scaling, federation.sites)
+    )
+    for round_no in range(1, run.rounds + 1):
+        _noisy_round(run, path, round_no, rng)
+    # Information below a tenth of its noise level is indistinguishable from noise: the
+    # working "true" information keeps it at that level rather than at the noise floor.
+    truth = _floored(path.released_info, path.released_floor / 10)
+    cov_scaled = np.linalg.inv(truth) + noise_covariance(
+        truth, path.beta, path.start, path.noise_plan, rng
+    )
+    A = unscale(run.spec.columns, run.scaling, federation.sites)
+    account = _account(
+        federation, record, run.sigmas, client, run.sigma_c, run.rounds, run.row_norm,
+        path.last_replies,
+    )  # fmt: skip
+    if secure is not None:
+        account = account.with_secure_aggregation(
+            secure_record(secure, len(federation.sites), path.secure_rounds)
+        )
+    counts = run.agreement.counts
+    return LogisticRegressionResults(
+        names=list(run.spec.columns),
+        params=A @ path.beta,
+        cov=A @ cov_scaled @ A.T,
+        llf=math.nan,
+        converged=True,
+        iterations=run.rounds,
+        provenance=Provenance.of_fit(federation, run.analysis, counts, run.rounds, started),
+        notes=_notes(run.rounds, record is not None, account),
+        n_events=counts.n_events,
+        privacy=account,
+    )
+
+
+@dataclass(frozen=True)
+class _PrivateRun:
+    """What a private fit fixes before its first round: the privacy options and their
+    noise multipliers (``sigmas`` by ``(round, group)`` at the sites, ``sigma_c`` at the
+    coordinator), the rounds that release information, the agreed design, its public
+    scaling and the row clipping norm ``B``."""
+
+    federation: Federation
+    analysis: str
+    record: RecordDP | None
+    client: ClientDP | None
+    secure: SecureAggregation | None
+    sigmas: dict[tuple[int, str], float]
+    sigma_c: float | None
+    rounds: int
+    informed: frozenset[int]
+    agreement: Agreement
+    scaling: np.ndarray
+    row_norm: float
+
+    @property
+    def spec(self) -> DesignSpec:
+        return self.agreement.spec
+
+    def noisy_sites(self, replies: int) -> float:
+        """Sites whose noise a round's sum carries (under secure aggregation, ``t`` shares
+        make one site's noise)."""
+        if self.secure is None:
+            return float(replies)
+        return replies / self.secure.threshold_for(len(self.federation.sites))
+
+
+@dataclass
+class _NoisyPath:
+    """The noisy Newton path: the coefficients, the start, each round's noise variances,
+    the last released information and its floor, and the last round's replies."""
+
+    beta: np.ndarray
+    start: np.ndarray
+    info: np.ndarray
+    released_info: np.ndarray
+    released_floor: float = 0.0
+    noise_plan: list[tuple[float, float | None]] = field(default_factory=list)
+    last_replies: dict = field(default_factory=dict)
+    secure_rounds: list[SecureSum] = field(default_factory=list)
+
+    @classmethod
+    def starting_at(cls, beta: np.ndarray) -> _NoisyPath:
+        identity = np.eye(beta.size)
+        return cls(beta=beta, start=beta.copy(), info=identity, released_info=identity)
+
+
+def _prepared(
+    model: LogisticRegression,
+    federation: Federation,
+    record: RecordDP | None,
+    client: ClientDP | None,
+    secure: SecureAggregation | None,
+) -> _PrivateRun:
+    """Check the options, preview the whole planned fit against every site's budget and
+    the coordinator's before any message, then agree the design (counts noisy under
+    record-level privacy) and fix the public scaling and row norm."""
     rounds, bounds = _plan(record, client)
     if secure is not None and (record is None or client is not None):
         raise StudyConfigurationError(
             "secure aggregation applies to record-level private fits: client-level privacy "
             "clips each site's contribution, which secure aggregation hides from the coordinator"
         )
-    threshold = secure.threshold_for(len(federation.sites)) if secure else None
-    secure_rounds: list[SecureSum] = []
-    started = datetime.now(UTC)
     analysis = federation.new_analysis("logistic-dp")
-    sigmas = record.noise_multipliers() if record else {}  # by (round, group)
-    informed = information_rounds(rounds)
+    sigmas = record.noise_multipliers() if record else {}
     sigma_c = client.sigma() if client else None
+    counts_dp = None
     if record is not None:
         preview_site_budgets(federation, record.planned_event(sigmas), analysis)
+        counts_dp = DpRequest({"n_obs": sigmas[0, "n_obs"]}, federation.study, analysis, "counts")
     if client is not None:
         _preview_coordinator(federation, client, sigma_c)
-    counts_dp = (
-        DpRequest({"n_obs": sigmas[0, "n_obs"]}, federation.study, analysis, "counts")
-        if record is not None
-        else None
-    )
     agreement = model.agree(federation, analysis, dp=counts_dp)
-    spec = agreement.spec
-    scaling = feature_scaling(agreement.layout, spec.columns, bounds, federation.sites)
+    scaling = feature_scaling(agreement.layout, agreement.spec.columns, bounds, federation.sites)
     row_norm = (
         record.row_norm if record and record.row_norm else math.sqrt(agreement.layout.n_terms)
     )
-    p = spec.n_params
-    rng = federation.noise_rng()
-    beta = _start(spec, agreement.counts, scaling, federation.sites)
-    start = beta.copy()
-    noise_plan: list[tuple[float, float | None]] = []  # per round: score variance, info entry sd
-    last_replies: dict = {}
-    info = released_info = np.eye(p)
-    released_floor = 0.0
-    for round_no in range(1, rounds + 1):
-        gradient_only = round_no not in informed
-        round_sigmas = {g: sigmas[r, g] for (r, g) in sigmas if r == round_no}
-        args = _round_args(spec, beta, row_norm, scaling)
-        if record is not None:
-            note = f"logistic round {round_no}"
-            args["dp"] = DpRequest(round_sigmas, federation.study, analysis, note).to_args()
-            args["release"] = "gradient" if gradient_only else "both"
-        last_replies, scores, infos = _gathered(
-            federation, args, analysis, secure, gradient_only, secure_rounds
-        )
-        # sites whose noise the sum carries (under secure aggregation, t shares make one)
-        noisy_sites = len(last_replies) / threshold if threshold else len(last_replies)
-        if client is not None:
-            score, hessian = _client_release(
-                federation, client, sigma_c, scores, infos, rng, analysis, round_no
-            )
-        else:
-            score, hessian = sum(scores), (None if infos is None else sum(infos))
-        score_var, entry_sd = _round_noise(
-            noisy_sites, round_sigmas, row_norm, sigma_c, client, informed=hessian is not None
-        )
-        if hessian is not None:
-            released_info, released_floor = hessian, noise_floor(entry_sd, p)
-            info = _floored(hessian, released_floor)
-        noise_plan.append((score_var, entry_sd))
-        beta = beta + np.linalg.solve(info, score)
-
-    # Information below a tenth of its noise level is indistinguishable from noise: the
-    # working "true" information keeps it at that level rather than at the noise floor.
-    truth = _floored(released_info, released_floor / 10)
-    cov_scaled = np.linalg.inv(truth) + noise_covariance(truth, beta, start, noise_plan, rng)
-    A = unscale(spec.columns, scaling, federation.sites)
-    account = _account(federation, record, sigmas, client, sigma_c, rounds, row_norm, last_replies)
-    if secure is not None:
-        account = account.with_secure_aggregation(
-            secure_record(secure, len(federation.sites), secure_rounds)
-        )
-    provenance = Provenance.of_fit(federation, analysis, agreement.counts, rounds, started)
-    return LogisticRegressionResults(
-        names=list(spec.columns),
-        params=A @ beta,
-        cov=A @ cov_scaled @ A.T,
-        llf=math.nan,
-        converged=True,
-        iterations=rounds,
-        provenance=provenance,
-        notes=_notes(rounds, record is not None, account),
-        n_events=agreement.counts.n_events,
-        privacy=account,
+    return _PrivateRun(
+        federation=federation,
+        analysis=analysis,
+        record=record,
+        client=client,
+        secure=secure,
+        sigmas=sigmas,
+        sigma_c=sigma_c,
+        rounds=rounds,
+        informed=frozenset(information_rounds(rounds)),
+        agreement=agreement,
+        scaling=scaling,
+        row_norm=row_norm,
     )
+
+
+def _noisy_round(
+    run: _PrivateRun, path: _NoisyPath, round_no: int, rng: np.random.Generator
+) -> None:
+    """One noisy Newton step ``beta <- beta + H_+^{-1} g``: request the sites' noisy score
+    (and, in an information round, information), add the coordinator's client-level
+    noise, record the round's noise variances and floor the released information."""
+    federation, record, client = run.federation, run.record, run.client
+    gradient_only = round_no not in run.informed
+    round_sigmas = {g: run.sigmas[r, g] for (r, g) in run.sigmas if r == round_no}
+    args = _round_args(run.spec, path.beta, run.row_norm, run.scaling)
+    if record is not None:
+        note = f"logistic round {round_no}"
+        args["dp"] = DpRequest(round_sigmas, federation.study, run.analysis, note).to_args()
+        args["release"] = "gradient" if gradient_only else "both"
+    path.last_replies, scores, infos = _gathered(
+        federation, args, run.analysis, run.secure, gradient_only, path.secure_rounds
+    )
+    if client is not None:
+        score, hessian = _client_release(
+            federation, client, run.sigma_c, scores, infos, rng, run.analysis, round_no
+        )
+    else:
+        score, hessian = sum(scores), (None if infos is None else sum(infos))
+    score_var, entry_sd = _round_noise(
+        run.noisy_sites(len(path.last_replies)), round_sigmas, run.row_norm, run.sigma_c,
+        client, informed=hessian is not None,
+    )  # fmt: skip
+    if hessian is not None:
+        path.released_info = hessian
+        path.released_floor = noise_floor(entry_sd, run.spec.n_params)
+        path.info = _floored(hessian, path.released_floor)
+    path.noise_plan.append((score_var, entry_sd))
+    path.beta = path.beta + np.linalg.solve(path.info, score)
 
 
 def _round_args(

@@ -13,6 +13,7 @@ import accounting
 import fedstats
 from fedstats.deep import FederatedTrainer
 from fedstats.deep.privacy_plan import COUNTS_NOISE_MULTIPLIER
+from fedstats.deep.rounds import train_arguments
 from fedstats.site import codec
 
 
@@ -86,9 +87,11 @@ def test_a_site_refuses_a_round_over_its_budget_and_releases_nothing(tmp_path):
     assert records
     trainer = private_trainer()
     schedule = result.dp_schedule
-    args = trainer._base_args(
-        _wire(fed, trainer), np.tile([0.0, 4.0], (3, 1)), "again", schedule, "study"
-    )
+    args = train_arguments(
+        design=_wire(fed, trainer), scaling=np.tile([0.0, 4.0], (3, 1)), model=trainer.model,
+        hyper=trainer.hyper, local=trainer.local, quantize_bits=None, schedule=schedule,
+        analysis="study/again",
+    )  # fmt: skip
     args["weights"] = result.weights
     args["seed"] = None
     args["dp"] = {"noise_multipliers": {"dp_sgd": schedule.noise_multiplier}, "study": "study",

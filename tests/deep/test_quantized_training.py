@@ -14,6 +14,7 @@ from sklearn.metrics import roc_auc_score
 
 import fedstats
 from fedstats.deep import FederatedTrainer, build_model
+from fedstats.deep.rounds import train_arguments
 from fedstats.deep.site_tasks import TRAIN_TASK
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agree_design
@@ -99,7 +100,10 @@ def test_a_site_refuses_a_malformed_quantisation_request(float_run):
     fed = fedstats.Federation.in_process({"a": TRAIN["a"]})
     plain = trainer()
     design = agree_design(fed, plain.formula, analysis="q", outcome_kind=plain.kind).spec
-    args = plain._base_args(design.to_wire(), float_run.scaling, "q", None, "study")
+    args = train_arguments(
+        design=design.to_wire(), scaling=float_run.scaling, model=plain.model, hyper=plain.hyper,
+        local=plain.local, quantize_bits=None, schedule=None, analysis="study/q",
+    )  # fmt: skip
     args.update({"weights": float_run.weights, "seed": 1, "quantize_bits": 17})
     reply = codec.decode(fed.silos["a"].handle(codec.encode({"task": TRAIN_TASK, "args": args})))
     assert reply["status"] == "error" and reply["error"]["type"] == "MalformedRequestError"

@@ -17,7 +17,7 @@ from sklearn.metrics import roc_auc_score
 import fedstats
 from fedstats.deep import FederatedTrainer, build_model
 from fedstats.deep.aggregation import client_weights, weighted_sum
-from fedstats.deep.trainer import round_seed
+from fedstats.deep.rounds import round_seed
 from fedstats.deep.weights import parameter_arrays
 
 FORMULA = "y ~ x1 + x2"
