@@ -60,6 +60,11 @@ class SeparationWarning(FedstatsWarning):
     """Quasi-complete separation: some coefficients are not identified."""
 
 
+class PrivacyUtilityWarning(FedstatsWarning):
+    """A private result that the privacy noise, a noisy count or a survival horizon makes
+    misleading: read its intervals, not its point estimates, or do not use it."""
+
+
 class SiteError(FedstatsError):
     """An error that a site reports about its own data or a task it refused.
 

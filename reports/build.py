@@ -401,6 +401,7 @@ def _fit_summary(study: Study, fit: FitRecord) -> FitSummary:
                 reference_coef=reference.params[term] if ref else None,
                 reference_lower=reference.conf_int["lower"].get(term) if ref else None,
                 reference_upper=reference.conf_int["upper"].get(term) if ref else None,
+                noise_share=result.noise_share.get(term),
             )
         )
     comparable = [
@@ -432,4 +433,7 @@ def _fit_summary(study: Study, fit: FitRecord) -> FitSummary:
         notes=tuple(result.notes),
         rows=tuple(rows),
         plot=plot,
+        interval_method=result.interval_method,
+        utility_warnings=tuple(result.utility_warnings),
+        events_used=result.events_used,
     )

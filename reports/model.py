@@ -20,6 +20,7 @@ from typing import Any
 import pandas as pd
 
 from harmonize.report import HarmonizationReport
+from studyfiles.fit_records import NOISE_DOMINATES
 
 
 @dataclass(frozen=True)
@@ -168,6 +169,12 @@ class CoefficientRow:
     reference_coef: float | None
     reference_lower: float | None
     reference_upper: float | None
+    noise_share: float | None = None
+    """Share of the coefficient's variance that is privacy noise (private fits)."""
+
+    @property
+    def noise_dominated(self) -> bool:
+        return self.noise_share is not None and self.noise_share > NOISE_DOMINATES
 
     @property
     def difference(self) -> float | None:
@@ -201,6 +208,14 @@ class FitSummary:
     rows: tuple[CoefficientRow, ...]
     plot: str | None
     """Data URI of the comparison with the reference fit, if there is one."""
+    interval_method: str = ""
+    utility_warnings: tuple[str, ...] = ()
+    """What makes the result misleading, in plain words (empty: nothing recorded)."""
+    events_used: float | None = None
+
+    @property
+    def noise_dominated(self) -> bool:
+        return bool(self.utility_warnings)
 
 
 @dataclass(frozen=True)

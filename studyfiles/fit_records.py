@@ -22,6 +22,10 @@ from studyfiles.errors import FitRecordError
 
 Number = float | int
 
+NOISE_DOMINATES = 0.5
+"""A coefficient's privacy noise dominates when its noise share (the share of its variance
+that is privacy noise) exceeds this: the noise's variance exceeds the sampling variance."""
+
 
 class _Record(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
@@ -80,6 +84,18 @@ class ResultRecord(_Record):
     provenance: ProvenanceRecord
     privacy: PrivacyRecord | None
     n_events: dict[str, Number] = {}
+    events_used: Number | None = None
+    """Events a survival fit used, when a safe horizon may have discarded some."""
+    interval_method: str = ""
+    """How the intervals were obtained, in words ("" in records that predate the field)."""
+    noise_share: dict[str, Number | None] = {}
+    """Per coefficient, the share of its variance that is privacy noise (private fits)."""
+    utility_warnings: list[str] = []
+    """What makes the result misleading, in plain words; empty when nothing does."""
+
+    @property
+    def noise_dominated(self) -> bool:
+        return bool(self.utility_warnings)
 
 
 class FitRecord(_Record):

@@ -33,6 +33,9 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -183,7 +186,8 @@ def run_demo_study(
         "Between-site heterogeneity of the exact fit (Cochran's Q, I², DerSimonian–Laird tau²)",
         fedstats.heterogeneity(model, federation).summary_frame,
     )
-    private = model.fit(federation, privacy=record_dp, secure_aggregation=secure)
+    with _warnings_in_the_record():
+        private = model.fit(federation, privacy=record_dp, secure_aggregation=secure)
     recorder.record_fit(
         "logistic-record-dp",
         private,
@@ -193,7 +197,8 @@ def run_demo_study(
         ),
         reference="logistic-exact",
     )
-    client = model.fit(federation, privacy=client_dp)
+    with _warnings_in_the_record():
+        client = model.fit(federation, privacy=client_dp)
     recorder.record_fit(
         "logistic-client-dp",
         client,
@@ -202,6 +207,15 @@ def run_demo_study(
     )
     recorder.record_inventory(federation.inventory)
     return recorder.finish()
+
+
+@contextmanager
+def _warnings_in_the_record() -> Iterator[None]:
+    """Private fits whose noise swamps them say so in their summary, record and report
+    (``result.utility_warnings``); the demo does not repeat them as Python warnings."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", fedstats.PrivacyUtilityWarning)
+        yield
 
 
 def _clear_previous_run(root: Path) -> None:
@@ -331,7 +345,8 @@ def _private_demo(
             datasets.HEART_FORMULA, levels=datasets.HEART_LEVELS, site_intercepts=site_intercepts
         )
         try:
-            result = model.fit(federation, privacy=privacy)
+            with _warnings_in_the_record():
+                result = model.fit(federation, privacy=privacy)
         except FedstatsError as error:
             raise DemoFailed(str(error)) from None
         typer.echo(

@@ -53,6 +53,7 @@ from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.newton import check_rank, inverse_information, newton_step
 from fedstats.models.results import CoxPHResults, Provenance
+from fedstats.models.utility import discarded_events_warning, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import Level
 from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
@@ -225,9 +226,12 @@ class CoxPH:
         cov = inverse_information(information)
         if self.robust:
             cov = self._robust(federation, design, beta, cov, analysis, secure_aggregation, notes)
-        baseline = None
+        baseline, events_used, problems = None, None, []
         if self.pooled:
             baseline = self._baseline(last["sums"], last["truncated"], notes)
+            events_used = float(last["sums"].d.sum())
+            problems = discarded_events_warning(events_used, sum(counts.n_events.values()))
+            warn(problems)
         else:
             strata = ", ".join(["site", *self.strata])
             notes.append(f"stratified by {strata} (strata never span sites); ties: {self.ties}")
@@ -248,6 +252,8 @@ class CoxPH:
             strata=() if self.pooled else ("site", *self.strata),
             baseline=baseline,
             design=design,
+            events_used=events_used,
+            utility_warnings=problems,
         )
 
     def _evaluator(

@@ -50,7 +50,8 @@ from fedstats.models.privacy import (
     preview_site_budgets,
     site_spending,
 )
-from fedstats.models.results import LogisticRegressionResults, Provenance
+from fedstats.models.results import PRIVATE_BOOTSTRAP, LogisticRegressionResults, Provenance
+from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
 from fedstats.site.design import SITE_COLUMN, DesignSpec, feature_scaling, unscale
 from fedstats.site.private_release import DpRequest, symmetric_gaussian
@@ -90,10 +91,18 @@ def fit_private(
     # Information below a tenth of its noise level is indistinguishable from noise: the
     # working "true" information keeps it at that level rather than at the noise floor.
     truth = _floored(path.released_info, path.released_floor / 10)
-    cov_scaled = np.linalg.inv(truth) + noise_covariance(
-        truth, path.beta, path.start, path.noise_plan, rng
-    )
     A = unscale(run.spec.columns, run.scaling, federation.sites)
+    sampling = A @ np.linalg.inv(truth) @ A.T
+    last_info_sd = next(sd for _, sd in reversed(path.noise_plan) if sd is not None)
+    noise_scaled = noise_covariance(
+        truth, path.beta, path.start, path.noise_plan, rng, info_sd=last_info_sd
+    )
+    noise = A @ noise_scaled @ A.T
+    shares = noise_shares(sampling, noise)
+    counts = run.agreement.counts
+    problems = count_warnings(counts.n_obs, counts.n_events) if counts.noisy else []
+    problems += noise_warnings(list(run.spec.columns), shares)
+    warn(problems, stacklevel=4)  # the caller of LogisticRegression.fit
     account = _account(
         federation, record, run.sigmas, client, run.sigma_c, run.rounds, run.row_norm,
         path.last_replies,
@@ -102,11 +111,10 @@ def fit_private(
         account = account.with_secure_aggregation(
             secure_record(secure, len(federation.sites), path.secure_rounds)
         )
-    counts = run.agreement.counts
     return LogisticRegressionResults(
         names=list(run.spec.columns),
         params=A @ path.beta,
-        cov=A @ cov_scaled @ A.T,
+        cov=sampling + noise,
         llf=math.nan,
         converged=True,
         iterations=run.rounds,
@@ -114,6 +122,9 @@ def fit_private(
         notes=_notes(run.rounds, record is not None, account),
         n_events=counts.n_events,
         privacy=account,
+        interval_method=PRIVATE_BOOTSTRAP,
+        noise_share=shares,
+        utility_warnings=problems,
     )
 
 
@@ -331,26 +342,35 @@ def noise_covariance(
     rng: np.random.Generator,
     draws: int = 400,
     corrections: int = 8,
+    info_sd: float | None = None,
 ) -> np.ndarray:
     """Mean squared error the privacy noise adds to the estimate, by parametric bootstrap.
 
     The noisy Newton run is replayed ``draws`` times on a quadratic model of
-    the log-likelihood (score ``H (target - b)``, information ``H``, with
-    ``H`` the released information), with fresh noise of the released scales,
-    the same start, flooring and reuse of the information (Ferrando, Wang &
-    Sheldon, "Parametric bootstrap for differentially private confidence
-    intervals", AISTATS 2022). Flooring shrinks weakly identified
-    coefficients towards the start, so the estimate itself is shrunk: the
-    target whose replays average to the estimate is found by iterated
-    bootstrap bias correction (``target += beta - mean(replays(target))``,
-    ``corrections`` times; Efron & Tibshirani 1993, §10.6), and the reported
-    error is the replays' mean squared error about that target, bias
-    included. It uses only released values, so it costs no privacy.
+    the log-likelihood (score ``H (target - b)``, information ``H``), with
+    fresh noise of the released scales, the same start, flooring and reuse
+    of the information (Ferrando, Wang & Sheldon, "Parametric bootstrap for
+    differentially private confidence intervals", AISTATS 2022).
+
+    ``H`` is known only through the released information ``H~ = H + E``. With
+    ``info_sd`` (the entry standard deviation of ``E``) every replay draws its
+    own ``H_d = floor(H~ + E_d)``, ``E_d`` a fresh symmetric noise matrix of
+    that scale, so the replays carry the uncertainty about ``H`` too: where the
+    information is noise-dominated a single plug-in ``H = H~`` makes replays
+    far more alike than the real run's possible outcomes, and intervals that
+    are far too narrow. Flooring shrinks weakly identified coefficients
+    towards the start, so the estimate itself is shrunk: the target whose
+    replays average to the estimate is found by iterated bootstrap bias
+    correction (``target += beta - mean(replays(target))``, ``corrections``
+    times; Efron & Tibshirani 1993, §10.6), and the reported error is the
+    replays' mean squared error about that target, bias included. It uses only
+    released values, so it costs no privacy.
     """
     target = beta.copy()
     for _ in range(corrections):
-        target = target + beta - _replay(info, target, start, noise_plan, rng, draws // 4).mean(0)
-    errors = _replay(info, target, start, noise_plan, rng, draws) - target
+        replays = _replay(info, target, start, noise_plan, rng, draws // 4, info_sd)
+        target = target + beta - replays.mean(0)
+    errors = _replay(info, target, start, noise_plan, rng, draws, info_sd) - target
     return errors.T @ errors / draws
 
 
@@ -361,18 +381,24 @@ def _replay(
     noise_plan: list[tuple[float, float | None]],
     rng: np.random.Generator,
     draws: int,
+    info_sd: float | None = None,
 ) -> np.ndarray:
-    """End points of ``draws`` noisy Newton runs on the quadratic model centred at ``target``."""
+    """End points of ``draws`` noisy Newton runs on the quadratic model centred at ``target``
+    (each with its own information drawn about ``info`` when ``info_sd`` is given)."""
     p = len(target)
     ends = np.empty((draws, p))
     for d in range(draws):
+        model = info
+        if info_sd is not None:
+            plausible = info + symmetric_gaussian(rng, info_sd, p)
+            model = _floored(plausible, noise_floor(info_sd, p) / 10)
         b = start.copy()
-        used = info
+        used = model
         for score_var, entry_sd in noise_plan:
             if entry_sd is not None:
-                noisy = info + symmetric_gaussian(rng, entry_sd, p)
+                noisy = model + symmetric_gaussian(rng, entry_sd, p)
                 used = _floored(noisy, noise_floor(entry_sd, p))
-            score = info @ (target - b) + rng.normal(0.0, math.sqrt(score_var), p)
+            score = model @ (target - b) + rng.normal(0.0, math.sqrt(score_var), p)
             b = b + np.linalg.solve(used, score)
         ends[d] = b
     return ends

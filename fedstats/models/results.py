@@ -116,7 +116,17 @@ def _series_record(series: pd.Series) -> dict[str, Any]:
 
 def _count(value: float) -> str:
     """A count as released: exact, or ``~n`` when it carries privacy noise."""
-    return str(value) if isinstance(value, int) else f"~{max(value, 0.0):.0f}"
+    return str(value) if isinstance(value, int) else f"~{value:.0f}"
+
+
+WALD_INFORMATION = "Wald, from the inverse of the summed information (as a pooled fit)"
+"""The interval method of an exact fit."""
+
+PRIVATE_BOOTSTRAP = (
+    "Wald, with the sampling covariance plus the privacy noise's covariance from a "
+    "parametric bootstrap of the noisy Newton run (Ferrando, Wang & Sheldon, AISTATS 2022)"
+)
+"""The interval method of a noisy Newton fit (:mod:`fedstats.models.logistic_private`)."""
 
 
 class LikelihoodResults:
@@ -136,6 +146,9 @@ class LikelihoodResults:
         provenance: Provenance,
         notes: list[str] | None = None,
         privacy: PrivacyAccount | None = None,
+        interval_method: str = WALD_INFORMATION,
+        noise_share: np.ndarray | None = None,
+        utility_warnings: list[str] | None = None,
     ) -> None:
         self._names = list(names)
         self.params = pd.Series(params, index=self._names, name="coef")
@@ -147,6 +160,23 @@ class LikelihoodResults:
         self.notes = list(notes or [])
         self.privacy = privacy
         """Privacy spent per scope (``None`` for a non-private fit)."""
+        self.interval_method = interval_method
+        """How :attr:`bse` and :meth:`conf_int` were obtained, in words."""
+        self.noise_share = (
+            None if noise_share is None else pd.Series(noise_share, index=self._names,
+                                                       name="noise share")
+        )  # fmt: skip
+        """Per coefficient, the share of its variance that is privacy noise
+        (:func:`fedstats.models.utility.noise_shares`; ``None`` for a non-private fit)."""
+        self.utility_warnings = list(utility_warnings or [])
+        """What makes this private result misleading, in plain words
+        (:class:`~fedstats.PrivacyUtilityWarning`); empty when nothing does."""
+
+    @property
+    def noise_dominated(self) -> bool:
+        """Whether any warning says the privacy noise, a noisy count or a survival horizon
+        makes this result misleading."""
+        return bool(self.utility_warnings)
 
     # ---- inference
     def cov_params(self) -> pd.DataFrame:
@@ -232,6 +262,9 @@ class LikelihoodResults:
             "privacy": None
             if self.privacy is None
             else json_tree(dataclasses.asdict(self.privacy)),
+            "interval_method": self.interval_method,
+            "noise_share": {} if self.noise_share is None else _series_record(self.noise_share),
+            "utility_warnings": list(self.utility_warnings),
             **self._record_fields(),
         }
         return checked_result_record(record)
@@ -242,9 +275,10 @@ class LikelihoodResults:
 
     # ---- presentation
     def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
+        """The coefficient table; a private fit adds each coefficient's ``noise share``."""
         ci = self.conf_int(alpha)
         level = f"{100 * (1 - alpha):g}%"
-        return pd.DataFrame(
+        table = pd.DataFrame(
             {
                 "coef": self.params,
                 "std err": self.bse,
@@ -254,6 +288,9 @@ class LikelihoodResults:
                 f"{level} upper]": ci["upper"],
             }
         )
+        if self.noise_share is not None:
+            table["noise share"] = self.noise_share
+        return table
 
     def _info(self) -> list[tuple[str, str]]:
         prov = self.provenance
@@ -270,7 +307,9 @@ class LikelihoodResults:
 
     def _notes(self) -> list[str]:
         per_site = ", ".join(f"{s}={_count(n)}" for s, n in self.provenance.n_obs.items())
-        return [f"patients per site: {per_site}", *self.notes]
+        warned = [f"WARNING: {w}" for w in self.utility_warnings]
+        method = f"intervals: {self.interval_method}"
+        return [*warned, f"patients per site: {per_site}", method, *self.notes]
 
     def _table(self) -> pd.DataFrame:
         return self.to_frame()
@@ -427,10 +466,14 @@ class CoxPHResults(LikelihoodResults):
         strata: tuple[str, ...],
         baseline: pd.DataFrame | None = None,
         design: dict | None = None,
+        events_used: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.n_events_by_site = pd.Series(n_events, name="n_events")
+        self.events_used = events_used
+        """Events the fit used, when fewer than the sites hold may have been: the pooled
+        model's events up to each site's safe horizon (``None``: every event)."""
         self.ties = ties
         self.strata = strata
         self._baseline = baseline
@@ -441,6 +484,7 @@ class CoxPHResults(LikelihoodResults):
     def _record_fields(self) -> dict[str, Any]:
         return {
             "n_events": _series_record(self.n_events_by_site),
+            "events_used": None if self.events_used is None else json_number(self.events_used),
             "ties": self.ties,
             "strata": list(self.strata),
         }
@@ -483,8 +527,12 @@ class CoxPHResults(LikelihoodResults):
 
     def _info(self) -> list[tuple[str, str]]:
         info = super()._info()
-        events = self.n_events_by_site.sum()
-        info.insert(2, ("Events", _count(int(events) if not self.privacy else float(events))))
+        held = self.n_events_by_site.sum()
+        events = _count(int(held) if not self.privacy else float(held))
+        if self.events_used is not None:
+            used = self.events_used
+            events = f"{_count(round(used) if not self.privacy else used)} of {events} used"
+        info.insert(2, ("Events", events))
         info.insert(3, ("Ties", self.ties))
         info.insert(4, ("Strata", " x ".join(self.strata) or "none"))
         info = [(k, v) for k, v in info if k != "Log-likelihood"]

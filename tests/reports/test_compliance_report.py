@@ -212,3 +212,25 @@ def test_each_sites_protocol_hash_and_refusals_by_reason_are_reported(study_copy
     assert east.refusals == (("protocol", 2), ("cells", 1))
     html = render_html(report)
     assert approved in html and "protocol: 2; cells: 1" in html
+
+
+def test_each_private_result_shows_its_interval_method_noise_share_and_warnings(demo_study):
+    """The demo's private fits at epsilon 1 on ~1,000 patients are noise-dominated: the
+    report flags them on its first page, prints every coefficient's noise share beside its
+    interval (as the fit record holds it) and the warning in words; the exact fit has
+    neither."""
+    study = Study.load(demo_study)
+    report = build_report(study)
+    html = render_html(report)
+    fits = {f.name: f for f in report.fits}
+    private = fits["logistic-record-dp"]
+    record = study.fit("logistic-record-dp").result
+    assert private.noise_dominated and private.utility_warnings == tuple(record.utility_warnings)
+    assert "Ferrando" in private.interval_method
+    assert {r.term: r.noise_share for r in private.rows} == record.noise_share
+    alert = html[html.index('<div class="alert">') : html.index('<h2 id="claim">')]
+    assert "logistic-record-dp" in alert and "logistic-exact" not in alert
+    assert "noise share" in html and "privacy noise dominates" in html
+    exact = fits["logistic-exact"]
+    assert not exact.noise_dominated and all(r.noise_share is None for r in exact.rows)
+    assert "inverse of the summed information" in exact.interval_method
