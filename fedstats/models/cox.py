@@ -52,11 +52,13 @@ from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.newton import check_rank, inverse_information, newton_step
+from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import Level
 from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
+from fedstats.site.private_release import DpRequest
 
 SITE = "site"
 _MAX_HALVINGS = 20
@@ -119,16 +121,14 @@ class CoxPH:
         if ties not in TIES:
             raise StudyConfigurationError(f"ties must be one of {TIES}, got {ties!r}")
         self.grid: np.ndarray | None = None
-        if strata is None:
+        if strata is None or grid is not None or width is not None or horizon is not None:
             try:
                 self.grid = time_grid(grid, width, horizon)
             except StudyConfigurationError as error:
                 raise StudyConfigurationError(
-                    "the pooled-baseline Cox model (strata=None) works on a shared time grid: "
-                    f"{error}"
+                    "the pooled-baseline Cox model (strata=None) and private Cox fits work on a "
+                    f"shared time grid: {error}"
                 ) from None
-        elif grid is not None or width is not None or horizon is not None:
-            raise StudyConfigurationError("a time grid is for the pooled model only (strata=None)")
         names = [] if strata is None else [strata] if isinstance(strata, str) else list(strata)
         if not all(isinstance(n, str) and n for n in names):
             raise StudyConfigurationError("strata must be 'site' or a list of column names")
@@ -161,8 +161,10 @@ class CoxPH:
         strata = None if self.pooled else ["site", *self.strata]
         return f"CoxPH({self.formula!r}, strata={strata}, ties={self.ties!r})"
 
-    def agree(self, federation: Federation, analysis: str) -> Agreement:
-        """Agree on this model's survival design with every site."""
+    def agree(
+        self, federation: Federation, analysis: str, dp: DpRequest | None = None
+    ) -> Agreement:
+        """Agree on this model's survival design with every site (counts noisy with ``dp``)."""
         return agree_design(
             federation,
             self.formula,
@@ -171,10 +173,15 @@ class CoxPH:
             missing=self.missing,
             outcome_kind="survival",
             strata=self.strata,
+            dp=dp,
         )
 
     def fit(
-        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+        self,
+        federation: Federation,
+        secure_aggregation: SecureAggregation | None = None,
+        *,
+        privacy: RecordDP | None = None,
     ) -> CoxPHResults:
         """Fit by federated Newton rounds on the stratified partial likelihood.
 
@@ -182,10 +189,29 @@ class CoxPH:
         coordinator sees only the sums of the sites' statistics (and of the
         pooled model's grid sums), never one site's; every site must answer
         every round.
+
+        ``privacy``: :class:`~fedstats.RecordDP` (each site protects its patients
+        and charges its own ledger): noisy Newton rounds on the Cox model with a
+        baseline hazard constant between the points of the model's time grid
+        (:mod:`fedstats.models.cox_private`); ``bounds`` must cover every numeric
+        design column.
         """
         if not isinstance(federation, Federation):
             raise StudyConfigurationError(
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
+            )
+        if privacy is not None:
+            if not isinstance(privacy, RecordDP):
+                raise StudyConfigurationError(
+                    "Cox fits take privacy=fedstats.RecordDP(...) (record-level DP at every site)"
+                )
+            from fedstats.models.cox_private import fit_private_cox
+
+            return fit_private_cox(self, federation, privacy, secure_aggregation)
+        if self.grid is not None and not self.pooled:
+            raise StudyConfigurationError(
+                "a time grid is for the pooled model (strata=None) and for private fits; the "
+                "exact stratified fit uses every event time within the site"
             )
         started = datetime.now(UTC)
         analysis = federation.new_analysis("cox")

@@ -10,6 +10,16 @@ coarsened up to the next grid point) the sums are the pooled counts, so:
   and the exponential-Greenwood ("log-log") interval
   ``exp(-exp(log(-log S) -/+ z sqrt(V) / log S))`` (Kalbfleisch & Prentice,
   2002, section 1.3; lifelines' default);
+* under record-level privacy, the interval on the log-log scale adds the
+  variance the noise puts on ``L = log(-log S)`` to Greenwood's
+  ``V / (log S)^2``: lower and upper bounds ``exp(-exp(L +/- z sqrt(V / (log S)^2
+  + V_noise)))``.
+  ``V_noise`` comes from a parametric bootstrap of the noisy counts (Ferrando,
+  Wang & Sheldon, "Parametric bootstrap for differentially private confidence
+  intervals", AISTATS 2022): fresh noise of the released sums' variance on the
+  released deaths and censorings, the same post-processing, the curve again,
+  and the variance of ``L`` across draws. ``V_noise / (V / (log S)^2 + V_noise)``
+  is the noise share (:attr:`KaplanMeierResults.noise_share_`);
 * the log-rank test (Mantel, 1966; Peto & Peto, 1972) of ``G`` groups:
   ``O_g = sum_k d_gk``, ``E_g = sum_k n_gk d_k / n_k``,
   ``V_gh = sum_k d_k (n_k - d_k) / (n_k - 1) (n_gk / n_k) (delta_gh - n_hk / n_k)``,
@@ -39,6 +49,7 @@ from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.privacy import RecordDP
 from fedstats.models.summary import render_html, render_text
+from fedstats.models.utility import NOISE_DOMINATES, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_sum, summed_replies
 from fedstats.site.design import Level, normalise_level
 from fedstats.site.handlers.survival import TASK, grid_problem
@@ -63,6 +74,15 @@ class GridCounts:
     """How many sites' counts are in the sums."""
     secure: bool = False
     """Whether the sums came by secure aggregation (then only totals are known, not sites')."""
+    censored: np.ndarray | None = None
+    """Under record-level privacy: the summed noisy censorings, clipped at 0 (groups x grid)."""
+    noises: float = 0.0
+    """Under record-level privacy: how many sites' noises each sum carries, one per site in
+    the clear; under secure aggregation with threshold ``t``, ``survivors / t`` (each survivor
+    adds ``1/t`` of the variance)."""
+    noise_variance: float | None = None
+    """Under record-level privacy: the variance of the noise in each summed count (deaths or
+    censorings of one group at one grid point), ``sigma^2 noises`` (L2 sensitivity 1)."""
 
 
 def time_grid(
@@ -177,25 +197,44 @@ def _private_counts(
     if secure is not None:
         summed = secure_sum(federation, TASK, private, analysis=analysis, options=secure)
         replies = summed.public
-        events = np.maximum(summed.total["events"], 0.0)
-        censored = np.maximum(summed.total["censored"], 0.0)
+        events, censored = summed.total["events"], summed.total["censored"]
+        noises = len(summed.survivors) / summed.threshold
     else:
         replies = federation.request(TASK, private, analysis=analysis)
-        events = np.maximum(sum(r["events"] for r in replies.values()), 0.0)
-        censored = np.maximum(sum(r["censored"] for r in replies.values()), 0.0)
-    at_risk = np.cumsum((events + censored)[:, ::-1], axis=1)[:, ::-1]
+        events = sum(r["events"] for r in replies.values())
+        censored = sum(r["censored"] for r in replies.values())
+        noises = float(len(replies))
+    at_risk, events, censored = _consistent_counts(events, censored)
     return GridCounts(
         grid=args["grid"],
         groups=tuple(args["levels"]) if args["group"] is not None else ("all",),
         at_risk=at_risk,
-        events=np.minimum(events, at_risk),
+        events=events,
         truncated={},
         n_obs={},
         noise_multiplier=float(sigma),
         epsilon_spent={s: float(r["dp_epsilon_spent"]) for s, r in replies.items()},
         sites=len(replies),
         secure=secure is not None,
+        censored=censored,
+        noises=noises,
+        noise_variance=float(sigma) ** 2 * noises,
     )
+
+
+def _consistent_counts(
+    events: np.ndarray, censored: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Noisy summed deaths and censorings made counts: ``(at_risk, deaths, censorings)``.
+
+    Post-processing along the last axis (the grid), so a stack of draws goes
+    through at once: both clipped at 0, ``n_k = sum_{j>=k} (d_j + c_j)``, and
+    ``d_k <= n_k``.
+    """
+    events = np.maximum(events, 0.0)
+    censored = np.maximum(censored, 0.0)
+    at_risk = np.cumsum((events + censored)[..., ::-1], axis=-1)[..., ::-1]
+    return at_risk, np.minimum(events, at_risk), censored
 
 
 def _group_levels(
@@ -233,8 +272,9 @@ class KaplanMeier:
         :class:`fedstats.RecordDP`: each site releases Gaussian-noised deaths
         and censorings per interval instead (one release, ``epsilon`` and
         ``delta`` or ``noise_multiplier``; its ``rounds``, ``bounds`` and
-        ``row_norm`` do not apply), charged to its ledger. Greenwood's
-        intervals then ignore the noise.
+        ``row_norm`` do not apply), charged to its ledger. The intervals then
+        add the noise's variance (see the module docstring), and a curve the
+        noise dominates raises :class:`~fedstats.PrivacyUtilityWarning`.
     """
 
     def __init__(
@@ -265,7 +305,13 @@ class KaplanMeier:
     def fit(
         self, federation: Federation, secure_aggregation: SecureAggregation | None = None
     ) -> KaplanMeierResults:
-        """Pool the sites' counts on the grid (by secure aggregation when it is given)."""
+        """Pool the sites' counts on the grid (by secure aggregation when it is given).
+
+        Under privacy, the bootstrap of the noise is seeded by the federation's
+        ``noise_seed`` (OS entropy unless one was fixed), and each of the
+        result's :attr:`~KaplanMeierResults.utility_warnings` is raised as a
+        :class:`~fedstats.PrivacyUtilityWarning`.
+        """
         counts = grid_counts(
             federation,
             time=self.time,
@@ -278,13 +324,41 @@ class KaplanMeier:
             sparse_events=self.sparse_events,
             secure=secure_aggregation,
         )
-        return KaplanMeierResults(counts, self.alpha)
+        result = KaplanMeierResults(counts, self.alpha, seed=federation.noise_seed)
+        warn(result.utility_warnings, stacklevel=3)  # the caller of fit
+        return result
+
+
+GREENWOOD_LOGLOG = "exponential Greenwood (log-log), Kalbfleisch & Prentice 2002"
+"""The interval method of an exact fit."""
+PRIVATE_GREENWOOD = (
+    GREENWOOD_LOGLOG + ", with the privacy noise's variance from a parametric bootstrap of the "
+    "noisy counts (Ferrando, Wang & Sheldon, AISTATS 2022)"
+)
+"""The interval method of a private fit."""
+BOOTSTRAP_DRAWS = 400
+"""Draws of the parametric bootstrap of the noise."""
+LOST_DRAWS = 0.05
+"""Share of draws whose curve has no finite ``log(-log S)`` at a point (no death yet, every
+patient dead, or nobody at risk) above which the noise's variance there is taken as infinite."""
 
 
 class KaplanMeierResults:
-    """Survival curves on the grid, by group, with exponential-Greenwood intervals."""
+    """Survival curves on the grid, by group, with exponential-Greenwood intervals.
 
-    def __init__(self, counts: GridCounts, alpha: float) -> None:
+    Under record-level privacy the intervals add the noise's variance on the
+    log-log scale, from a parametric bootstrap of ``draws`` draws (see the
+    module docstring) seeded by ``seed`` (``None``: OS entropy).
+    """
+
+    def __init__(
+        self,
+        counts: GridCounts,
+        alpha: float,
+        *,
+        seed: int | None = None,
+        draws: int = BOOTSTRAP_DRAWS,
+    ) -> None:
         self.counts = counts
         self.alpha = alpha
         index = pd.Index(counts.grid, name="time")
@@ -293,19 +367,39 @@ class KaplanMeierResults:
         self.survival_function_ = pd.DataFrame(survival.T, index=index, columns=columns)
         self.greenwood_ = pd.DataFrame(variance.T, index=index, columns=columns)
         z = stats.norm.ppf(1 - alpha / 2)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_s = np.log(survival)
-            spread = z * np.sqrt(variance) / log_s
-            lower = np.exp(-np.exp(np.log(-log_s) - spread))
-            upper = np.exp(-np.exp(np.log(-log_s) + spread))
-        lower = np.where(survival == 1.0, 1.0, lower)
-        upper = np.where(survival == 1.0, 1.0, upper)
-        lower = np.where(np.isnan(survival), np.nan, lower)
-        upper = np.where(np.isnan(survival), np.nan, upper)
+        self.noise_share_: pd.DataFrame | None = None
+        """Under privacy, per grid point and group, the noise's share of the variance of
+        ``log(-log S)``, ``V_noise / (V / (log S)^2 + V_noise)`` (NaN where ``S`` is 1, 0 or
+        undefined); ``None`` for an exact fit."""
+        self.utility_warnings: list[str] = []
+        """What makes this private result misleading, in plain words
+        (:class:`~fedstats.PrivacyUtilityWarning`); empty when nothing does."""
+        private = counts.noise_variance is not None
+        self.interval_method = PRIVATE_GREENWOOD if private else GREENWOOD_LOGLOG
+        """How :attr:`confidence_interval_` was obtained, in words."""
+        if not private:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                spread = z * np.sqrt(variance) / np.log(survival)
+        else:
+            noise = _noise_loglog_variance(counts, draws, np.random.default_rng(seed))
+            sampling = _greenwood_loglog(survival, variance)
+            spread = -z * np.sqrt(sampling + np.where(np.isnan(noise), 0.0, noise))
+            share = _noise_share(sampling, noise)
+            self.noise_share_ = pd.DataFrame(share.T, index=index, columns=columns)
+            self.utility_warnings = [
+                *_dominated_curves_warnings(self.noise_share_),
+                *_empty_groups_warnings(counts),
+            ]
+        lower, upper = _loglog_bounds(survival, spread)
         self.confidence_interval_ = {
             "lower": pd.DataFrame(lower.T, index=index, columns=columns),
             "upper": pd.DataFrame(upper.T, index=index, columns=columns),
         }
+
+    @property
+    def noise_dominated(self) -> bool:
+        """Whether any warning says the privacy noise makes this result misleading."""
+        return bool(self.utility_warnings)
 
     @property
     def event_table(self) -> pd.DataFrame:
@@ -339,6 +433,7 @@ class KaplanMeierResults:
         ]
         if counts.noise_multiplier is not None:
             info.append(("Noise multiplier", f"{counts.noise_multiplier:.4g}"))
+            info.append(("Noise sd per count", f"{np.sqrt(counts.noise_variance or 0.0):.4g}"))
         else:
             info.append(("Patients", f"{sum(counts.n_obs.values()):,}"))
             info.append(("Censored early", f"{sum(counts.truncated.values()):,}"))
@@ -346,6 +441,8 @@ class KaplanMeierResults:
 
     def _notes(self) -> list[str]:
         counts = self.counts
+        warned = [f"WARNING: {w}" for w in self.utility_warnings]
+        method = f"intervals: {self.interval_method}"
         secure = (
             [
                 "secure aggregation: the coordinator saw only the counts summed over sites"
@@ -357,8 +454,10 @@ class KaplanMeierResults:
         if counts.noise_multiplier is not None:
             spent = ", ".join(f"{s}={e:.3g}" for s, e in (counts.epsilon_spent or {}).items())
             return [
+                *warned,
                 "record-level DP: each site released Gaussian-noised deaths and censorings; "
-                f"epsilon spent for the study so far: {spent}; intervals ignore the noise",
+                f"epsilon spent for the study so far: {spent}",
+                method,
                 *secure,
             ]
         cut = ", ".join(f"{s}={n}" for s, n in counts.truncated.items() if n)
@@ -372,6 +471,7 @@ class KaplanMeierResults:
                 if cut
                 else []
             ),
+            method,
         ]
 
     def _table(self) -> pd.DataFrame:
@@ -380,6 +480,8 @@ class KaplanMeierResults:
             columns[(group, "S(t)")] = self.survival_function_[group]
             columns[(group, "lower")] = self.confidence_interval_["lower"][group]
             columns[(group, "upper")] = self.confidence_interval_["upper"][group]
+            if self.noise_share_ is not None:
+                columns[(group, "noise share")] = self.noise_share_[group]
         return pd.DataFrame(columns)
 
     def summary(self) -> str:
@@ -415,18 +517,123 @@ class KaplanMeierResults:
 
 
 def _kaplan_meier(at_risk: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Survival and Greenwood's ``Var log S`` per group and grid point (NaN once nobody is left)."""
+    """Survival and Greenwood's ``Var log S`` per group and grid point (NaN once nobody is left).
+
+    Along the last axis (the grid): groups x grid, or draws x groups x grid.
+    """
     with np.errstate(divide="ignore", invalid="ignore"):
         factor = np.where(at_risk > 0, 1.0 - events / at_risk, 1.0)
         increment = np.where(
             (at_risk > 0) & (at_risk > events), events / (at_risk * (at_risk - events)), 0.0
         )
-    survival = np.cumprod(factor, axis=1)
-    variance = np.cumsum(increment, axis=1)
-    gone = np.cumsum(at_risk[:, ::-1] > 0, axis=1)[:, ::-1] == 0  # no one at risk from here on
+    survival = np.cumprod(factor, axis=-1)
+    variance = np.cumsum(increment, axis=-1)
+    gone = np.cumsum(at_risk[..., ::-1] > 0, axis=-1)[..., ::-1] == 0  # no one at risk from here
     survival[gone] = np.nan
     variance[gone] = np.nan
     return survival, variance
+
+
+def _loglog_bounds(survival: np.ndarray, spread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``exp(-exp(log(-log S) - spread))`` and ``exp(-exp(log(-log S) + spread))``, with
+    ``spread = z se / log S <= 0`` (``-z se`` for any ``se`` of ``log(-log S)``): both 1
+    where ``S`` is 1, NaN where ``S`` is NaN."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loglog = np.log(-np.log(survival))
+        lower = np.exp(-np.exp(loglog - spread))
+        upper = np.exp(-np.exp(loglog + spread))
+    lower = np.where(survival == 1.0, 1.0, lower)
+    upper = np.where(survival == 1.0, 1.0, upper)
+    lower = np.where(np.isnan(survival), np.nan, lower)
+    upper = np.where(np.isnan(survival), np.nan, upper)
+    return lower, upper
+
+
+def _greenwood_loglog(survival: np.ndarray, variance: np.ndarray) -> np.ndarray:
+    """Greenwood's variance of ``log(-log S)`` by the delta method: ``V / (log S)^2``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return variance / np.log(survival) ** 2
+
+
+def _noise_loglog_variance(counts: GridCounts, draws: int, rng: np.random.Generator) -> np.ndarray:
+    """The variance the privacy noise puts on ``log(-log S)``, by parametric bootstrap.
+
+    Ferrando, Wang & Sheldon (AISTATS 2022): the released deaths and
+    censorings (clipped at 0) stand for the true ones; each draw adds fresh
+    ``N(0, noise_variance)`` to every cell, post-processes as the coordinator
+    did (:func:`_consistent_counts`) and computes the curve. The variance of
+    ``log(-log S*)`` over the draws with a finite value; infinite where more
+    than :data:`LOST_DRAWS` of them have none (the noise can erase the deaths
+    or the patients), NaN where the released ``S`` is 1, 0 or undefined.
+    """
+    released = _released_censorings(counts)
+    shape = (draws, *counts.events.shape)
+    sd = float(np.sqrt(counts.noise_variance or 0.0))
+    at_risk, events, _ = _consistent_counts(
+        counts.events + rng.normal(0.0, sd, shape), released + rng.normal(0.0, sd, shape)
+    )
+    curves, _ = _kaplan_meier(at_risk, events)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        loglog = np.log(-np.log(curves))
+        finite = np.isfinite(loglog)
+        kept = finite.sum(axis=0)
+        values = np.where(finite, loglog, 0.0)
+        mean = values.sum(axis=0) / kept
+        squares = np.where(finite, (loglog - mean) ** 2, 0.0).sum(axis=0)
+        variance = squares / (kept - 1)
+    variance = np.where(kept < (1 - LOST_DRAWS) * draws, np.inf, variance)
+    survival, _ = _kaplan_meier(counts.at_risk, counts.events)
+    return np.where((survival > 0) & (survival < 1), variance, np.nan)
+
+
+def _released_censorings(counts: GridCounts) -> np.ndarray:
+    """The summed censorings behind ``counts``: as released, else ``n_k - n_{k+1} - d_k``."""
+    if counts.censored is not None:
+        return counts.censored
+    after = np.concatenate([counts.at_risk[:, 1:], np.zeros((len(counts.groups), 1))], axis=1)
+    return np.maximum(counts.at_risk - after - counts.events, 0.0)
+
+
+def _noise_share(sampling: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    """``V_noise / (V_sampling + V_noise)``: 1 where the noise's variance is infinite, NaN
+    where either is undefined."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = noise / (sampling + noise)
+    return np.where(np.isinf(noise) & ~np.isnan(sampling), 1.0, share)
+
+
+def _dominated_curves_warnings(shares: pd.DataFrame) -> list[str]:
+    """One warning naming each group whose noise share exceeds :data:`NOISE_DOMINATES` at a
+    reported time, with the first such time."""
+    dominated = []
+    for group in shares.columns:
+        over = shares.index[shares[group].to_numpy() > NOISE_DOMINATES]
+        if len(over):
+            first = over[0]
+            dominated.append(
+                f"group {group} from time {first:g} ({shares.loc[first, group]:.0%} there)"
+            )
+    if not dominated:
+        return []
+    return [
+        "privacy noise dominates the variance of the survival curve of "
+        + "; ".join(dominated)
+        + f" (noise share of log(-log S) above {NOISE_DOMINATES:.0%}): from there on the "
+        "curve can be far from the non-private one; read its intervals, not its values, or "
+        "use a coarser grid or more budget"
+    ]
+
+
+def _empty_groups_warnings(counts: GridCounts) -> list[str]:
+    """A warning naming each group whose summed noisy number at risk at the first grid point
+    is at most 0 (every noisy death and censoring of the group clipped to 0)."""
+    empty = [str(g) for g, n in zip(counts.groups, counts.at_risk[:, 0], strict=True) if n <= 0]
+    if not empty:
+        return []
+    return [
+        f"the noisy number at risk at the first grid point is 0 for group {', '.join(empty)}: "
+        "the noise swamps its counts, so it has no curve; use a coarser grid or more budget"
+    ]
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement
 from fedstats.models.client_release import GaussianSum, clipped_sum, release
 from fedstats.models.federation import Federation
+from fedstats.models.noisy_newton import floored, noise_covariance, noise_floor
 from fedstats.models.privacy import (
     ClientDP,
     PrivacyAccount,
@@ -54,7 +55,7 @@ from fedstats.models.results import PRIVATE_BOOTSTRAP, LogisticRegressionResults
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
 from fedstats.site.design import SITE_COLUMN, DesignSpec, feature_scaling, unscale
-from fedstats.site.private_release import DpRequest, symmetric_gaussian
+from fedstats.site.private_release import DpRequest
 
 if TYPE_CHECKING:
     from fedstats.models.logistic import LogisticRegression
@@ -90,7 +91,7 @@ def fit_private(
         _noisy_round(run, path, round_no, rng)
     # Information below a tenth of its noise level is indistinguishable from noise: the
     # working "true" information keeps it at that level rather than at the noise floor.
-    truth = _floored(path.released_info, path.released_floor / 10)
+    truth = floored(path.released_info, path.released_floor / 10)
     A = unscale(run.spec.columns, run.scaling, federation.sites)
     sampling = A @ np.linalg.inv(truth) @ A.T
     last_info_sd = next(sd for _, sd in reversed(path.noise_plan) if sd is not None)
@@ -256,7 +257,7 @@ def _noisy_round(
     if hessian is not None:
         path.released_info = hessian
         path.released_floor = noise_floor(entry_sd, run.spec.n_params)
-        path.info = _floored(hessian, path.released_floor)
+        path.info = floored(hessian, path.released_floor)
     path.noise_plan.append((score_var, entry_sd))
     path.beta = path.beta + np.linalg.solve(path.info, score)
 
@@ -332,76 +333,6 @@ def _notes(rounds: int, record_level: bool, account: PrivacyAccount) -> list[str
         f"{what}: {rounds} noisy Newton rounds; the log-likelihood is not released{counts}",
         *account.notes(),
     ]
-
-
-def noise_covariance(
-    info: np.ndarray,
-    beta: np.ndarray,
-    start: np.ndarray,
-    noise_plan: list[tuple[float, float | None]],
-    rng: np.random.Generator,
-    draws: int = 400,
-    corrections: int = 8,
-    info_sd: float | None = None,
-) -> np.ndarray:
-    """Mean squared error the privacy noise adds to the estimate, by parametric bootstrap.
-
-    The noisy Newton run is replayed ``draws`` times on a quadratic model of
-    the log-likelihood (score ``H (target - b)``, information ``H``), with
-    fresh noise of the released scales, the same start, flooring and reuse
-    of the information (Ferrando, Wang & Sheldon, "Parametric bootstrap for
-    differentially private confidence intervals", AISTATS 2022).
-
-    ``H`` is known only through the released information ``H~ = H + E``. With
-    ``info_sd`` (the entry standard deviation of ``E``) every replay draws its
-    own ``H_d = floor(H~ + E_d)``, ``E_d`` a fresh symmetric noise matrix of
-    that scale, so the replays carry the uncertainty about ``H`` too: where the
-    information is noise-dominated a single plug-in ``H = H~`` makes replays
-    far more alike than the real run's possible outcomes, and intervals that
-    are far too narrow. Flooring shrinks weakly identified coefficients
-    towards the start, so the estimate itself is shrunk: the target whose
-    replays average to the estimate is found by iterated bootstrap bias
-    correction (``target += beta - mean(replays(target))``, ``corrections``
-    times; Efron & Tibshirani 1993, §10.6), and the reported error is the
-    replays' mean squared error about that target, bias included. It uses only
-    released values, so it costs no privacy.
-    """
-    target = beta.copy()
-    for _ in range(corrections):
-        replays = _replay(info, target, start, noise_plan, rng, draws // 4, info_sd)
-        target = target + beta - replays.mean(0)
-    errors = _replay(info, target, start, noise_plan, rng, draws, info_sd) - target
-    return errors.T @ errors / draws
-
-
-def _replay(
-    info: np.ndarray,
-    target: np.ndarray,
-    start: np.ndarray,
-    noise_plan: list[tuple[float, float | None]],
-    rng: np.random.Generator,
-    draws: int,
-    info_sd: float | None = None,
-) -> np.ndarray:
-    """End points of ``draws`` noisy Newton runs on the quadratic model centred at ``target``
-    (each with its own information drawn about ``info`` when ``info_sd`` is given)."""
-    p = len(target)
-    ends = np.empty((draws, p))
-    for d in range(draws):
-        model = info
-        if info_sd is not None:
-            plausible = info + symmetric_gaussian(rng, info_sd, p)
-            model = _floored(plausible, noise_floor(info_sd, p) / 10)
-        b = start.copy()
-        used = model
-        for score_var, entry_sd in noise_plan:
-            if entry_sd is not None:
-                noisy = model + symmetric_gaussian(rng, entry_sd, p)
-                used = _floored(noisy, noise_floor(entry_sd, p))
-            score = model @ (target - b) + rng.normal(0.0, math.sqrt(score_var), p)
-            b = b + np.linalg.solve(used, score)
-        ends[d] = b
-    return ends
 
 
 def _start(spec, counts, scaling: np.ndarray, sites: tuple[str, ...]) -> np.ndarray:
@@ -516,27 +447,6 @@ def _summed_noise_var(
     if sigma_c is not None:
         var += (sigma_c * client_clip) ** 2
     return var
-
-
-FLOOR_FACTOR = 1.0
-
-
-def noise_floor(entry_sd: float, p: int) -> float:
-    """Smallest eigenvalue kept in a noisy information: ``FLOOR_FACTOR * sd * sqrt(p)``.
-
-    ``sd * sqrt(p)`` is half the spectral norm of a ``p x p`` symmetric
-    Gaussian noise matrix with entry standard deviation ``sd`` (Wigner's
-    semicircle law): eigenvalues below it are mostly noise.
-    """
-    return FLOOR_FACTOR * entry_sd * math.sqrt(p)
-
-
-def _floored(hessian: np.ndarray, floor: float) -> np.ndarray:
-    """Symmetrise and floor the eigenvalues at ``floor`` (positive definite by construction)."""
-    symmetric = (hessian + hessian.T) / 2
-    values, vectors = np.linalg.eigh(symmetric)
-    values = np.maximum(values, max(floor, 1e-12 * max(1.0, float(np.abs(values).max()))))
-    return (vectors * values) @ vectors.T
 
 
 def _account(

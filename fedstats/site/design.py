@@ -379,15 +379,18 @@ def feature_scaling(
     columns: tuple[str, ...],
     bounds: Mapping[str, tuple[float, float]],
     sites: tuple[str, ...],
+    *,
+    shift_absorbed: bool = False,
 ) -> np.ndarray:
     """Per-column ``(centre, half-width)`` mapping public bounds to ``[-1, 1]``.
 
     Intercepts and dummies of categorical terms keep ``(0, 1)``. Without an
     intercept column numeric columns are only scaled (centre 0), since a
-    shift could not be absorbed.
+    shift could not be absorbed, unless ``shift_absorbed`` (a Cox model's
+    baseline hazard absorbs it).
     """
     intercepts = {"Intercept"} | {SITE_COLUMN.format(s) for s in sites}
-    has_intercept = bool(intercepts & set(columns))
+    has_intercept = shift_absorbed or bool(intercepts & set(columns))
     unknown = sorted(set(bounds) - set(columns))
     if unknown:
         raise FormulaError(

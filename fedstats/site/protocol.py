@@ -74,6 +74,7 @@ TASK_MODELS: dict[str, tuple[str, ...]] = {
     "cox.grid_summaries": ("cox",),
     "cox.concordance": ("cox",),
     "cox.robust": ("cox",),
+    "cox.piecewise_summaries": ("cox",),
     "survival.counts": ("kaplan_meier",),
     "deep.train": ("deep",),
     "deep.evaluate": ("deep",),

@@ -12,6 +12,7 @@ from __future__ import annotations
 from fedstats.secagg import site as secagg_site
 from fedstats.site.handlers import budget as budget_site
 from fedstats.site.handlers import cox as cox_site
+from fedstats.site.handlers import cox_private as cox_private_site
 from fedstats.site.handlers import design as site_design
 from fedstats.site.handlers import fairness as fairness_site
 from fedstats.site.handlers import fingerprint as fingerprint_site
@@ -62,6 +63,13 @@ REGISTRY = TaskRegistry(
             handler=cox_site.grid_summaries,
             schema=cox_site.grid_summaries_schema,
             description="Cox risk-set and tied-event sums on a time grid (k-protected)",
+        ),
+        Task(
+            name=cox_private_site.TASK,
+            handler=cox_private_site.summaries,
+            schema=cox_private_site.summaries_schema,
+            description="private Cox: clipped per-patient score and information on a time grid",
+            private_release=cox_private_site.summaries_private_release,
         ),
         Task(
             name=cox_site.CONCORDANCE_TASK,

@@ -373,6 +373,10 @@ def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
                                "levels": ["a", "b"], "temperature": 0.25},
         "logistic.summaries": {"design": binary, "beta": np.zeros(2)},
         "prepare": {"design": binary},
+        "cox.piecewise_summaries": {"design": survival, "beta": beta, "alpha": np.zeros(3),
+                                    "grid": grid, "clip": {"row_norm": 1.0,
+                                                           "scaling": np.array([[0.0, 1.0]])},
+                                    "patient_bounds": {"score": 8.0, "information": 12.0}},
         "deep.train": {"design": binary, "scaling": np.tile([0.0, 1.0], (2, 1)), "model": "linear",
                        "hyper": {}, "weights": [np.zeros((1, 1), np.float32),
                                                 np.zeros(1, np.float32)],
@@ -386,7 +390,13 @@ def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
     assert extra_missing <= {"deep.train", "deep.evaluate"}
     requests = {task: args for task, args in requests.items() if task not in extra_missing}
     assert set(requests) == {t.name for t in REGISTRY if t.about_patients}
+    private_only = {"cox.piecewise_summaries"}  # no exact form: refused without 'dp' anywhere
     for task, args in requests.items():
+        if task in private_only:
+            for federation in (exact, private):
+                with pytest.raises(fedstats.errors.MalformedRequestError, match="'dp' block"):
+                    federation.request(task, args, analysis="x")
+            continue
         exact.request(task, args, analysis="x")  # each request is well formed
         with pytest.raises(DisclosureError, match="only as a differentially private release"):
             private.request(task, args, analysis="x")

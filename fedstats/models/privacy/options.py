@@ -80,7 +80,7 @@ class RecordDP:
         if self.row_norm is not None and not (math.isfinite(self.row_norm) and self.row_norm > 0):
             raise StudyConfigurationError("RecordDP: row_norm must be positive")
 
-    def schedule(self) -> list[Release]:
+    def schedule(self, informed: set[int] | None = None) -> list[Release]:
         """Every Gaussian release a site makes for the fit, with its share of the budget.
 
         Round 0 releases the counts; every round the score; the rounds of
@@ -88,10 +88,12 @@ class RecordDP:
         reuse. The final score carries the largest share: a Newton step from
         a nearby point lands at ``beta_hat + H^-1 xi_T`` whatever the earlier
         noise, so its noise ``xi_T`` dominates the error; the last
-        information, which preconditions that step, comes next.
+        information, which preconditions that step, comes next. ``informed``
+        replaces :func:`information_rounds` (a Cox fit's information changes
+        with the baseline hazard, so it is released every round).
         """
         plan = [Release(0, "n_obs", WEIGHTS["counts"])]
-        informed = information_rounds(self.rounds)
+        informed = information_rounds(self.rounds) if informed is None else informed
         for t in range(1, self.rounds + 1):
             if t == self.rounds:
                 plan.append(Release(t, "gradient", WEIGHTS["final gradient"]))
@@ -113,7 +115,7 @@ class RecordDP:
         """Gaussian mechanisms per site over the whole fit."""
         return len(self.schedule())
 
-    def noise_multipliers(self) -> dict[tuple[int, str], float]:
+    def noise_multipliers(self, informed: set[int] | None = None) -> dict[tuple[int, str], float]:
         """Noise multiplier of each release in :meth:`schedule`, by (round, group).
 
         For a target ``epsilon`` the multipliers are ``sigma_i = sigma_1 *
@@ -123,7 +125,7 @@ class RecordDP:
         composition equals that one Gaussian exactly (Mironov 2017, Prop. 7).
         An explicit ``noise_multiplier`` applies to every release.
         """
-        plan = self.schedule()
+        plan = self.schedule(informed)
         if self.noise_multiplier is not None:
             return {(r.round, r.group): self.noise_multiplier for r in plan}
         single = accounting.calibrate_gaussian(self.epsilon, self.delta, compositions=1)

@@ -34,7 +34,7 @@ def summaries_schema(args: dict[str, Any]) -> dict:
     if args.get("dp") is not None or "clip" in args:
         clip_from_args(args, p)
     if args.get("dp") is not None:
-        if _gradient_only(args):
+        if gradient_only(args):
             return {"gradient": Array((p,))}
         return {"gradient": Array((p,)), "hessian": Array((p, p))}
     return {
@@ -63,7 +63,7 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     hessian = X.T @ (X * weights[:, None])
     if private:
         released = {"gradient": gradient}
-        if not _gradient_only(args):
+        if not gradient_only(args):
             released["hessian"] = hessian
         return TaskReply(released, contributors=design.n_obs)
     loglik = float(np.sum(y * eta - np.logaddexp(0.0, eta)))
@@ -95,12 +95,12 @@ def summaries_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
     """
     row_norm, _ = clip_from_args(args, spec_from_args(args).n_params)
     groups = [NoisyGroup(("gradient",), l2_sensitivity=row_norm)]
-    if not _gradient_only(args):
+    if not gradient_only(args):
         groups.append(NoisyGroup(("hessian",), l2_sensitivity=row_norm**2 / 4, symmetric=True))
     return groups
 
 
-def _gradient_only(args: dict[str, Any]) -> bool:
+def gradient_only(args: dict[str, Any]) -> bool:
     """A private request may ask for the score alone (``"release": "gradient"``)."""
     release = args.get("release", "both")
     if release not in ("both", "gradient"):

@@ -1,0 +1,161 @@
+"""Site side of the differentially private Cox model: clipped per-patient sums on a time grid.
+
+The partial likelihood couples patients through risk sets: removing one
+patient changes every other patient's term up to their exit, by an amount
+that grows with ``exp(2 B ||beta||)`` and the inverse of the smallest risk
+sets, so its sensitivity has no useful bound. The private fit therefore
+uses the Cox model with a baseline hazard that is constant on each interval
+of the study's time grid ``0 = g_0 < g_1 < ... < g_K`` (the piecewise
+exponential model; Holford, Biometrics 1980; Laird & Olivier, JASA 1981),
+``lambda(t | x) = exp(alpha_k + x' beta)`` for ``g_{k-1} < t <= g_k``. Its
+log-likelihood is a sum over patients (Breslow, Biometrics 1974, showed that
+profiling the ``alpha_k`` out on the distinct event times gives Cox's
+partial likelihood), and ``beta`` keeps its meaning: log hazard ratios.
+
+Patient ``i`` has exposure ``E_ik`` in interval ``k`` (in units of the
+interval's width, so ``0 <= E_ik <= 1``; follow-up beyond ``g_K`` is
+censored there), event indicator ``d_ik``, ``mu_ik = E_ik exp(alpha_k +
+x_i' beta)`` and ``Lambda_i = sum_k mu_ik``. Its log-likelihood is
+``sum_k [d_ik (alpha_k + x_i' beta) - mu_ik]``, its score
+``g_i = (d_i - mu_i ; (delta_i - Lambda_i) x_i)`` and its information
+``H_i = [[diag(mu_i), mu_i x_i'], [x_i mu_i', Lambda_i x_i x_i']]``, with
+``||H_i||_F^2 = sum_k mu_ik^2 + 2 ||mu_i||^2 ||x_i||^2 + Lambda_i^2 ||x_i||^4``.
+
+Each patient's contribution is clipped before summing (as DP-SGD clips each
+example's gradient; Abadi et al., CCS 2016): ``g_i min(1, C_g / ||g_i||)``
+and ``H_i min(1, C_H / ||H_i||_F)``, with the design scaled to ``[-1, 1]``
+by public bounds and rows clipped to norm ``B`` first. Adding or removing
+one patient then moves the summed score by at most ``C_g`` and the summed
+information by at most ``C_H`` (Frobenius norm): the sensitivities of the
+Gaussian releases, whatever the data. A patient is clipped only when
+``Lambda_i`` is large (long follow-up at high risk without the event); the
+coordinator chooses ``C_g, C_H`` from a public cap on ``Lambda``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedstats.errors import MalformedRequestError
+from fedstats.schema import Array
+from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
+from fedstats.site.handlers.logistic import clip_from_args, clipped_design, gradient_only
+from fedstats.site.handlers.survival import checked_grid
+from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+
+TASK = "cox.piecewise_summaries"
+
+
+def summaries_schema(args: dict[str, Any]) -> dict:
+    spec = spec_from_args(args)
+    if spec.outcome_kind != "survival" or spec.strata:
+        raise MalformedRequestError(
+            site=None, task=None, reason="the private Cox model takes a survival design without "
+            "strata columns",
+        )  # fmt: skip
+    if args.get("dp") is None:
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"{TASK} is a differentially private release: "
+            "the request needs a 'dp' block",
+        )  # fmt: skip
+    dim = len(checked_grid(args)) + spec.n_params
+    _bounds(args, spec.n_params)
+    if gradient_only(args):
+        return {"gradient": Array((dim,))}
+    return {"gradient": Array((dim,)), "hessian": Array((dim, dim))}
+
+
+def summaries_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
+    """The clipped score has sensitivity ``C_g``, the clipped information ``C_H``."""
+    _, _, score_bound, info_bound = _bounds(args, spec_from_args(args).n_params)
+    groups = [NoisyGroup(("gradient",), l2_sensitivity=score_bound)]
+    if not gradient_only(args):
+        groups.append(NoisyGroup(("hessian",), l2_sensitivity=info_bound, symmetric=True))
+    return groups
+
+
+def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """The clipped per-patient score and information summed over the site's patients at
+    ``(alpha, beta)`` (alpha first, then beta; see the module docstring)."""
+    spec = spec_from_args(args)
+    grid = checked_grid(args)
+    beta = checked_beta(ctx.name, args, spec.n_params)
+    alpha = _alpha(args, len(grid))
+    row_norm, scaling, score_bound, info_bound = _bounds(args, spec.n_params)
+    design = site_design(ctx, spec)
+    if design.time is None:
+        raise MalformedRequestError(site=ctx.name, task=TASK, reason="not a survival design")
+    X = clipped_design(design.X, row_norm, scaling)
+    exposure, events = person_intervals(design.time, design.y.astype(bool), grid)
+    mu = exposure * np.exp(alpha[None, :] + (X @ beta)[:, None])
+    cumulative = mu.sum(axis=1)
+    residual = events.sum(axis=1) - cumulative
+    scores = np.hstack([events - mu, residual[:, None] * X])
+    score_weight = _clip_weights(np.linalg.norm(scores, axis=1), score_bound)
+    released = {"gradient": score_weight @ scores}
+    if not gradient_only(args):
+        x_sq = np.einsum("ij,ij->i", X, X)
+        mu_sq = np.einsum("ij,ij->i", mu, mu)
+        info_norm = np.sqrt(mu_sq + 2 * mu_sq * x_sq + cumulative**2 * x_sq**2)
+        w = _clip_weights(info_norm, info_bound)
+        weighted_mu = w[:, None] * mu
+        top_left = np.diag(weighted_mu.sum(axis=0))
+        top_right = weighted_mu.T @ X
+        bottom_right = X.T @ (X * (w * cumulative)[:, None])
+        released["hessian"] = np.block([[top_left, top_right], [top_right.T, bottom_right]])
+    return TaskReply(released, contributors=design.n_obs)
+
+
+def person_intervals(
+    time: np.ndarray, event: np.ndarray, grid: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exposure ``E_ik`` in units of each interval's width and event indicators ``d_ik``
+    (``n x K``); follow-up beyond the last grid point is censored there."""
+    edges = np.concatenate([[0.0], grid])
+    widths = np.diff(edges)
+    time = np.asarray(time, dtype=np.float64)
+    covered = np.clip(time[:, None] - edges[None, :-1], 0.0, widths[None, :])
+    exposure = covered / widths[None, :]
+    interval = np.searchsorted(grid, time, side="left")  # g_{k-1} < t <= g_k  ->  k - 1
+    inside = event & (interval < len(grid))
+    events = np.zeros_like(exposure)
+    events[np.flatnonzero(inside), interval[inside]] = 1.0
+    return exposure, events
+
+
+def _clip_weights(norms: np.ndarray, bound: float) -> np.ndarray:
+    """``min(1, bound / ||.||)`` per patient."""
+    return np.minimum(1.0, bound / np.maximum(norms, 1e-300))
+
+
+def _alpha(args: dict[str, Any], intervals: int) -> np.ndarray:
+    alpha = args.get("alpha")
+    if not (
+        isinstance(alpha, np.ndarray) and alpha.shape == (intervals,) and np.isfinite(alpha).all()
+    ):
+        raise MalformedRequestError(
+            site=None, task=TASK, reason=f"'alpha' must be {intervals} finite log hazards"
+        )
+    if np.abs(alpha).max(initial=0.0) > 50:
+        raise MalformedRequestError(site=None, task=TASK, reason="'alpha' beyond +-50")
+    return alpha.astype(np.float64)
+
+
+def _bounds(args: dict[str, Any], p: int) -> tuple[float, np.ndarray, float, float]:
+    """Row norm ``B``, scaling, and the per-patient score and information bounds."""
+    row_norm, scaling = clip_from_args(args, p)
+    bounds = args.get("patient_bounds")
+    if not (
+        isinstance(bounds, dict)
+        and set(bounds) == {"score", "information"}
+        and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and np.isfinite(v) and v > 0
+            for v in bounds.values()
+        )
+    ):
+        raise MalformedRequestError(
+            site=None, task=TASK, reason="'patient_bounds' needs positive 'score' and 'information'"
+        )
+    return row_norm, scaling, float(bounds["score"]), float(bounds["information"])
