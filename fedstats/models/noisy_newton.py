@@ -42,11 +42,13 @@ def noise_floor(entry_sd: Scale, p: int) -> float:
 
 
 def floored(hessian: np.ndarray, floor: float) -> np.ndarray:
-    """Symmetrise and floor the eigenvalues at ``floor`` (positive definite by construction)."""
-    symmetric = (hessian + hessian.T) / 2
+    """Symmetrise and floor the eigenvalues at ``floor`` (positive definite by construction);
+    a stack of matrices (``... x p x p``) is floored matrix by matrix."""
+    symmetric = (hessian + np.swapaxes(hessian, -1, -2)) / 2
     values, vectors = np.linalg.eigh(symmetric)
-    values = np.maximum(values, max(floor, 1e-12 * max(1.0, float(np.abs(values).max()))))
-    return (vectors * values) @ vectors.T
+    largest = np.abs(values).max(axis=-1, keepdims=True)
+    values = np.maximum(values, np.maximum(floor, 1e-12 * np.maximum(1.0, largest)))
+    return (vectors * values[..., None, :]) @ np.swapaxes(vectors, -1, -2)
 
 
 def noise_covariance(
@@ -99,21 +101,20 @@ def _replay(
     info_sd: Scale | None = None,
 ) -> np.ndarray:
     """End points of ``draws`` noisy Newton runs on the quadratic model centred at ``target``
-    (each with its own information drawn about ``info`` when ``info_sd`` is given)."""
+    (each with its own information drawn about ``info`` when ``info_sd`` is given), run
+    side by side as stacks of matrices."""
     p = len(target)
-    ends = np.empty((draws, p))
-    for d in range(draws):
-        model = info
-        if info_sd is not None:
-            plausible = info + symmetric_gaussian(rng, info_sd, p)
-            model = floored(plausible, noise_floor(info_sd, p) / 10)
-        b = start.copy()
-        used = model
-        for score_var, entry_sd in noise_plan:
-            if entry_sd is not None:
-                noisy = model + symmetric_gaussian(rng, entry_sd, p)
-                used = floored(noisy, noise_floor(entry_sd, p))
-            score = model @ (target - b) + rng.normal(0.0, np.sqrt(score_var), p)
-            b = b + np.linalg.solve(used, score)
-        ends[d] = b
-    return ends
+    model = np.broadcast_to(info, (draws, p, p))
+    if info_sd is not None:
+        plausible = info + symmetric_gaussian(rng, info_sd, p, draws)
+        model = floored(plausible, noise_floor(info_sd, p) / 10)
+    b = np.tile(start, (draws, 1))
+    used = model
+    for score_var, entry_sd in noise_plan:
+        if entry_sd is not None:
+            noisy = model + symmetric_gaussian(rng, entry_sd, p, draws)
+            used = floored(noisy, noise_floor(entry_sd, p))
+        score = np.einsum("dij,dj->di", model, target - b)
+        score = score + rng.normal(0.0, 1.0, (draws, p)) * np.sqrt(score_var)
+        b = b + np.linalg.solve(used, score[..., None])[..., 0]
+    return b
