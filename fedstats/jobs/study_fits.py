@@ -64,7 +64,9 @@ def kaplan_meier_record(result: Any) -> dict[str, Any]:
     ``survival``, ``lower``, ``upper`` and ``greenwood`` (``Var log S``) are
     ``None`` where nobody is left at risk; ``at_risk`` and ``events`` are the
     pooled counts; ``median`` is the first grid time with ``S <= 0.5``
-    (``None`` if never reached); ``n_obs`` and ``truncated`` are per site.
+    (``None`` if never reached); ``n_obs`` and ``truncated`` are per site;
+    ``interval_method``, ``noise_share`` (per group, ``None`` for an exact fit) and
+    ``utility_warnings`` say how the intervals were made and whether noise swamps them.
     """
     counts = result.counts
     groups = [str(group) for group in counts.groups]
@@ -84,6 +86,9 @@ def kaplan_meier_record(result: Any) -> dict[str, Any]:
         "median": {str(g): json_number(m) for g, m in result.median_survival_time_.items()},
         "n_obs": {site: int(n) for site, n in counts.n_obs.items()},
         "truncated": {site: int(n) for site, n in counts.truncated.items()},
+        "interval_method": result.interval_method,
+        "noise_share": None if result.noise_share_ is None else by_group(result.noise_share_),
+        "utility_warnings": list(result.utility_warnings),
     }
 
 
