@@ -41,10 +41,17 @@ DEEP_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("torch"
 DEEP_SKIP = "needs the deep extra (torch, Opacus): pip install 'fedstats[deep]'"
 
 
+SERIAL_GROUPS = ("flower", "reports", "notebooks")
+"""Test folders whose tests share processes, ports or a session's study: under
+``pytest -n 2 --dist loadgroup`` each folder runs on one worker, in order."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without the deep extra, tests marked ``deep`` are skipped, saying why."""
-    if DEEP_EXTRA:
-        return
+    """Without the deep extra, tests marked ``deep`` are skipped, saying why; the tests of
+    each folder in :data:`SERIAL_GROUPS` are kept on one worker."""
     for item in items:
-        if item.get_closest_marker("deep") is not None:
+        folder = item.path.parent.name
+        if folder in SERIAL_GROUPS:
+            item.add_marker(pytest.mark.xdist_group(folder))
+        if not DEEP_EXTRA and item.get_closest_marker("deep") is not None:
             item.add_marker(pytest.mark.skip(reason=DEEP_SKIP))
