@@ -254,8 +254,9 @@ class FederatedTrainer:
         rng = np.random.default_rng(self.seed)
         state = self._start(run, rng, initial_weights)
         bar = tqdm(range(1, self.plan.rounds + 1), desc="rounds", disable=not self.progress)
+        base = self._base_args(run)  # the same in every round
         for round_no in bar:
-            loss = self._round(run, state, round_no, rng)
+            loss = self._round(run, state, round_no, rng, base)
             if self.progress and math.isfinite(loss):
                 bar.set_postfix(loss=f"{loss:.4f}")
         final = unflatten(state.weights, state.shapes)
@@ -362,7 +363,12 @@ class FederatedTrainer:
         )
 
     def _round(
-        self, run: _Run, state: TrainingState, round_no: int, rng: np.random.Generator
+        self,
+        run: _Run,
+        state: TrainingState,
+        round_no: int,
+        rng: np.random.Generator,
+        base: Mapping[str, Any],
     ) -> float:
         """One round: sample sites, send them the global weights, combine their updates
         (securely, or in the clear with the aggregator or DP-FedAvg) and take the server
@@ -375,7 +381,7 @@ class FederatedTrainer:
             return math.nan
         n_obs = dict(run.agreement.counts.n_obs)
         weights = client_weights(n_obs, sampled, self.plan.sample_rate_sites) if sampled else {}
-        args = self._round_args(run, state, round_no)
+        args = self._round_args(base, run, state, round_no)
         part = federation if len(sampled) == len(federation.sites) else (
             federation.subset(sampled) if sampled else None
         )  # fmt: skip
@@ -391,12 +397,14 @@ class FederatedTrainer:
         state.advance(row, outcome, time.perf_counter() - tick)
         return outcome.loss
 
-    def _round_args(self, run: _Run, state: TrainingState, round_no: int) -> dict[str, Any]:
+    def _round_args(
+        self, base: Mapping[str, Any], run: _Run, state: TrainingState, round_no: int
+    ) -> dict[str, Any]:
         """``deep.train``'s arguments in round ``round_no``: the fixed ones, the global
         weights, the batch-order seed (without DP-SGD), the round's DP request and
         SCAFFOLD's control variate."""
         args = {
-            **self._base_args(run),
+            **base,
             "weights": unflatten(state.weights, state.shapes),
             "seed": None if run.schedule else round_seed(self.seed, round_no),
         }

@@ -31,7 +31,7 @@ for them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -40,7 +40,7 @@ import numpy as np
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement
 from fedstats.models.federation import Federation
-from fedstats.models.noisy_newton import floored, noise_covariance, noise_floor
+from fedstats.models.noisy_newton import NoisyPath
 from fedstats.models.privacy import (
     PrivacyAccount,
     RecordDP,
@@ -49,7 +49,7 @@ from fedstats.models.privacy import (
 )
 from fedstats.models.results import PRIVATE_BOOTSTRAP, CoxPHResults, Provenance
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
-from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
+from fedstats.secagg.coordinator import SecureAggregation, secure_record, secure_sum
 from fedstats.site.design import feature_scaling
 from fedstats.site.handlers.cox_private import TASK
 from fedstats.site.private_release import DpRequest
@@ -92,16 +92,13 @@ def fit_private_cox(
     started = datetime.now(UTC)
     run = _prepared(model, federation, record, secure)
     rng = federation.noise_rng()
-    path = _Path.starting_at(_start(run))
+    path = NoisyPath.starting_at(_start(run))
     for round_no in range(1, record.rounds + 1):
         _noisy_round(run, path, round_no, rng)
-    truth = floored(path.released_info, path.released_floor / 10)
-    noise_scaled = noise_covariance(
-        truth, path.theta, path.start, path.noise_plan, rng, info_sd=path.last_info_sd
-    )
+    sampling_scaled, noise_scaled = path.covariances(rng)
     beta_part = slice(run.dim - run.p, run.dim)
     A = np.diag(1.0 / run.scaling[:, 1])
-    sampling = A @ np.linalg.inv(truth)[beta_part, beta_part] @ A.T
+    sampling = A @ sampling_scaled[beta_part, beta_part] @ A.T
     noise = A @ noise_scaled[beta_part, beta_part] @ A.T
     names = list(run.agreement.spec.columns)
     shares = noise_shares(sampling, noise)
@@ -139,7 +136,7 @@ def fit_private_cox(
         n_events=counts.n_events,
         ties="none (piecewise exponential baseline)",
         strata=() if run.pooled else ("site",),
-        design=run.agreement.spec.to_wire(),
+        design=run.design,
         privacy=account,
         interval_method=PRIVATE_BOOTSTRAP,
         noise_share=shares,
@@ -157,6 +154,8 @@ class _PrivateCox:
     secure: SecureAggregation | None
     sigmas: dict[tuple[int, str], float]
     agreement: Agreement
+    design: dict
+    """The agreed design in wire form, sent with every request."""
     grid: np.ndarray
     scaling: np.ndarray
     row_norm: float
@@ -190,24 +189,6 @@ class _PrivateCox:
         if self.secure is None:
             return float(replies)
         return replies / self.secure.threshold_for(len(self.federation.sites))
-
-
-@dataclass
-class _Path:
-    theta: np.ndarray
-    start: np.ndarray
-    info: np.ndarray
-    released_info: np.ndarray
-    released_floor: float = 0.0
-    last_info_sd: np.ndarray | None = None
-    noise_plan: list[tuple[np.ndarray, np.ndarray | None]] = field(default_factory=list)
-    last_replies: dict = field(default_factory=dict)
-    secure_rounds: list[SecureSum] = field(default_factory=list)
-
-    @classmethod
-    def starting_at(cls, theta: np.ndarray) -> _Path:
-        identity = np.eye(theta.size)
-        return cls(theta=theta, start=theta.copy(), info=identity, released_info=identity)
 
 
 def _prepared(
@@ -254,6 +235,7 @@ def _prepared(
         secure=secure,
         sigmas=sigmas,
         agreement=agreement,
+        design=agreement.spec.to_wire(),
         grid=np.asarray(model.grid, dtype=np.float64),
         scaling=scaling,
         row_norm=row_norm,
@@ -276,7 +258,9 @@ def _start(run: _PrivateCox) -> np.ndarray:
     return theta
 
 
-def _noisy_round(run: _PrivateCox, path: _Path, round_no: int, rng: np.random.Generator) -> None:
+def _noisy_round(
+    run: _PrivateCox, path: NoisyPath, round_no: int, rng: np.random.Generator
+) -> None:
     """One noisy Newton step on ``theta``: each stratum's clipped, noised sums, assembled
     into the full score and information; the noise scale of every entry recorded."""
     gradient_only = round_no not in every_round(run.record)
@@ -290,7 +274,7 @@ def _noisy_round(run: _PrivateCox, path: _Path, round_no: int, rng: np.random.Ge
     for s, stratum in enumerate(run.strata):
         index = run.blocks(s)
         args = {
-            "design": run.agreement.spec.to_wire(),
+            "design": run.design,
             "beta": path.theta[run.dim - run.p :],
             "alpha": path.theta[s * run.K : (s + 1) * run.K],
             "grid": run.grid,
@@ -308,18 +292,13 @@ def _noisy_round(run: _PrivateCox, path: _Path, round_no: int, rng: np.random.Ge
             info[np.ix_(index, index)] += sums["hessian"]
             info_var[np.ix_(index, index)] += noises * (round_sigmas["hessian"] * C_H) ** 2
     path.last_replies = replies
-    entry_sd = None
-    if not gradient_only:
-        entry_sd = np.sqrt(info_var)
-        path.released_info = info
-        path.released_floor = noise_floor(entry_sd, run.dim)
-        path.last_info_sd = entry_sd
-        path.info = floored(info, path.released_floor)
-    path.noise_plan.append((score_var, entry_sd))
-    path.theta = path.theta + np.linalg.solve(path.info, score)
+    if gradient_only:
+        path.step(score, None, score_var, None)
+    else:
+        path.step(score, info, score_var, np.sqrt(info_var))
 
 
-def _gathered(run: _PrivateCox, path: _Path, stratum: str, args: dict) -> tuple[dict, dict]:
+def _gathered(run: _PrivateCox, path: NoisyPath, stratum: str, args: dict) -> tuple[dict, dict]:
     """One stratum's summed release and the public part of each reply: every site's (or
     the secure sum's) for a shared baseline, the one site's for its own."""
     federation = run.federation

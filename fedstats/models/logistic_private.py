@@ -29,7 +29,7 @@ released.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement
 from fedstats.models.client_release import GaussianSum, clipped_sum, release
 from fedstats.models.federation import Federation
-from fedstats.models.noisy_newton import floored, noise_covariance, noise_floor
+from fedstats.models.noisy_newton import NoisyPath
 from fedstats.models.privacy import (
     ClientDP,
     PrivacyAccount,
@@ -84,20 +84,14 @@ def fit_private(
     started = datetime.now(UTC)
     run = _prepared(model, federation, record, client, secure)
     rng = federation.noise_rng()
-    path = _NoisyPath.starting_at(
+    path = NoisyPath.starting_at(
         _start(run.spec, run.agreement.counts, run.scaling, federation.sites)
     )
     for round_no in range(1, run.rounds + 1):
         _noisy_round(run, path, round_no, rng)
-    # Information below a tenth of its noise level is indistinguishable from noise: the
-    # working "true" information keeps it at that level rather than at the noise floor.
-    truth = floored(path.released_info, path.released_floor / 10)
     A = unscale(run.spec.columns, run.scaling, federation.sites)
-    sampling = A @ np.linalg.inv(truth) @ A.T
-    last_info_sd = next(sd for _, sd in reversed(path.noise_plan) if sd is not None)
-    noise_scaled = noise_covariance(
-        truth, path.beta, path.start, path.noise_plan, rng, info_sd=last_info_sd
-    )
+    sampling_scaled, noise_scaled = path.covariances(rng)
+    sampling = A @ sampling_scaled @ A.T
     noise = A @ noise_scaled @ A.T
     shares = noise_shares(sampling, noise)
     counts = run.agreement.counts
@@ -114,7 +108,7 @@ def fit_private(
         )
     return LogisticRegressionResults(
         names=list(run.spec.columns),
-        params=A @ path.beta,
+        params=A @ path.theta,
         cov=sampling + noise,
         llf=math.nan,
         converged=True,
@@ -159,26 +153,6 @@ class _PrivateRun:
         if self.secure is None:
             return float(replies)
         return replies / self.secure.threshold_for(len(self.federation.sites))
-
-
-@dataclass
-class _NoisyPath:
-    """The noisy Newton path: the coefficients, the start, each round's noise variances,
-    the last released information and its floor, and the last round's replies."""
-
-    beta: np.ndarray
-    start: np.ndarray
-    info: np.ndarray
-    released_info: np.ndarray
-    released_floor: float = 0.0
-    noise_plan: list[tuple[float, float | None]] = field(default_factory=list)
-    last_replies: dict = field(default_factory=dict)
-    secure_rounds: list[SecureSum] = field(default_factory=list)
-
-    @classmethod
-    def starting_at(cls, beta: np.ndarray) -> _NoisyPath:
-        identity = np.eye(beta.size)
-        return cls(beta=beta, start=beta.copy(), info=identity, released_info=identity)
 
 
 def _prepared(
@@ -228,7 +202,7 @@ def _prepared(
 
 
 def _noisy_round(
-    run: _PrivateRun, path: _NoisyPath, round_no: int, rng: np.random.Generator
+    run: _PrivateRun, path: NoisyPath, round_no: int, rng: np.random.Generator
 ) -> None:
     """One noisy Newton step ``beta <- beta + H_+^{-1} g``: request the sites' noisy score
     (and, in an information round, information), add the coordinator's client-level
@@ -236,7 +210,7 @@ def _noisy_round(
     federation, record, client = run.federation, run.record, run.client
     gradient_only = round_no not in run.informed
     round_sigmas = {g: run.sigmas[r, g] for (r, g) in run.sigmas if r == round_no}
-    args = _round_args(run.spec, path.beta, run.row_norm, run.scaling)
+    args = _round_args(run.spec, path.theta, run.row_norm, run.scaling)
     if record is not None:
         note = f"logistic round {round_no}"
         args["dp"] = DpRequest(round_sigmas, federation.study, run.analysis, note).to_args()
@@ -254,12 +228,7 @@ def _noisy_round(
         run.noisy_sites(len(path.last_replies)), round_sigmas, run.row_norm, run.sigma_c,
         client, informed=hessian is not None,
     )  # fmt: skip
-    if hessian is not None:
-        path.released_info = hessian
-        path.released_floor = noise_floor(entry_sd, run.spec.n_params)
-        path.info = floored(hessian, path.released_floor)
-    path.noise_plan.append((score_var, entry_sd))
-    path.beta = path.beta + np.linalg.solve(path.info, score)
+    path.step(score, hessian, score_var, entry_sd)
 
 
 def _round_args(

@@ -14,6 +14,8 @@ noise) or arrays (entries summed over different numbers of sites).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -118,3 +120,55 @@ def _replay(
         score = score + rng.normal(0.0, 1.0, (draws, p)) * np.sqrt(score_var)
         b = b + np.linalg.solve(used, score[..., None])[..., 0]
     return b
+
+
+@dataclass
+class NoisyPath:
+    """A private fit's noisy Newton path: the parameters ``theta`` and where they started,
+    the information used for steps (the released one, floored), the last released
+    information, its floor and entry noise scale, each round's noise scales (for the
+    bootstrap), and the coordinator's bookkeeping of the last replies and secure sums."""
+
+    theta: np.ndarray
+    start: np.ndarray
+    info: np.ndarray
+    released_info: np.ndarray
+    released_floor: float = 0.0
+    last_info_sd: Scale | None = None
+    noise_plan: list[tuple[Scale, Scale | None]] = field(default_factory=list)
+    last_replies: dict = field(default_factory=dict)
+    secure_rounds: list[Any] = field(default_factory=list)
+
+    @classmethod
+    def starting_at(cls, theta: np.ndarray) -> NoisyPath:
+        identity = np.eye(theta.size)
+        return cls(theta=theta, start=theta.copy(), info=identity, released_info=identity)
+
+    def step(
+        self,
+        score: np.ndarray,
+        information: np.ndarray | None,
+        score_var: Scale,
+        entry_sd: Scale | None,
+    ) -> None:
+        """``theta <- theta + H_+^{-1} g``: a released information (with its entry noise
+        scale) replaces the one in use, floored at its noise level; an information-free
+        round reuses the last."""
+        if information is not None:
+            self.released_info = information
+            self.released_floor = noise_floor(entry_sd, self.theta.size)
+            self.last_info_sd = entry_sd
+            self.info = floored(information, self.released_floor)
+        self.noise_plan.append((score_var, entry_sd))
+        self.theta = self.theta + np.linalg.solve(self.info, score)
+
+    def covariances(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """The sampling covariance ``H^-1`` and the privacy noise's covariance
+        (:func:`noise_covariance`) in the fit's coordinates. Information below a tenth of
+        its noise level is indistinguishable from noise: the working "true" information
+        keeps it at that level rather than at the noise floor."""
+        truth = floored(self.released_info, self.released_floor / 10)
+        noise = noise_covariance(
+            truth, self.theta, self.start, self.noise_plan, rng, info_sd=self.last_info_sd
+        )
+        return np.linalg.inv(truth), noise
