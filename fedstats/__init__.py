@@ -51,8 +51,8 @@ _PUBLIC: dict[str, str] = {
     "MessageRecord": "studyfiles.inventory",
     "KaplanMeier": "fedstats.models.kaplan_meier",
     "KaplanMeierResults": "fedstats.models.kaplan_meier",
-    "LogRankResult": "fedstats.models.kaplan_meier",
-    "logrank_test": "fedstats.models.kaplan_meier",
+    "LogRankResult": "fedstats.models.logrank",
+    "logrank_test": "fedstats.models.logrank",
     "LogisticRegression": "fedstats.models.logistic",
     "ClientDP": "fedstats.models.privacy",
     "PrivacyAccount": "fedstats.models.privacy",
@@ -86,13 +86,9 @@ if TYPE_CHECKING:
         heterogeneity,
         survival_heterogeneity,
     )
-    from fedstats.models.kaplan_meier import (
-        KaplanMeier,
-        KaplanMeierResults,
-        LogRankResult,
-        logrank_test,
-    )
+    from fedstats.models.kaplan_meier import KaplanMeier, KaplanMeierResults
     from fedstats.models.logistic import LogisticRegression
+    from fedstats.models.logrank import LogRankResult, logrank_test
     from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
     from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
     from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_sum

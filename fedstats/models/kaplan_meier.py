@@ -1,4 +1,4 @@
-"""Federated Kaplan–Meier curves and the log-rank test, from counts on a shared time grid.
+"""Federated Kaplan–Meier curves from counts on a shared time grid.
 
 Sites release, per group and grid point, the number at risk ``n_gk`` and of
 events ``d_gk`` (:mod:`fedstats.site.handlers.survival`, with its disclosure rules);
@@ -20,10 +20,7 @@ coarsened up to the next grid point) the sums are the pooled counts, so:
   released deaths and censorings, the same post-processing, the curve again,
   and the variance of ``L`` across draws. ``V_noise / (V / (log S)^2 + V_noise)``
   is the noise share (:attr:`KaplanMeierResults.noise_share_`);
-* the log-rank test (Mantel, 1966; Peto & Peto, 1972) of ``G`` groups:
-  ``O_g = sum_k d_gk``, ``E_g = sum_k n_gk d_k / n_k``,
-  ``V_gh = sum_k d_k (n_k - d_k) / (n_k - 1) (n_gk / n_k) (delta_gh - n_hk / n_k)``,
-  statistic ``(O - E)' V^- (O - E)`` on ``G - 1`` degrees of freedom.
+* the log-rank test is in :mod:`fedstats.models.logrank`, on the same counts.
 
 With a grid holding every distinct follow-up time (allowed only when the
 disclosure threshold is 1) the results are those of the pooled data. Each
@@ -388,7 +385,7 @@ class KaplanMeierResults:
             self.noise_share_ = pd.DataFrame(share.T, index=index, columns=columns)
             self.utility_warnings = [
                 *_dominated_curves_warnings(self.noise_share_),
-                *_empty_groups_warnings(counts),
+                *empty_groups_warnings(counts),
             ]
         lower, upper = _loglog_bounds(survival, spread)
         self.confidence_interval_ = {
@@ -566,12 +563,7 @@ def _noise_loglog_variance(counts: GridCounts, draws: int, rng: np.random.Genera
     than :data:`LOST_DRAWS` of them have none (the noise can erase the deaths
     or the patients), NaN where the released ``S`` is 1, 0 or undefined.
     """
-    released = _released_censorings(counts)
-    shape = (draws, *counts.events.shape)
-    sd = float(np.sqrt(counts.noise_variance or 0.0))
-    at_risk, events, _ = _consistent_counts(
-        counts.events + rng.normal(0.0, sd, shape), released + rng.normal(0.0, sd, shape)
-    )
+    at_risk, events = noisy_count_draws(counts, draws, rng)
     curves, _ = _kaplan_meier(at_risk, events)
     with np.errstate(divide="ignore", invalid="ignore"):
         loglog = np.log(-np.log(curves))
@@ -584,6 +576,26 @@ def _noise_loglog_variance(counts: GridCounts, draws: int, rng: np.random.Genera
     variance = np.where(kept < (1 - LOST_DRAWS) * draws, np.inf, variance)
     survival, _ = _kaplan_meier(counts.at_risk, counts.events)
     return np.where((survival > 0) & (survival < 1), variance, np.nan)
+
+
+def noisy_count_draws(
+    counts: GridCounts, draws: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """``draws`` replays of the released noisy counts: ``(at_risk, events)``, each
+    ``draws x groups x grid points``.
+
+    The released deaths and censorings (clipped at 0) stand for the true ones;
+    each draw adds fresh ``N(0, noise_variance)`` to every cell and
+    post-processes as the coordinator did (:func:`_consistent_counts`): the
+    parametric bootstrap of Ferrando, Wang & Sheldon (AISTATS 2022).
+    """
+    released = _released_censorings(counts)
+    shape = (draws, *counts.events.shape)
+    sd = float(np.sqrt(counts.noise_variance or 0.0))
+    at_risk, events, _ = _consistent_counts(
+        counts.events + rng.normal(0.0, sd, shape), released + rng.normal(0.0, sd, shape)
+    )
+    return at_risk, events
 
 
 def _released_censorings(counts: GridCounts) -> np.ndarray:
@@ -624,7 +636,7 @@ def _dominated_curves_warnings(shares: pd.DataFrame) -> list[str]:
     ]
 
 
-def _empty_groups_warnings(counts: GridCounts) -> list[str]:
+def empty_groups_warnings(counts: GridCounts) -> list[str]:
     """A warning naming each group whose summed noisy number at risk at the first grid point
     is at most 0 (every noisy death and censoring of the group clipped to 0)."""
     empty = [str(g) for g, n in zip(counts.groups, counts.at_risk[:, 0], strict=True) if n <= 0]
@@ -634,65 +646,3 @@ def _empty_groups_warnings(counts: GridCounts) -> list[str]:
         f"the noisy number at risk at the first grid point is 0 for group {', '.join(empty)}: "
         "the noise swamps its counts, so it has no curve; use a coarser grid or more budget"
     ]
-
-
-@dataclass(frozen=True)
-class LogRankResult:
-    """The log-rank test of equal survival across groups."""
-
-    statistic: float
-    dof: int
-    p_value: float
-    observed: pd.Series
-    expected: pd.Series
-    grid: np.ndarray
-
-
-def logrank_test(
-    federation: Federation,
-    time: str,
-    event: str,
-    group: str,
-    *,
-    levels: Sequence[Level] | None = None,
-    grid: Sequence[float] | np.ndarray | None = None,
-    width: float | None = None,
-    horizon: float | None = None,
-    privacy: RecordDP | None = None,
-    sparse_events: str = "end",
-    secure_aggregation: SecureAggregation | None = None,
-) -> LogRankResult:
-    """The log-rank test of ``group``'s levels on the shared grid (see the module docstring)."""
-    counts = grid_counts(
-        federation,
-        time=time,
-        event=event,
-        group=group,
-        levels=levels,
-        grid=time_grid(grid, width, horizon),
-        analysis=federation.new_analysis("logrank"),
-        privacy=privacy,
-        sparse_events=sparse_events,
-        secure=secure_aggregation,
-    )
-    n, d = counts.at_risk, counts.events
-    total_n, total_d = n.sum(axis=0), d.sum(axis=0)
-    used = total_n > 0
-    n, d, total_n, total_d = n[:, used], d[:, used], total_n[used], total_d[used]
-    share = n / total_n
-    observed = d.sum(axis=1)
-    expected = (share * total_d).sum(axis=1)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        weight = np.where(total_n > 1, total_d * (total_n - total_d) / (total_n - 1), 0.0)
-    covariance = np.diag((share * weight).sum(axis=1)) - (share * weight) @ share.T
-    difference = (observed - expected)[:-1]
-    statistic = float(difference @ np.linalg.pinv(covariance[:-1, :-1]) @ difference)
-    dof = len(counts.groups) - 1
-    return LogRankResult(
-        statistic=statistic,
-        dof=dof,
-        p_value=float(stats.chi2.sf(statistic, dof)),
-        observed=pd.Series(observed, index=list(counts.groups), name="observed"),
-        expected=pd.Series(expected, index=list(counts.groups), name="expected"),
-        grid=counts.grid,
-    )
