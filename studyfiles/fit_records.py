@@ -1,12 +1,14 @@
-"""The fit record: what a fitted model's results write and a compliance report reads.
+"""The fit and curve records: what fitted results write and a compliance report reads.
 
 One definition for both ends. :meth:`fedstats.models.results.LikelihoodResults.to_record`
-builds the record and checks it here before it is written
+builds the record of a coefficient fit and checks it here before it is written
 (:func:`checked_result_record`); ``reports`` reads ``fits/<name>.json`` as
-:class:`FitRecord`. A record that does not match names every bad field
-(:class:`~studyfiles.errors.FitRecordError`). Unknown fields are kept by the
-writer and ignored by the reader, so a record written by a newer package
-still loads.
+:class:`FitRecord`. Likewise a Kaplan–Meier fit's
+``KaplanMeierResults.to_record`` is checked by :func:`checked_curve_record`
+and ``curves/<name>.json`` read as :class:`CurveFitRecord`. A record that does
+not match names every bad field (:class:`~studyfiles.errors.FitRecordError`).
+Unknown fields are kept by the writer and ignored by the reader, so a record
+written by a newer package still loads.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from studyfiles.errors import FitRecordError
 
@@ -105,6 +107,94 @@ class FitRecord(_Record):
     result: ResultRecord
 
 
+Curve = dict[str, list[Number | None]]
+"""Per group, one value per grid time (``None``: no value there)."""
+
+CURVE_TABLES = ("survival", "lower", "upper", "greenwood", "at_risk", "events", "noise_share")
+"""The fields of a :class:`CurveRecord` that hold one value per group and grid time."""
+
+
+class CurveRecord(_Record):
+    """A Kaplan–Meier fit's released curves (``KaplanMeierResults.to_record``).
+
+    Per group (``groups``) and grid time (``grid``): the survival ``S(t)``,
+    its interval at ``1 - alpha`` (``lower``, ``upper``), Greenwood's
+    ``Var log S`` and the pooled counts (``at_risk``, ``events``; noisy under
+    privacy); ``None`` where nobody is left at risk. Under record-level
+    privacy also the noise share of each point (``noise_share``), the noise
+    multiplier, the noise's standard deviation in each summed count, each
+    site's cumulative epsilon for the study after the release and whether its
+    noise came from a fixed seed; these are ``None`` for an exact fit.
+    """
+
+    model: Literal["KaplanMeier"]
+    alpha: Number
+    grid: list[Number]
+    groups: list[str]
+    survival: Curve
+    lower: Curve
+    upper: Curve
+    greenwood: Curve
+    """Greenwood's variance of ``log S``."""
+    at_risk: Curve
+    events: Curve
+    median: dict[str, Number | None]
+    """First grid time with ``S <= 0.5`` per group (``None``: not reached)."""
+    n_obs: dict[str, int]
+    """Patients per site (exact fits; empty under privacy, where sites release no count)."""
+    truncated: dict[str, int]
+    """Patients censored at their site's safe horizon, per site (exact fits)."""
+    interval_method: str
+    noise_share: Curve | None
+    """Share of the variance of ``log(-log S)`` that is privacy noise (``None``: exact fit)."""
+    utility_warnings: list[str]
+    noise_multiplier: Number | None
+    noise_sd_per_count: Number | None
+    epsilon_spent: dict[str, Number] | None
+    """Each site's cumulative RDP epsilon for the study after this release."""
+    secure_aggregation: bool
+    """Whether the counts were summed by secure aggregation (the coordinator saw totals only)."""
+    fixed_seed: dict[str, bool] | None = None
+    """Per site, whether its noise came from a fixed seed (private curves)."""
+
+    @model_validator(mode="after")
+    def _one_value_per_group_and_time(self) -> CurveRecord:
+        problems = []
+        for field in CURVE_TABLES:
+            table = getattr(self, field)
+            if table is None:
+                continue
+            if sorted(table) != sorted(self.groups):
+                problems.append(f"{field} holds groups {sorted(table)}, expected {self.groups}")
+            problems.extend(
+                f"{field}.{group} holds {len(values)} values for {len(self.grid)} grid times"
+                for group, values in table.items()
+                if len(values) != len(self.grid)
+            )
+        if sorted(self.median) != sorted(self.groups):
+            problems.append(f"median holds groups {sorted(self.median)}, expected {self.groups}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @property
+    def private(self) -> bool:
+        """Whether the counts carry privacy noise."""
+        return self.noise_multiplier is not None
+
+    @property
+    def noise_dominated(self) -> bool:
+        return bool(self.utility_warnings)
+
+
+class CurveFitRecord(_Record):
+    """One recorded Kaplan–Meier fit (``curves/<name>.json``)."""
+
+    name: str
+    description: str
+    result: CurveRecord
+
+
 def validation_problems(error: ValidationError, limit: int = 5) -> str:
     """The first ``limit`` problems of a validation error, each as ``field a.b: message``."""
     return "; ".join(
@@ -119,9 +209,29 @@ def checked_result_record(record: Mapping[str, Any]) -> dict[str, Any]:
     The check goes through JSON, as the reader will (times as ISO 8601 strings,
     ``None`` for numbers that are not finite).
     """
+    _check(ResultRecord, record, "a fit result is not a valid fit record")
+    return dict(record)
+
+
+def checked_curve_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as written, after checking it reads back as a :class:`CurveRecord`.
+
+    The check goes through JSON, as the reader will (``None`` for numbers that
+    are not finite).
+    """
+    _check(
+        CurveRecord,
+        record,
+        "a Kaplan–Meier result is not a valid curve record (make it with "
+        "KaplanMeierResults.to_record())",
+    )
+    return dict(record)
+
+
+def _check(model: type[BaseModel], record: Mapping[str, Any], what: str) -> None:
+    """Validate ``record`` through JSON as ``model``; :class:`FitRecordError` names the fields."""
     try:
-        ResultRecord.model_validate_json(json.dumps(record, allow_nan=False))
+        model.model_validate_json(json.dumps(record, allow_nan=False))
     except (ValidationError, ValueError, TypeError) as error:
         problems = validation_problems(error) if isinstance(error, ValidationError) else str(error)
-        raise FitRecordError(f"a fit result is not a valid fit record: {problems}") from None
-    return dict(record)
+        raise FitRecordError(f"{what}: {problems}") from None

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 import fedstats
 from fedstats.jobs.study_config import (
@@ -28,7 +27,7 @@ from fedstats.jobs.study_config import (
 )
 from fedstats.models.federation import Federation
 from studyfiles.durable import write_json_atomically
-from studyfiles.json_values import json_number, json_numbers
+from studyfiles.json_values import json_number
 
 RESULTS_DIR = "results"
 
@@ -52,44 +51,10 @@ def make_fit(fit: Fit, federation: Federation) -> dict[str, Any]:
             horizon=fit.horizon,
             sparse_events=fit.sparse_events,
         )
-        return {"kind": fit.kind, **kaplan_meier_record(km.fit(federation))}
+        return {"kind": fit.kind, **km.fit(federation).to_record()}
     if isinstance(fit, DeepFit):
         return {"kind": fit.kind, **deep_record(train_deep(fit, federation))}
     raise TypeError(f"unknown fit {fit!r}")
-
-
-def kaplan_meier_record(result: Any) -> dict[str, Any]:
-    """A Kaplan–Meier fit as JSON: per group, on the grid, the curve, its interval and counts.
-
-    ``survival``, ``lower``, ``upper`` and ``greenwood`` (``Var log S``) are
-    ``None`` where nobody is left at risk; ``at_risk`` and ``events`` are the
-    pooled counts; ``median`` is the first grid time with ``S <= 0.5``
-    (``None`` if never reached); ``n_obs`` and ``truncated`` are per site;
-    ``interval_method``, ``noise_share`` (per group, ``None`` for an exact fit) and
-    ``utility_warnings`` say how the intervals were made and whether noise swamps them.
-    """
-    counts = result.counts
-    groups = [str(group) for group in counts.groups]
-
-    def by_group(frame: pd.DataFrame) -> dict[str, list[float | None]]:
-        return {str(group): json_numbers(frame[group]) for group in frame.columns}
-
-    return {
-        "grid": json_numbers(counts.grid),
-        "groups": groups,
-        "survival": by_group(result.survival_function_),
-        "lower": by_group(result.confidence_interval_["lower"]),
-        "upper": by_group(result.confidence_interval_["upper"]),
-        "greenwood": by_group(result.greenwood_),
-        "at_risk": {g: json_numbers(row) for g, row in zip(groups, counts.at_risk, strict=True)},
-        "events": {g: json_numbers(row) for g, row in zip(groups, counts.events, strict=True)},
-        "median": {str(g): json_number(m) for g, m in result.median_survival_time_.items()},
-        "n_obs": {site: int(n) for site, n in counts.n_obs.items()},
-        "truncated": {site: int(n) for site, n in counts.truncated.items()},
-        "interval_method": result.interval_method,
-        "noise_share": None if result.noise_share_ is None else by_group(result.noise_share_),
-        "utility_warnings": list(result.utility_warnings),
-    }
 
 
 def train_deep(fit: DeepFit, federation: Federation) -> Any:

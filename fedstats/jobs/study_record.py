@@ -107,7 +107,7 @@ def record_study(
 
 
 def survival_table(record: dict[str, Any]) -> pd.DataFrame:
-    """A Kaplan–Meier record (:func:`fedstats.jobs.study_fits.kaplan_meier_record`) as one table:
+    """A Kaplan–Meier record (``KaplanMeierResults.to_record()``) as one table:
     per grid time, each group's survival, interval, number at risk and events."""
     columns = {}
     for group in record["groups"]:

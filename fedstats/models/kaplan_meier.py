@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,8 @@ from fedstats.secagg.coordinator import SecureAggregation, secure_sum, summed_re
 from fedstats.site.design import Level, normalise_level
 from fedstats.site.handlers.survival import TASK, grid_problem
 from fedstats.site.private_release import DpRequest
+from studyfiles.fit_records import checked_curve_record
+from studyfiles.json_values import json_number, json_numbers
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,9 @@ class GridCounts:
     noise_variance: float | None = None
     """Under record-level privacy: the variance of the noise in each summed count (deaths or
     censorings of one group at one grid point), ``sigma^2 noises`` (L2 sensitivity 1)."""
+    fixed_seed: dict[str, bool] | None = None
+    """Under record-level privacy: whether each site's noise came from a fixed seed (as the
+    site reported it; fixed noise gives no privacy)."""
 
 
 def time_grid(
@@ -211,6 +217,7 @@ def _private_counts(
         n_obs={},
         noise_multiplier=float(sigma),
         epsilon_spent={s: float(r["dp_epsilon_spent"]) for s, r in replies.items()},
+        fixed_seed={s: bool(r["dp_fixed_seed"]) for s, r in replies.items()},
         sites=len(replies),
         secure=secure is not None,
         censored=censored,
@@ -420,6 +427,62 @@ class KaplanMeierResults:
     @property
     def grid(self) -> np.ndarray:
         return self.counts.grid
+
+    def to_record(self) -> dict[str, Any]:
+        """The curves as plain JSON values, for a study's record of what was released.
+
+        Keys: ``model`` (``"KaplanMeier"``), ``alpha``, ``grid``, ``groups``; per
+        group, one value per grid time: ``survival``, ``lower``, ``upper``,
+        ``greenwood`` (``Var log S``) -- ``None`` where nobody is left at risk --
+        and the pooled ``at_risk`` and ``events`` (noisy under privacy);
+        ``median`` per group (the first grid time with ``S <= 0.5``, ``None`` if
+        never reached); ``n_obs`` and ``truncated`` per site (empty under
+        privacy); ``interval_method``, ``noise_share`` (per group and time,
+        ``None`` for an exact fit) and ``utility_warnings``. Privacy facts,
+        ``None`` for an exact fit: ``noise_multiplier``, ``noise_sd_per_count``
+        (the standard deviation of the noise in each summed count) and
+        ``epsilon_spent`` (each site's cumulative epsilon for the study after
+        this release) and ``fixed_seed`` (per site, whether its noise came
+        from a fixed seed); ``secure_aggregation`` says whether the counts were
+        summed by secure aggregation. The format is
+        :class:`studyfiles.fit_records.CurveRecord`, checked before it is returned.
+        """
+        counts = self.counts
+        groups = [str(group) for group in counts.groups]
+
+        def by_group(frame: pd.DataFrame) -> dict[str, list[Any]]:
+            return {str(group): json_numbers(frame[group]) for group in frame.columns}
+
+        def rows(array: np.ndarray) -> dict[str, list[Any]]:
+            return {g: json_numbers(row) for g, row in zip(groups, array, strict=True)}
+
+        variance = counts.noise_variance
+        record = {
+            "model": "KaplanMeier",
+            "alpha": json_number(float(self.alpha)),
+            "grid": json_numbers(counts.grid),
+            "groups": groups,
+            "survival": by_group(self.survival_function_),
+            "lower": by_group(self.confidence_interval_["lower"]),
+            "upper": by_group(self.confidence_interval_["upper"]),
+            "greenwood": by_group(self.greenwood_),
+            "at_risk": rows(counts.at_risk),
+            "events": rows(counts.events),
+            "median": {str(g): json_number(m) for g, m in self.median_survival_time_.items()},
+            "n_obs": {site: int(n) for site, n in counts.n_obs.items()},
+            "truncated": {site: int(n) for site, n in counts.truncated.items()},
+            "interval_method": self.interval_method,
+            "noise_share": None if self.noise_share_ is None else by_group(self.noise_share_),
+            "utility_warnings": list(self.utility_warnings),
+            "noise_multiplier": json_number(counts.noise_multiplier),
+            "noise_sd_per_count": None if variance is None else json_number(np.sqrt(variance)),
+            "epsilon_spent": None
+            if counts.epsilon_spent is None
+            else {site: json_number(e) for site, e in counts.epsilon_spent.items()},
+            "fixed_seed": None if counts.fixed_seed is None else dict(counts.fixed_seed),
+            "secure_aggregation": bool(counts.secure),
+        }
+        return checked_curve_record(record)
 
     def _info(self) -> list[tuple[str, str]]:
         counts = self.counts
