@@ -12,7 +12,8 @@ Each figure is copied from a recorded source:
   ``getattr``-like lookups and shown as not used when absent), the
   configuration's disclosure policy, the inventory's refused messages;
 * data flows: the message inventory (:func:`reports.flows.data_flows`);
-* harmonisation: the sites' reports; results: the fit records;
+* harmonisation: the sites' reports; results: the fit records; survival
+  curves: the curve records (:mod:`reports.curves`);
 * reproducibility: the manifest, the harmonisation fingerprints and the
   ledgers' hash chains.
 """
@@ -26,6 +27,7 @@ import pandas as pd
 
 from accounting import describe_event
 from harmonize.fingerprint import SiteFingerprint
+from reports.curves import curve_summary
 from reports.flows import data_flows
 from reports.mechanisms import event_facts
 from reports.model import (
@@ -104,17 +106,25 @@ def build_report(study: Study) -> ComplianceReport:
         messages=messages,
         harmonization=tuple(study.harmonization.values()),
         fits=tuple(_fit_summary(study, fit) for fit in study.fits),
+        curves=tuple(curve_summary(curve) for curve in study.curves),
         diagnostics=tuple(
             Diagnostic(d.title, pd.DataFrame(d.rows, columns=d.columns))
             for d in study.diagnostics.values()
         ),
         noise_seed=study.configuration.get("noise_seed"),
         noise_seed_recorded="noise_seed" in study.configuration,
-        seeds=tuple(
-            SeedUse(fit.name, s.owner, s.fixed_seed)
-            for fit in study.fits
-            if fit.result.privacy
-            for s in fit.result.privacy.scopes
+        seeds=(
+            *(
+                SeedUse(fit.name, s.owner, s.fixed_seed)
+                for fit in study.fits
+                if fit.result.privacy
+                for s in fit.result.privacy.scopes
+            ),
+            *(
+                SeedUse(curve.name, site, fixed)
+                for curve in study.curves
+                for site, fixed in (curve.result.fixed_seed or {}).items()
+            ),
         ),
         audits=tuple(
             Audit(

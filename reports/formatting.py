@@ -30,6 +30,21 @@ def format_number(value: float | None, digits: int = 4) -> str:
     return f"{value:.{digits}g}"
 
 
+def format_count(value: float | None) -> str:
+    """A count rounded to a whole number, thousands separated (noisy counts are not whole);
+    an en dash for ``None`` or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{round(value):,}"
+
+
+def format_share(value: float | None) -> str:
+    """A share as a whole percentage, e.g. ``87%``; an en dash for ``None`` or NaN."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return f"{100 * value:.0f}%"
+
+
 def format_bytes(value: int) -> str:
     """Thousands separated, e.g. ``12,345``."""
     return f"{value:,}"

@@ -5,7 +5,8 @@ A study directory is what ``fedstats report --study DIR`` reads and what
 
     DIR/
       study.json              manifest: study name, format, time, package versions,
-                              SHA-256 of spec.toml and configuration.json, fits in order
+                              SHA-256 of spec.toml and configuration.json, fits and
+                              curves in order
       spec.toml               the study specification every site received (a copy)
       configuration.json      the coordinator's run configuration: formulas, privacy
                               options (epsilon, delta, rounds, bounds), disclosure policy,
@@ -15,13 +16,18 @@ A study directory is what ``fedstats report --study DIR`` reads and what
       harmonization/<site>.json   each site's HarmonizationReport (to_dict)
       fits/<name>.json        one fit: description, the non-private fit it is compared
                               with (if any), and LikelihoodResults.to_record()
+      curves/<name>.json      one Kaplan-Meier fit: description and
+                              KaplanMeierResults.to_record() (curves, intervals, counts,
+                              noise shares and privacy facts), if any
       audits/<name>.json      empirical privacy audits (AuditResult.to_record), if any
       diagnostics/<name>.json heterogeneity, calibration or fairness tables, if any
 
 Ledgers are read as they are now (they keep growing, and carry their own hash
 chain); the spec and configuration must still match the hashes in the
-manifest. Names of sites, fits, audits and diagnostics become file names, so
-they are limited to letters, digits, ``.``, ``_`` and ``-``.
+manifest. Names of sites, fits, curves, audits and diagnostics become file
+names, so they are limited to letters, digits, ``.``, ``_`` and ``-``. Study
+directories recorded before curves existed have no ``curves/`` folder and no
+``curves`` in the manifest; they read as having no curve.
 """
 
 from __future__ import annotations
@@ -81,6 +87,10 @@ class StudyLayout:
     @property
     def fits(self) -> Path:
         return self.root / "fits"
+
+    @property
+    def curves(self) -> Path:
+        return self.root / "curves"
 
     @property
     def audits(self) -> Path:

@@ -9,6 +9,7 @@ The model is built by :func:`reports.build.build_report`; it holds values
 read from recorded files (ledgers, inventory, harmonisation reports, fit
 records, manifest, configuration), never values assumed, and ``None`` where
 a fact was not recorded, which the rendering shows as "not recorded".
+Survival curves (Kaplan–Meier fits) are shown in section 8 after the fits.
 """
 
 from __future__ import annotations
@@ -219,6 +220,64 @@ class FitSummary:
 
 
 @dataclass(frozen=True)
+class CurvePoint:
+    """One group's curve at one grid time (``None``: no value, e.g. nobody left at risk)."""
+
+    time: float
+    survival: float | None
+    lower: float | None
+    upper: float | None
+    at_risk: float | None
+    """Pooled number at risk (noisy under privacy)."""
+    events: float | None
+    """Pooled events (noisy under privacy)."""
+    noise_share: float | None = None
+    """Share of the variance of ``log(-log S)`` that is privacy noise (private curves)."""
+
+    @property
+    def noise_dominated(self) -> bool:
+        return self.noise_share is not None and self.noise_share > NOISE_DOMINATES
+
+
+@dataclass(frozen=True)
+class CurveGroup:
+    """One group's curve on the grid."""
+
+    group: str
+    median: float | None
+    """First grid time with ``S <= 0.5`` (``None``: not reached on the grid)."""
+    points: tuple[CurvePoint, ...]
+
+
+@dataclass(frozen=True)
+class CurveSummary:
+    """One recorded Kaplan–Meier fit's released curves (section 8, survival curves)."""
+
+    name: str
+    description: str
+    private: bool
+    interval_method: str
+    utility_warnings: tuple[str, ...]
+    """What makes the curves misleading, in plain words (empty: nothing recorded)."""
+    alpha: float
+    groups: tuple[CurveGroup, ...]
+    secure_aggregation: bool
+    noise_multiplier: float | None = None
+    noise_sd_per_count: float | None = None
+    """Standard deviation of the privacy noise in each summed count."""
+    epsilon_spent: dict[str, float] | None = None
+    """Each site's cumulative epsilon for the study after this release (private curves)."""
+    n_obs: dict[str, int] | None = None
+    """Patients per site (exact curves; sites release no exact count under privacy)."""
+    truncated: dict[str, int] | None = None
+    """Patients censored at their site's safe horizon, per site (exact curves)."""
+
+    @property
+    def noise_dominated(self) -> bool:
+        return bool(self.utility_warnings)
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     title: str
     table: pd.DataFrame
@@ -226,7 +285,7 @@ class Diagnostic:
 
 @dataclass(frozen=True)
 class SeedUse:
-    """Whether a scope's noise in a fit came from a fixed seed (section 9)."""
+    """Whether a scope's noise in a fit or survival curve came from a fixed seed (section 9)."""
 
     fit: str
     owner: str
@@ -289,3 +348,5 @@ class ComplianceReport:
     ledgers: tuple[LedgerIntegrity, ...]
     configuration: dict[str, Any]
     sign_off_roles: tuple[str, ...]
+    curves: tuple[CurveSummary, ...] = ()
+    """Recorded Kaplan–Meier fits (empty for a study that recorded none)."""

@@ -3,7 +3,8 @@
 A coordinator (or a notebook) creates a :class:`StudyRecorder`, opens each
 owner's ledger through it (so the ledgers live in the study directory),
 records the specification, the run configuration, each site's harmonisation
-report, each fit, the message inventory and any audits or diagnostics, and
+report, each fit and survival curve, the message inventory and any audits or
+diagnostics, and
 calls :meth:`StudyRecorder.finish`, which writes the manifest
 ``study.json`` with the package versions and the SHA-256 of the
 specification and the configuration. The layout is described in
@@ -29,12 +30,12 @@ from harmonize.report import HarmonizationReport
 from reports.errors import RecordingError
 from reports.layout import FORMAT, StudyLayout, checked_name
 from studyfiles.durable import file_sha256
-from studyfiles.fit_records import checked_result_record
+from studyfiles.fit_records import checked_curve_record, checked_result_record
 from studyfiles.inventory import MessageInventory
 
 
 class RecordableResult(Protocol):
-    """A fitted model's results that can be written as a fit record."""
+    """A fitted model's results that can be written as a fit or curve record."""
 
     def to_record(self) -> dict[str, Any]: ...
 
@@ -95,6 +96,7 @@ class StudyRecorder:
         self.study = study
         self._ledgers: dict[str, accounting.Ledger] = {}
         self._fits: list[str] = []
+        self._curves: list[str] = []
         self._spec_sha: str | None = None
         self._configuration_sha: str | None = None
         self._created = datetime.now(UTC)
@@ -163,6 +165,32 @@ class StudyRecorder:
             self._fits.append(name)
         return path
 
+    def record_curves(
+        self,
+        name: str,
+        result: RecordableResult | Mapping[str, Any],
+        *,
+        description: str,
+    ) -> Path:
+        """One Kaplan–Meier fit's released curves, as ``curves/<name>.json``.
+
+        ``result`` is a fitted ``KaplanMeierResults`` (its ``to_record()`` is written) or
+        a record already made (:class:`studyfiles.fit_records.CurveRecord`), checked before
+        it is written. Curves keep the order in which they are first recorded.
+        """
+        name = checked_name("curve", name)
+        record = {
+            "name": name,
+            "description": description,
+            "result": checked_curve_record(
+                result if isinstance(result, Mapping) else result.to_record()
+            ),
+        }
+        path = _write_json(self.layout.curves / f"{name}.json", record)
+        if name not in self._curves:
+            self._curves.append(name)
+        return path
+
     def record_inventory(self, inventory: MessageInventory) -> Path:
         """The federation's message inventory (JSON Lines)."""
         return inventory.save(self.layout.inventory)
@@ -202,6 +230,7 @@ class StudyRecorder:
             "platform": platform.platform(),
             "hashes": {"spec.toml": self._spec_sha, "configuration.json": self._configuration_sha},
             "fits": list(self._fits),
+            "curves": list(self._curves),
         }
         _write_json(self.layout.manifest, manifest)
         for ledger in self._ledgers.values():

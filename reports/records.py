@@ -1,7 +1,8 @@
 """The JSON records of a study directory, validated field by field (pydantic).
 
 Each model mirrors what the recorder writes: :class:`Manifest` (``study.json``),
-:class:`FitRecord` (``fits/<name>.json``; defined with the records it holds in
+:class:`FitRecord` (``fits/<name>.json``) and :class:`CurveFitRecord`
+(``curves/<name>.json``; both defined with the records they hold in
 :mod:`studyfiles.fit_records`, shared with the writer), :class:`AuditRecord` and
 :class:`DiagnosticRecord`. Unknown fields are ignored, so records written by a
 newer package still load; missing or mistyped fields are refused by
@@ -19,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from reports.errors import StudyRecordError
 from studyfiles.fit_records import (
+    CurveFitRecord,
+    CurveRecord,
     FitRecord,
     PrivacyRecord,
     ProvenanceRecord,
@@ -43,6 +46,8 @@ class Manifest(_Record):
     platform: str
     hashes: dict[str, str]
     fits: list[str]
+    curves: list[str] = []
+    """Recorded Kaplan–Meier fits in order (absent from manifests written before curves)."""
 
 
 class AuditRecord(_Record):
@@ -70,6 +75,8 @@ Model = TypeVar("Model", bound=BaseModel)
 
 __all__ = [
     "AuditRecord",
+    "CurveFitRecord",
+    "CurveRecord",
     "DiagnosticRecord",
     "FitRecord",
     "Manifest",

@@ -35,6 +35,8 @@ def _environment() -> jinja2.Environment:
         eps=formatting.format_epsilon,
         delta=formatting.format_delta,
         num=formatting.format_number,
+        count=formatting.format_count,
+        share=formatting.format_share,
         nbytes=formatting.format_bytes,
         time=formatting.format_time,
     )

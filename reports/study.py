@@ -4,10 +4,11 @@
 and configuration (checked against the SHA-256 the manifest recorded), each
 ledger's scopes with their spending (``Ledger.spent``), entries and hash-chain
 verification, the message inventory, the harmonisation reports, the fits,
-audits and diagnostics. Anything unreadable raises a
+survival curves, audits and diagnostics. Anything unreadable raises a
 :class:`~reports.errors.StudyRecordError` naming the file; a folder that is not
 a study directory raises :class:`~reports.errors.StudyDirectoryError`.
-Absent optional parts (no inventory, no audit) load as empty.
+Absent optional parts (no inventory, no audit, no ``curves/`` in a study
+recorded before curves existed) load as empty.
 """
 
 from __future__ import annotations
@@ -16,17 +17,26 @@ import json
 from dataclasses import dataclass
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import accounting
 from harmonize.errors import HarmonizationError
 from harmonize.report import HarmonizationReport
 from reports.errors import StudyDirectoryError, StudyRecordError
 from reports.layout import StudyLayout
-from reports.records import AuditRecord, DiagnosticRecord, FitRecord, Manifest, parse_record
+from reports.records import (
+    AuditRecord,
+    CurveFitRecord,
+    DiagnosticRecord,
+    FitRecord,
+    Manifest,
+    parse_record,
+)
 from studyfiles.durable import file_sha256
 from studyfiles.errors import InventoryFileError
 from studyfiles.inventory import MessageInventory
+
+Named = TypeVar("Named", FitRecord, CurveFitRecord)
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,8 @@ class Study:
     fits: tuple[FitRecord, ...]
     audits: dict[str, AuditRecord]
     diagnostics: dict[str, DiagnosticRecord]
+    curves: tuple[CurveFitRecord, ...] = ()
+    """Recorded Kaplan–Meier fits, in the manifest's order."""
 
     @property
     def scopes(self) -> list[ScopeRecord]:
@@ -72,6 +84,12 @@ class Study:
         for fit in self.fits:
             if fit.name == name:
                 return fit
+        raise KeyError(name)
+
+    def curve(self, name: str) -> CurveFitRecord:
+        for curve in self.curves:
+            if curve.name == name:
+                return curve
         raise KeyError(name)
 
     @classmethod
@@ -90,14 +108,8 @@ class Study:
             _check_hash(path, manifest.hashes.get(name), layout.manifest)
         spec_text = _read_text(layout.spec)
         configuration = _read_json_object(layout.configuration)
-        fits = tuple(
-            parse_record(FitRecord, layout.fits / f"{name}.json") for name in manifest.fits
-        )
-        for name, fit in zip(manifest.fits, fits, strict=True):
-            if fit.name != name:
-                raise StudyRecordError(
-                    layout.fits / f"{name}.json", f"field name: {fit.name!r}, expected {name!r}"
-                )
+        fits = _read_named(FitRecord, layout.fits, manifest.fits)
+        curves = _read_named(CurveFitRecord, layout.curves, manifest.curves)
         return cls(
             directory=layout.root,
             manifest=manifest,
@@ -114,7 +126,21 @@ class Study:
                 p.stem: parse_record(DiagnosticRecord, p)
                 for p in sorted(layout.diagnostics.glob("*.json"))
             },
+            curves=curves,
         )
+
+
+def _read_named(model: type[Named], folder: Path, names: list[str]) -> tuple[Named, ...]:
+    """``folder/<name>.json`` for each name the manifest lists, in its order, each checked to
+    hold its own name."""
+    records = []
+    for name in names:
+        path = folder / f"{name}.json"
+        record = parse_record(model, path)
+        if record.name != name:
+            raise StudyRecordError(path, f"field name: {record.name!r}, expected {name!r}")
+        records.append(record)
+    return tuple(records)
 
 
 def _check_hash(path: Path, recorded: str | None, manifest: Path) -> None:
