@@ -305,14 +305,27 @@ def _notes(rounds: int, record_level: bool, account: PrivacyAccount) -> list[str
 
 
 def _start(spec, counts, scaling: np.ndarray, sites: tuple[str, ...]) -> np.ndarray:
-    """Start at the intercept(s) the released counts imply, slopes 0 (saves a noisy round).
+    """Where the noisy Newton run starts.
 
-    With numeric columns centred, ``logit(events / n)`` is the intercept of
-    the slopes-zero model: the pooled one, or each site's for site
-    intercepts. Without an intercept column, or with an offset, start at 0.
+    From exact counts (client-level privacy alone): the intercept(s) the
+    counts imply, slopes 0 — ``logit(events / n)`` is the intercept of the
+    slopes-zero model with numeric columns centred, pooled or per site — which
+    saves a round.
+
+    From noisy counts (record-level privacy), or with an offset or no
+    intercept: ``beta = 0``. There every fitted probability is 1/2, so the
+    first information is ``X'X / 4``, which bounds the logistic information at
+    every ``beta`` (Böhning & Lindsay, "Monotonicity of quadratic-approximation
+    algorithms", Ann. Inst. Statist. Math. 40, 1988): the steps that reuse it
+    are never too long. A start computed from noisy counts would be random, and
+    an information measured at a random start too small wherever the start
+    lies in a tail; steps from there overshoot into the region where the
+    log-likelihood is far from quadratic, where the bootstrap's replays
+    (:func:`fedstats.models.noisy_newton.noise_covariance`) cannot follow,
+    and the intervals are too narrow.
     """
     beta = np.zeros(spec.n_params)
-    if spec.offset is not None:
+    if spec.offset is not None or counts.noisy:
         return beta
 
     def logit(events: float, n: float) -> float:

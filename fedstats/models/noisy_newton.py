@@ -62,6 +62,7 @@ def noise_covariance(
     draws: int = 400,
     corrections: int = 8,
     info_sd: Scale | None = None,
+    round_infos: list[np.ndarray | None] | None = None,
 ) -> np.ndarray:
     """Mean squared error the privacy noise adds to the estimate, by parametric bootstrap.
 
@@ -87,9 +88,9 @@ def noise_covariance(
     """
     target = beta.copy()
     for _ in range(corrections):
-        replays = _replay(info, target, start, noise_plan, rng, draws // 4, info_sd)
+        replays = _replay(info, target, start, noise_plan, rng, draws // 4, info_sd, round_infos)
         target = target + beta - replays.mean(0)
-    errors = _replay(info, target, start, noise_plan, rng, draws, info_sd) - target
+    errors = _replay(info, target, start, noise_plan, rng, draws, info_sd, round_infos) - target
     return errors.T @ errors / draws
 
 
@@ -101,6 +102,7 @@ def _replay(
     rng: np.random.Generator,
     draws: int,
     info_sd: Scale | None = None,
+    round_infos: list[np.ndarray | None] | None = None,
 ) -> np.ndarray:
     """End points of ``draws`` noisy Newton runs on the quadratic model centred at ``target``
     (each with its own information drawn about ``info`` when ``info_sd`` is given), run
@@ -112,9 +114,15 @@ def _replay(
         model = floored(plausible, noise_floor(info_sd, p) / 10)
     b = np.tile(start, (draws, 1))
     used = model
-    for score_var, entry_sd in noise_plan:
+    released = round_infos or [None] * len(noise_plan)
+    last = max((t for t, r in enumerate(released) if r is not None), default=-1)
+    for t, (score_var, entry_sd) in enumerate(noise_plan):
         if entry_sd is not None:
-            noisy = model + symmetric_gaussian(rng, entry_sd, p, draws)
+            measured = model
+            if released[t] is not None and t < last:
+                plausible = released[t] + symmetric_gaussian(rng, entry_sd, p, draws)
+                measured = floored(plausible, noise_floor(entry_sd, p) / 10)
+            noisy = measured + symmetric_gaussian(rng, entry_sd, p, draws)
             used = floored(noisy, noise_floor(entry_sd, p))
         score = np.einsum("dij,dj->di", model, target - b)
         score = score + rng.normal(0.0, 1.0, (draws, p)) * np.sqrt(score_var)
@@ -136,6 +144,7 @@ class NoisyPath:
     released_floor: float = 0.0
     last_info_sd: Scale | None = None
     noise_plan: list[tuple[Scale, Scale | None]] = field(default_factory=list)
+    round_infos: list[np.ndarray | None] = field(default_factory=list)
     last_replies: dict = field(default_factory=dict)
     secure_rounds: list[Any] = field(default_factory=list)
 
@@ -160,6 +169,7 @@ class NoisyPath:
             self.last_info_sd = entry_sd
             self.info = floored(information, self.released_floor)
         self.noise_plan.append((score_var, entry_sd))
+        self.round_infos.append(information)
         self.theta = self.theta + np.linalg.solve(self.info, score)
 
     def covariances(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -169,6 +179,12 @@ class NoisyPath:
         keeps it at that level rather than at the noise floor."""
         truth = floored(self.released_info, self.released_floor / 10)
         noise = noise_covariance(
-            truth, self.theta, self.start, self.noise_plan, rng, info_sd=self.last_info_sd
+            truth,
+            self.theta,
+            self.start,
+            self.noise_plan,
+            rng,
+            info_sd=self.last_info_sd,
+            round_infos=self.round_infos,
         )
         return np.linalg.inv(truth), noise

@@ -14,8 +14,8 @@ carried into its fit record and the compliance report:
   variance the interval is already ``sqrt(3)`` times as wide.
 * a **noisy count** is implausible: a site's released number of patients or
   events is at most 0, or its events reach its patients (noisy counts are
-  clamped to ``0 <= events <= patients``). The counts reported and what is
-  computed from them (start values) are then unreliable.
+  clamped to ``0 <= events <= patients``). The counts reported, and a
+  private Cox fit's starting baseline computed from them, are then unreliable.
 * a survival fit's **safe horizon** discards more than
   :data:`DISCARDED_EVENTS` of the events (a fifth): the estimate then
   describes early follow-up only.
@@ -93,7 +93,7 @@ def count_warnings(
         "noisy counts outside plausible bounds ("
         + "; ".join(problems)
         + "): the noise swamps these sites' counts, so the patients and events reported for "
-        "them, and the start values computed from them, are unreliable"
+        "them (and a private Cox fit's starting baseline, computed from them) are unreliable"
     ]
 
 
