@@ -43,7 +43,7 @@ from fedstats.models.kaplan_meier import (
 )
 from fedstats.models.privacy import RecordDP
 from fedstats.models.summary import render_html, render_text
-from fedstats.models.utility import NOISE_DOMINATES, warn
+from fedstats.models.utility import NOISE_DOMINATES, dominated_names, noise_shares, warn
 from fedstats.secagg.coordinator import SecureAggregation
 from fedstats.site.design import Level
 
@@ -158,7 +158,7 @@ def logrank_test(
         )
     noise = _noise_covariance(counts, draws, np.random.default_rng(federation.noise_seed))
     statistic = _chi_squared(difference, covariance + noise)
-    share = _noise_shares(np.diag(covariance), np.diag(noise))
+    share = noise_shares(covariance, noise)
     warnings = [*_dominated_warnings(groups, share), *empty_groups_warnings(counts)]
     warn(warnings, stacklevel=3)  # the caller of logrank_test
     return LogRankResult(
@@ -204,20 +204,9 @@ def _chi_squared(difference: np.ndarray, covariance: np.ndarray) -> float:
     return float(head @ np.linalg.pinv(covariance[:-1, :-1]) @ head)
 
 
-def _noise_shares(sampling: np.ndarray, noise: np.ndarray) -> np.ndarray:
-    """``V_noise / (V + V_noise)`` per group (NaN where both are 0)."""
-    total = sampling + noise
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(total > 0, noise / total, np.nan)
-
-
 def _dominated_warnings(groups: list, shares: np.ndarray) -> list[str]:
     """One warning naming each group whose noise share exceeds :data:`NOISE_DOMINATES`."""
-    dominated = [
-        f"{group} ({share:.0%})"
-        for group, share in zip(groups, shares, strict=True)
-        if np.isfinite(share) and share > NOISE_DOMINATES
-    ]
+    dominated = dominated_names(groups, shares)
     if not dominated:
         return []
     return [

@@ -36,6 +36,7 @@ __all__ = [
     "NOISE_DOMINATES",
     "count_warnings",
     "discarded_events_warning",
+    "dominated_names",
     "noise_shares",
     "noise_warnings",
     "warn",
@@ -54,13 +55,18 @@ def noise_shares(sampling: np.ndarray, noise: np.ndarray) -> np.ndarray:
         return np.where(total > 0, v_n / total, np.nan)
 
 
-def noise_warnings(names: Sequence[str], shares: np.ndarray) -> list[str]:
-    """One warning naming every coefficient whose noise share exceeds :data:`NOISE_DOMINATES`."""
-    dominated = [
+def dominated_names(names: Sequence[object], shares: np.ndarray) -> list[str]:
+    """``"name (share)"`` for each entry whose noise share exceeds :data:`NOISE_DOMINATES`."""
+    return [
         f"{name} ({share:.0%})"
         for name, share in zip(names, shares, strict=True)
         if np.isfinite(share) and share > NOISE_DOMINATES
     ]
+
+
+def noise_warnings(names: Sequence[str], shares: np.ndarray) -> list[str]:
+    """One warning naming every coefficient whose noise share exceeds :data:`NOISE_DOMINATES`."""
+    dominated = dominated_names(names, shares)
     if not dominated:
         return []
     return [
