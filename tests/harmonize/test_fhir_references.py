@@ -455,3 +455,14 @@ def test_harmonize_passes_progress_through(tmp_path):
         study(), site="s", fhir=tmp_path, latest_date=TODAY, progress=lambda *a: calls.append(a)
     )
     assert calls == [(0, 2), (2, 2)]
+
+
+def test_worker_processes_resolve_references_like_one_process(tmp_path):
+    """Workers return the unresolved reference; the main process resolves it with the index."""
+    requests = [request(f"r{i}", "p1", f"Medication/m{i % 3}") for i in range(40)]
+    write_ndjson(tmp_path / "MedicationRequest.ndjson", requests)
+    write_ndjson(tmp_path / "Medication.ndjson", [medication("m0"), medication("m1")])
+    one, several = read(tmp_path, workers=1), read(tmp_path, workers=2)
+    assert medication_codes(several) == medication_codes(one)
+    assert len(medication_codes(one)) == 27  # m2 is not exported: 13 requests rejected
+    assert several.table("rejected").equals(one.table("rejected"))
