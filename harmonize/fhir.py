@@ -35,6 +35,7 @@ run, the records of the files not yet read are counted in the store's
 ``unprocessed`` table, so the report still balances. The store's notes say
 how many conditions were dated by ``recordedDate`` (no onset) and how many
 medication requests were coded through a reference to an exported Medication.
+
 Rows are buffered per table and appended to the store every ``batch_size``
 rows: memory stays bounded whatever the size of an NDJSON file (a ``.json``
 Bundle is one JSON document and is parsed whole). The ids already seen are
@@ -459,7 +460,8 @@ class _Reader:
         codings = self.medications.resolve(pending.reference)
         if isinstance(codings, str):
             return Rejection(
-                "medicationReference.reference", clip(f"{pending.record_ref}: {codings}")
+                "medicationReference.reference",
+                clip(f"{pending.record_ref}: {codings}", _MAX_REASON),
             )
         self.counts.coded_by_reference += 1
         return pending.rows(codings)

@@ -1,10 +1,11 @@
 """Progress of a harmonisation run, reported to an optional callback (e.g. a tqdm bar).
 
 The callback receives the input records processed so far and the total when
-it is known (a FHIR run counts its records in a first pass; an OMOP run
-learns its tables' sizes as it reads them, so it reports ``total=None``).
-It is called at most every :data:`REPORT_EVERY` records and once at the end,
-from the process that runs the harmonisation; the default is silence.
+it is known (a FHIR run counts its records in a first pass, so it reports
+``(0, total)`` first, then every :data:`REPORT_EVERY` records, then
+``(total, total)``; an OMOP run is read by DuckDB one table per statement,
+so it reports only its final count). The callback is called from the
+process that runs the harmonisation; the default is silence.
 """
 
 from __future__ import annotations

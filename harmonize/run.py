@@ -62,8 +62,8 @@ def harmonize(
 
     ``progress``: called as ``progress(done, total)`` while the source is
     read, with the input records processed so far and their total when it is
-    known (FHIR: counted in a first pass; OMOP: ``None``, and only the final
-    count, since DuckDB reads each table in one statement); see
+    known (FHIR: counted in a first pass, reported every 1,000 records; OMOP:
+    the final count only, since DuckDB reads each table in one statement); see
     :class:`harmonize.progress.Progress`. Default: silent.
 
     If the run stops (e.g. a file over ``max_rejected_share``), the report of
