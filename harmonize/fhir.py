@@ -20,9 +20,22 @@ counted in ``read_counts`` and then becomes exactly one of:
   ``fhir.resources`` does not validate as FHIR R4, a duplicated id, no
   Patient subject, a missing, partial or future date, a Patient without
   birth date or deceased without a date, a quantity without a unit, a
-  medication without a code.
+  medication without a code, or a ``medicationReference`` that resolves to
+  no coded Medication (the reason names the reference, the file and line).
 
 So ``read = represented + excluded_at_read + rejected`` holds per file.
+
+Before any record is mapped, a first pass (:func:`harmonize.fhir_medications.survey`)
+counts every file's records and indexes the export's Medication codes, so
+that a MedicationRequest naming ``Medication/abc`` or a Bundle entry's
+``fullUrl`` is coded by that Medication whichever file, and wherever in it,
+the Medication is. A ``.json`` file that is not valid JSON stops the run in
+this pass, before anything is read. When a file's rejected share stops the
+run, the records of the files not yet read are counted in the store's
+``unprocessed`` table, so the report still balances. The store's notes say
+how many conditions were dated by ``recordedDate`` (no onset) and how many
+medication requests were coded through a reference to an exported Medication.
+
 Rows are buffered per table and appended to the store every ``batch_size``
 rows: memory stays bounded whatever the size of an NDJSON file (a ``.json``
 Bundle is one JSON document and is parsed whole). The ids already seen are
@@ -55,10 +68,13 @@ import pandas as pd
 
 from harmonize.errors import HarmonizationError
 from harmonize.fhir_mapping import (
+    DATED_BY_RECORDED_DATE,
     EVENT_COLUMNS,
+    MEDICATION,
     PERSON_COLUMNS,
     USED_TYPES,
     Exclusion,
+    MedicationReference,
     Rejection,
     Rows,
     clip,
@@ -66,17 +82,21 @@ from harmonize.fhir_mapping import (
     to_rows,
     validate,
 )
+from harmonize.fhir_medications import MedicationIndex, load_json_document, survey
+from harmonize.progress import Progress, ProgressCounter
 from harmonize.records import RecordStore
 
-__all__ = ["NOT_USED", "read_fhir"]
+__all__ = ["NOT_READ", "NOT_USED", "read_fhir"]
 
 NOT_USED = "resource type not used by the spec"
 EXPORT_LOG = "BulkDataExportLog"
 EXPORT_LOG_REASON = "not a FHIR resource: Bulk Data export log"
+NOT_READ = "not read: the run stopped at an earlier file (max_rejected_share)"
 _REJECTED_COLUMNS = ["source", "location", "record_type", "record_id", "field", "reason"]
 _COLUMNS = {"persons": PERSON_COLUMNS, "events": EVENT_COLUMNS, "rejected": _REJECTED_COLUMNS}
 _SUFFIXES = (".json", ".ndjson")
 _FIRST_REASONS = 3
+_MAX_REASON = 500
 PARALLEL_MIN_BYTES = 64 * 2**20
 """NDJSON files this large are validated by several processes unless ``workers`` says."""
 MAX_AUTO_WORKERS = 4
@@ -92,6 +112,7 @@ def read_fhir(
     today: date | None = None,
     batch_size: int = 50_000,
     workers: int | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """Read FHIR R4 Bundles and NDJSON files into ``store``, accounting for every record.
 
@@ -118,6 +139,9 @@ def read_fhir(
         Processes validating NDJSON lines. ``None``: the machine's cores (at
         most 4) for NDJSON files of at least 64 MB, else one; ``1``: this
         process only; more: that many for every NDJSON file.
+    progress
+        Called as ``progress(done, total)`` with the records processed so far
+        and the total counted by the first pass (see :mod:`harmonize.progress`).
 
     Raises
     ------
@@ -126,7 +150,8 @@ def read_fhir(
         not a Bundle or resource, two inputs share a file name, or a file's
         rejected share exceeds ``max_rejected_share`` (the message gives the
         counts and the first reasons; what was read so far, including that
-        file's quarantine, is in the store).
+        file's quarantine, is in the store, and the records of the files not
+        read are in its ``unprocessed`` table).
     """
     if not 0.0 <= max_rejected_share <= 1.0:
         raise ValueError(f"max_rejected_share must be within [0, 1], got {max_rejected_share}")
@@ -134,9 +159,25 @@ def read_fhir(
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if workers is not None and workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
+    files = _input_files(paths)
+    found = survey(files)
+    counter = ProgressCounter(progress, found.total)
+    counter.report()
     with _Reader(store, today or date.today(), batch_size, workers) as reader:
-        for path in _input_files(paths):
-            _check_share(path, reader.read_file(path), max_rejected_share)
+        reader.medications, reader.counter = found.medications, counter
+        try:
+            for number, path in enumerate(files):
+                tally = reader.read_file(path)
+                try:
+                    _check_share(path, tally, max_rejected_share)
+                except HarmonizationError:
+                    for later in files[number + 1 :]:
+                        if found.records[later]:
+                            store.count_unprocessed(later.name, NOT_READ, found.records[later])
+                    raise
+        finally:
+            reader.write_notes()
+    counter.report()
 
 
 def _check_share(path: Path, tally: _Tally, max_rejected_share: float) -> None:
@@ -196,6 +237,14 @@ class _Tally:
     reasons: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _RunCounts:
+    """Facts of the whole run that become notes: how records were dated and coded."""
+
+    dated_by_recorded_date: int = 0
+    coded_by_reference: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """What one record becomes, decided without the run's state (so in any process).
@@ -207,7 +256,7 @@ class Decision:
     record_type: str
     record_id: str | None
     model_id: str | None
-    outcome: Rows | Exclusion | Rejection
+    outcome: Rows | Exclusion | Rejection | MedicationReference
 
 
 def decide(resource: object, record_ref: str, today: date) -> Decision:
@@ -260,7 +309,12 @@ class _Reader:
         self.workers = workers
         self.pool: ProcessPoolExecutor | None = None
         self.buffers: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _COLUMNS}
-        self.seen: dict[str, set[str]] = {name: set() for name in USED_TYPES}
+        # Medications are not checked for repeated ids: a Bundle per patient may repeat
+        # the same Medication; the index flags one id given with different codes.
+        self.seen: dict[str, set[str]] = {name: set() for name in USED_TYPES - {MEDICATION}}
+        self.medications = MedicationIndex()
+        self.counter = ProgressCounter(None)
+        self.counts = _RunCounts()
 
     def __enter__(self) -> _Reader:
         return self
@@ -282,6 +336,21 @@ class _Reader:
             context = multiprocessing.get_context("spawn")
             self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         return self.pool
+
+    def write_notes(self) -> None:
+        """The run's counts that change no total but say how records were dated and coded."""
+        if self.counts.dated_by_recorded_date:
+            self.store.note(
+                "fhir",
+                f"{_plural(self.counts.dated_by_recorded_date, 'condition')} dated by "
+                "recordedDate (no onset)",
+            )
+        if self.counts.coded_by_reference:
+            self.store.note(
+                "fhir",
+                f"{_plural(self.counts.coded_by_reference, 'medication request')} coded by the "
+                "exported Medication their medicationReference names",
+            )
 
     # ------------------------------------------------------------ files
     def read_file(self, path: Path) -> _Tally:
@@ -308,20 +377,13 @@ class _Reader:
         return tally
 
     def _read_json(self, path: Path, source: str, tally: _Tally) -> None:
-        try:
-            document = json.loads(path.read_bytes())
-        except (ValueError, RecursionError) as error:
-            raise HarmonizationError(f"{path}: not valid JSON ({clip(str(error))})") from None
-        if not isinstance(document, dict) or not isinstance(document.get("resourceType"), str):
-            raise HarmonizationError(f"{path}: not a FHIR Bundle or resource (no resourceType)")
+        document = load_json_document(path)
         if document["resourceType"] != "Bundle":
             self._apply(
                 source, "resource", decide(document, f"{source}:resource", self.today), tally
             )
             return
         entries = document.get("entry", [])
-        if not isinstance(entries, list):
-            raise HarmonizationError(f"{path}: Bundle.entry is not a list")
         for index, entry in enumerate(entries):
             location = f"entry {index}"
             resource = entry.get("resource") if isinstance(entry, dict) else None
@@ -341,6 +403,7 @@ class _Reader:
             if _is_export_log(first[1]):
                 tally.read[EXPORT_LOG] += 1 + sum(1 for _ in lines)
                 tally.excluded[(EXPORT_LOG, EXPORT_LOG_REASON)] = tally.read[EXPORT_LOG]
+                self.counter.advance(tally.read[EXPORT_LOG])
                 return
             numbered = chain([first], lines)
             workers = self._workers_for(path)
@@ -370,22 +433,38 @@ class _Reader:
     def _apply(self, source: str, location: str, decision: Decision, tally: _Tally) -> None:
         """Count one record and carry out its decision, refusing duplicated ids."""
         tally.read[decision.record_type] += 1
+        self.counter.advance()
         outcome = decision.outcome
-        if decision.model_id is not None:
-            seen = self.seen[decision.record_type]
+        seen = self.seen.get(decision.record_type)
+        if decision.model_id is not None and seen is not None:
             if decision.model_id in seen:
                 outcome = Rejection("id", "duplicated id")
             else:
                 seen.add(decision.model_id)
+        if isinstance(outcome, MedicationReference):
+            outcome = self._resolve(outcome)
         if isinstance(outcome, Rejection):
             self._reject(source, location, decision.record_type, decision.record_id, tally, outcome)
         elif isinstance(outcome, Exclusion):
             tally.excluded[(decision.record_type, outcome.reason)] += 1
         else:
+            if outcome.dated_by == DATED_BY_RECORDED_DATE:
+                self.counts.dated_by_recorded_date += 1
             buffer = self.buffers[outcome.table]
             buffer.extend(outcome.rows)
             if len(buffer) >= self.batch_size:
                 self._flush(outcome.table)
+
+    def _resolve(self, pending: MedicationReference) -> Rows | Rejection:
+        """Code a MedicationRequest by the exported Medication its reference names."""
+        codings = self.medications.resolve(pending.reference)
+        if isinstance(codings, str):
+            return Rejection(
+                "medicationReference.reference",
+                clip(f"{pending.record_ref}: {codings}", _MAX_REASON),
+            )
+        self.counts.coded_by_reference += 1
+        return pending.rows(codings)
 
     def _reject(
         self,
@@ -411,6 +490,10 @@ class _Reader:
         if rows:
             self.store.append(table, pd.DataFrame.from_records(rows, columns=_COLUMNS[table]))
             rows.clear()
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def _chunks(numbered: Iterator[tuple[int, bytes]], size: int) -> Iterator[list[tuple[int, bytes]]]:

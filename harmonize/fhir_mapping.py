@@ -30,10 +30,27 @@ One function per step, each either returning what the next step needs or a
                                     one per coding of each ``component`` with the
                                     component's ``valueQuantity``
    MedicationRequest  medication    ``authoredOn``; codings of
-                                    ``medicationCodeableConcept``
+                                    ``medicationCodeableConcept``, or of the
+                                    ``code`` of the Medication that
+                                    ``medicationReference`` points to
    Procedure          procedure     ``performedDateTime`` (or
                                     ``performedPeriod.start``)
    =================  ============  ==============================================
+
+A ``medicationReference`` to a contained Medication (``#med1``) is resolved
+here, from the resource itself. Any other reference (``Medication/abc``, an
+absolute URL, a Bundle entry's ``urn:uuid:`` fullUrl) points to a Medication
+elsewhere in the export, which may come later in the same file or in another
+file: :func:`to_rows` then returns a :class:`MedicationReference`, which the
+reader resolves with its index of the export's Medication codes
+(:mod:`harmonize.fhir_medications`). Medication resources themselves give no
+rows: they are validated, and excluded at read with the reason
+:data:`MEDICATION_USED`.
+
+A Condition without ``onsetDateTime`` or ``onsetPeriod.start`` (for instance
+one with only ``onsetAge`` or ``onsetString``) is dated by its
+``recordedDate``; its rows say so (``Rows.dated_by``) so that the report can
+count such conditions.
 
 Dates are the calendar date as written: the date part of a dateTime, in the
 time zone it was written in (``2020-01-02T23:30:00-05:00`` is 2020-01-02).
@@ -65,8 +82,15 @@ DOMAINS_BY_TYPE = {
 }
 """The ``events`` domain of each event resource type."""
 
-USED_TYPES = frozenset({"Patient", *DOMAINS_BY_TYPE})
-"""Resource types the reader maps; every other type is excluded at read."""
+MEDICATION = "Medication"
+USED_TYPES = frozenset({"Patient", MEDICATION, *DOMAINS_BY_TYPE})
+"""Resource types the reader validates and maps; every other type is excluded at read."""
+
+MEDICATION_USED = "Medication: its code is used by the MedicationRequests that reference it"
+"""Why a valid Medication resource is excluded at read: it gives no rows of its own."""
+
+DATED_BY_RECORDED_DATE = "recordedDate"
+"""``Rows.dated_by`` of a Condition without an onset date, dated by its ``recordedDate``."""
 
 NOT_HAPPENED = {
     "Encounter": frozenset({"entered-in-error", "cancelled"}),
@@ -119,10 +143,38 @@ class Exclusion:
 
 @dataclass(frozen=True, slots=True)
 class Rows:
-    """The rows one record gives, for ``table`` (``persons`` or ``events``)."""
+    """The rows one record gives, for ``table`` (``persons`` or ``events``).
+
+    ``dated_by`` names the fallback element that dated the record when its
+    usual date was absent (:data:`DATED_BY_RECORDED_DATE`), else None.
+    """
 
     table: str
     rows: list[tuple[Any, ...]]
+    dated_by: str | None = None
+
+
+Coding = tuple[str | None, str]
+"""``(system, code)`` of one coding."""
+
+
+@dataclass(frozen=True, slots=True)
+class MedicationReference:
+    """A valid MedicationRequest whose codes are those of a Medication elsewhere in the export.
+
+    The reader resolves ``reference`` (as written) and calls :meth:`rows`
+    with the Medication's codings, or rejects the record naming the reference.
+    """
+
+    reference: str
+    person: str
+    day: date
+    record_ref: str
+
+    def rows(self, codings: list[Coding]) -> Rows:
+        return _event_rows(
+            self.person, "medication", codings, self.day, "MedicationRequest", self.record_ref
+        )
 
 
 def clip(text: str, limit: int = _MAX_TEXT) -> str:
@@ -188,8 +240,12 @@ def status_exclusion(resource_type: str, model: Any) -> Exclusion | None:
 
 
 # ---------------------------------------------------------------- mapping
-def to_rows(resource_type: str, model: Any, record_ref: str, today: date) -> Rows | Rejection:
+def to_rows(
+    resource_type: str, model: Any, record_ref: str, today: date
+) -> Rows | Rejection | Exclusion | MedicationReference:
     """Rows of one validated resource, or why it is rejected (see the module docstring)."""
+    if resource_type == MEDICATION:
+        return Exclusion(MEDICATION_USED)
     if resource_type == "Patient":
         return _patient(model, record_ref, today)
     person = _person_id(model)
@@ -259,7 +315,8 @@ def _date_of(field: str, value: Any, today: date) -> date | Rejection:
     return day
 
 
-def _codings(concept: Any) -> list[tuple[str | None, str]]:
+def codings_of(concept: Any) -> list[Coding]:
+    """The ``(system, code)`` of each coding of a CodeableConcept model that has a code."""
     if concept is None:
         return []
     return [(c.system, c.code) for c in (concept.coding or []) if c.code]
@@ -272,7 +329,7 @@ def _period_start(period: Any) -> Any:
 def _event_rows(
     person: str,
     domain: str,
-    codings: list[tuple[str | None, str]],
+    codings: list[Coding],
     day: date,
     record_type: str,
     record_ref: str,
@@ -288,31 +345,64 @@ def _encounter(model: Any, person: str, ref: str, today: date) -> Rows | Rejecti
     day = _event_date([("period.start", _period_start(model.period))], "period.start", today)
     if isinstance(day, Rejection):
         return day
-    first = next((c for concept in model.type or [] for c in _codings(concept)), None)
+    first = next((c for concept in model.type or [] for c in codings_of(concept)), None)
     return _event_rows(person, "visit", [first] if first else [], day, "Encounter", ref)
 
 
 def _condition(model: Any, person: str, ref: str, today: date) -> Rows | Rejection:
-    candidates = [
+    onset = [
         ("onsetDateTime", model.onsetDateTime),
         ("onsetPeriod.start", _period_start(model.onsetPeriod)),
-        ("recordedDate", model.recordedDate),
     ]
-    day = _event_date(candidates, "onset[x]", today)
+    has_onset = any(value is not None for _, value in onset)
+    day = _event_date([*onset, ("recordedDate", model.recordedDate)], "onset[x]", today)
     if isinstance(day, Rejection):
         return day
-    return _event_rows(person, "condition", _codings(model.code), day, "Condition", ref)
+    rows = _event_rows(person, "condition", codings_of(model.code), day, "Condition", ref)
+    return rows if has_onset else Rows(rows.table, rows.rows, DATED_BY_RECORDED_DATE)
 
 
-def _medication(model: Any, person: str, ref: str, today: date) -> Rows | Rejection:
+def _medication(
+    model: Any, person: str, ref: str, today: date
+) -> Rows | Rejection | MedicationReference:
     day = _event_date([("authoredOn", model.authoredOn)], "authoredOn", today)
     if isinstance(day, Rejection):
         return day
-    codings = _codings(model.medicationCodeableConcept)
+    codings = codings_of(model.medicationCodeableConcept)
+    if codings:
+        return _event_rows(person, "medication", codings, day, "MedicationRequest", ref)
+    if model.medicationReference is None:
+        return Rejection("medication[x]", "medication without a code")
+    reference = model.medicationReference.reference
+    if not reference:
+        return Rejection(
+            "medicationReference.reference",
+            "medication without a code: medicationReference has no reference to a Medication",
+        )
+    if not reference.startswith("#"):
+        return MedicationReference(reference, person, day, ref)
+    shown = clip(reference, 100)
+    contained = _contained_medication(model, reference[1:])
+    if contained is None:
+        return Rejection(
+            "medicationReference.reference",
+            f"{ref}: medicationReference {shown!r} names no contained Medication",
+        )
+    codings = codings_of(contained.code)
     if not codings:
-        field = "medicationReference" if model.medicationReference is not None else "medication[x]"
-        return Rejection(field, "medication without a code")
+        return Rejection(
+            "medicationReference.reference",
+            f"{ref}: the contained Medication {shown!r} has no code",
+        )
     return _event_rows(person, "medication", codings, day, "MedicationRequest", ref)
+
+
+def _contained_medication(model: Any, local_id: str) -> Any | None:
+    """The Medication in ``model.contained`` with id ``local_id`` (FHIR R4, 2.39 References)."""
+    for resource in model.contained or []:
+        if resource.get_resource_type() == MEDICATION and resource.id == local_id:
+            return resource
+    return None
 
 
 def _procedure(model: Any, person: str, ref: str, today: date) -> Rows | Rejection:
@@ -323,7 +413,7 @@ def _procedure(model: Any, person: str, ref: str, today: date) -> Rows | Rejecti
     day = _event_date(candidates, "performed[x]", today)
     if isinstance(day, Rejection):
         return day
-    return _event_rows(person, "procedure", _codings(model.code), day, "Procedure", ref)
+    return _event_rows(person, "procedure", codings_of(model.code), day, "Procedure", ref)
 
 
 def _quantity(quantity: Any, field: str) -> tuple[float | None, str | None] | Rejection:
@@ -364,7 +454,7 @@ def _observation(model: Any, person: str, ref: str, today: date) -> Rows | Rejec
     rows = [
         (person, "measurement", system, code, None, day, value, unit, "Observation", ref)
         for concept, (value, unit) in measured
-        for system, code in _codings(concept)
+        for system, code in codings_of(concept)
     ]
     if not rows:
         value, unit = main

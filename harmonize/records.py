@@ -29,6 +29,11 @@ Tables (DuckDB, in memory or in a file for large inputs):
 ``rejected``
     The quarantine: ``source``, ``location`` (line or entry), ``record_type``,
     ``record_id``, ``field``, ``reason``; one row per rejected record.
+``unprocessed``
+    ``source``, ``reason``, ``n``: records of an input that a stopped run
+    did not read (e.g. the files after the one that exceeded
+    ``max_rejected_share``). They are not in ``read_counts``; the report
+    adds them to the records read so that its totals still balance.
 ``notes``
     ``source``, ``note``: what a reader found and did that changes no count
     but that a data engineer should know (the CDM version and how it was
@@ -96,6 +101,7 @@ _SCHEMA = {
         ("field", "VARCHAR"),
         ("reason", "VARCHAR"),
     ],
+    "unprocessed": [("source", "VARCHAR"), ("reason", "VARCHAR"), ("n", "BIGINT")],
     "notes": [("source", "VARCHAR"), ("note", "VARCHAR")],
 }
 
@@ -147,6 +153,10 @@ class RecordStore:
             [{"source": source, "record_type": record_type, "reason": reason, "n": n}],
         )
 
+    def count_unprocessed(self, source: str, reason: str, n: int) -> None:
+        """Record ``n`` records of ``source`` that the run did not read (see ``unprocessed``)."""
+        self.append("unprocessed", [{"source": source, "reason": reason, "n": n}])
+
     def note(self, source: str, note: str) -> None:
         """Record a note for the report (see the ``notes`` table)."""
         self.append("notes", [{"source": source, "note": note}])
@@ -188,10 +198,20 @@ class RecordStore:
             raise ValueError(f"unknown table {name!r}")
         return self.frame(f"SELECT * FROM {name}")
 
+    def represented(self) -> int:
+        """Input records represented by rows of ``persons`` or ``events`` (distinct refs)."""
+        return int(
+            self.connection.execute(
+                "SELECT count(*) FROM (SELECT record_ref FROM persons "
+                "UNION SELECT record_ref FROM events)"
+            ).fetchall()[0][0]
+        )
+
     def totals(self) -> dict[str, int]:
-        """Records read, excluded at read and rejected, for the read = included + ... check."""
+        """Records read, excluded at read, rejected and not read, for the balance check."""
         one = self.connection.execute
         return {
+            "unprocessed": int(one("SELECT coalesce(sum(n), 0) FROM unprocessed").fetchall()[0][0]),
             "read": int(one("SELECT coalesce(sum(n), 0) FROM read_counts").fetchall()[0][0]),
             "excluded_at_read": int(
                 one("SELECT coalesce(sum(n), 0) FROM excluded_at_read").fetchall()[0][0]

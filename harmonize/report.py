@@ -1,8 +1,12 @@
 """The harmonisation report: what became of every input record, and the site fingerprint.
 
-Totals satisfy ``read = included + excluded + rejected``: a record is
-rejected (invalid, quarantined with its reason), excluded (valid but not
-used, with the reason) or included (used in the analysis frame). The report
+Totals satisfy ``read = included + excluded + rejected + unprocessed``: a
+record is rejected (invalid, quarantined with its reason), excluded (valid
+but not used, with the reason), included (used in the analysis frame), or
+unprocessed: a run that stopped (a file over ``max_rejected_share``) did not
+read it (the files after the stop, counted by the reader's first pass) or
+did not classify it (records already mapped to rows when the run stopped
+before building the frame). ``read`` counts every input record, read or not. The report
 also gives the cohort's exclusions, the coding coverage, the unit
 conversions applied, the readers' notes, missingness and value ranges per
 column, and the site fingerprint the coordinator compares across sites.
@@ -34,9 +38,11 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "included": (int,),
     "excluded": (int,),
     "rejected": (int,),
+    "unprocessed": (int,),
     "read_by_type": (dict,),
     "excluded_by_reason": (dict,),
     "rejected_by_reason": (dict,),
+    "unprocessed_by_reason": (dict,),
     "cohort_exclusions": (dict,),
     "patients": (int,),
     "coding_coverage": (int, float, type(None)),
@@ -63,9 +69,11 @@ class HarmonizationReport:
     included: int = 0
     excluded: int = 0
     rejected: int = 0
+    unprocessed: int = 0
     read_by_type: dict[str, int] = field(default_factory=dict)
     excluded_by_reason: dict[str, int] = field(default_factory=dict)
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    unprocessed_by_reason: dict[str, int] = field(default_factory=dict)
     cohort_exclusions: dict[str, int] = field(default_factory=dict)
     patients: int = 0
     coding_coverage: float | None = None
@@ -79,8 +87,8 @@ class HarmonizationReport:
 
     @property
     def balanced(self) -> bool:
-        """``read == included + excluded + rejected``: no record disappeared."""
-        return self.read == self.included + self.excluded + self.rejected
+        """``read == included + excluded + rejected + unprocessed``: no record disappeared."""
+        return self.read == self.included + self.excluded + self.rejected + self.unprocessed
 
     def site_fingerprint(self) -> SiteFingerprint:
         return SiteFingerprint.from_record(self.fingerprint)
@@ -147,6 +155,7 @@ class HarmonizationReport:
             f"{self.study!r} [{self.spec_digest[:12]}]: {self.status}",
             f"  records read {self.read:,} = included {self.included:,} + excluded "
             f"{self.excluded:,} + rejected {self.rejected:,}"
+            + (f" + unprocessed {self.unprocessed:,}" if self.unprocessed else "")
             + ("" if self.balanced else "   (NOT BALANCED)"),
             f"  patients in the analysis frame: {self.patients:,}",
         ]
@@ -156,6 +165,7 @@ class HarmonizationReport:
             ("read by type", self.read_by_type),
             ("excluded by reason", self.excluded_by_reason),
             ("rejected by reason", self.rejected_by_reason),
+            ("unprocessed by reason", self.unprocessed_by_reason),
             ("cohort exclusions (patients)", self.cohort_exclusions),
         ):
             if counts:

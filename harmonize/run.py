@@ -22,6 +22,7 @@ import pandas as pd
 from harmonize.errors import HarmonizationError, HarmonizationFailed
 from harmonize.fingerprint import FINGERPRINT_ATTR, fingerprint_frame
 from harmonize.frame import HARMONIZE, build_frame, coding_coverage
+from harmonize.progress import Progress
 from harmonize.records import RecordStore
 from harmonize.report import HarmonizationReport, column_summary, counts_by
 from harmonize.spec import StudySpec
@@ -45,6 +46,7 @@ def harmonize(
     latest_date: date | None = None,
     memory_limit: str | None = "1GB",
     workers: int | None = None,
+    progress: Progress | None = None,
 ) -> Harmonized:
     """Harmonise one site's FHIR (``fhir=``) or OMOP (``omop=``) data under ``spec``.
 
@@ -57,6 +59,16 @@ def harmonize(
     what DuckDB holds in memory (it spills to disk beyond), so the memory a
     run needs does not grow with the site's data. ``workers``: processes
     validating large FHIR NDJSON files (see :func:`harmonize.fhir.read_fhir`).
+
+    ``progress``: called as ``progress(done, total)`` while the source is
+    read, with the input records processed so far and their total when it is
+    known (FHIR: counted in a first pass, reported every 1,000 records; OMOP:
+    the final count only, since DuckDB reads each table in one statement); see
+    :class:`harmonize.progress.Progress`. Default: silent.
+
+    If the run stops (e.g. a file over ``max_rejected_share``), the report of
+    the raised :class:`HarmonizationFailed` counts as ``unprocessed`` the
+    records not read and those read but not classified, so that it balances.
     """
     if (fhir is None) == (omop is None):
         raise HarmonizationError("give exactly one source: fhir=PATH(S) or omop=PATH")
@@ -89,14 +101,19 @@ def harmonize(
                     max_rejected_share=max_rejected_share,
                     today=latest_date,
                     workers=workers,
+                    progress=progress,
                 )
             else:
                 from harmonize.omop import read_omop
 
                 read_omop(omop, store, max_rejected_share=max_rejected_share, today=latest_date)
+                if progress is not None:
+                    read = store.totals()["read"]
+                    progress(read, read)
             result = build_frame(store, spec)
         except HarmonizationError as error:
             _fill_read_side(report, store)
+            _count_unclassified(report, store)
             report.failure = str(error)
             raise HarmonizationFailed(str(error), report) from error
         _fill_read_side(report, store)
@@ -127,9 +144,16 @@ def harmonize(
     return Harmonized(frame=frame, report=report, quarantine=quarantine)
 
 
+UNCLASSIFIED = "read and mapped to rows, not classified: the run stopped before the frame"
+"""Why records a stopped run had already mapped are neither included nor excluded."""
+
+
 def _fill_read_side(report: HarmonizationReport, store: RecordStore) -> None:
     read = store.table("read_counts")
-    report.read = int(read["n"].sum()) if not read.empty else 0
+    not_read = store.table("unprocessed")
+    report.unprocessed = int(not_read["n"].sum()) if not not_read.empty else 0
+    report.unprocessed_by_reason = counts_by(not_read, "reason") if not not_read.empty else {}
+    report.read = (int(read["n"].sum()) if not read.empty else 0) + report.unprocessed
     report.read_by_type = counts_by(read, "record_type") if not read.empty else {}
     at_read = store.table("excluded_at_read")
     report.excluded = int(at_read["n"].sum()) if not at_read.empty else 0
@@ -137,6 +161,14 @@ def _fill_read_side(report: HarmonizationReport, store: RecordStore) -> None:
     report.notes = store.notes()
     rejected = store.table("rejected")
     report.rejected = int((rejected["source"] != HARMONIZE).sum()) if not rejected.empty else 0
+
+
+def _count_unclassified(report: HarmonizationReport, store: RecordStore) -> None:
+    """Count as unprocessed the records a stopped run mapped to rows but never classified."""
+    represented = store.represented()
+    if represented:
+        report.unprocessed += represented
+        report.unprocessed_by_reason[UNCLASSIFIED] = represented
 
 
 def write_outputs(result: Harmonized, out_dir: str | Path) -> dict[str, Path]:

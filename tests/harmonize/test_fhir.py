@@ -297,7 +297,7 @@ def test_rejected_share_over_threshold_stops_the_run(tmp_path):
     message = str(caught.value)
     assert "Condition.000.ndjson" in message and "2 of 10 records rejected" in message
     assert "line 9" in message and "malformed JSON" in message
-    assert store.totals() == {"read": 10, "excluded_at_read": 0, "rejected": 2}
+    assert store.totals() == {"unprocessed": 0, "read": 10, "excluded_at_read": 0, "rejected": 2}
     read_fhir(path, RecordStore(), max_rejected_share=0.2)  # 20 % is not over 20 %
 
 
@@ -645,7 +645,7 @@ def test_large_ndjson_is_flushed_in_batches(tmp_path):
     elapsed = time.perf_counter() - started
     events = [rows for table, rows in store.appends if table == "events"]
     assert events == [batch] * (n // batch)
-    assert store.totals() == {"read": n, "excluded_at_read": 0, "rejected": 0}
+    assert store.totals() == {"unprocessed": 0, "read": n, "excluded_at_read": 0, "rejected": 0}
     print(f"\n{n / elapsed:,.0f} Observations/s ({n} in {elapsed:.1f} s)")
 
 

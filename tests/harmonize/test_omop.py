@@ -305,7 +305,12 @@ def test_missing_required_column_is_named(tmp_path):
     store = RecordStore()
     with pytest.raises(HarmonizationError):
         read_omop(folder, store)
-    assert store.totals() == {"read": 0, "excluded_at_read": 0, "rejected": 0}  # nothing written
+    assert store.totals() == {
+        "unprocessed": 0,
+        "read": 0,
+        "excluded_at_read": 0,
+        "rejected": 0,
+    }  # nothing written
 
 
 def test_names_in_any_case_and_missing_optional_columns_are_accepted(tmp_path):

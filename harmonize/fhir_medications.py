@@ -1,0 +1,186 @@
+"""The first pass over a FHIR export: record counts per file and an index of Medication codes.
+
+A MedicationRequest usually names its drug by reference (FHIR R4
+``MedicationRequest.medication[x]``, section 3.3.1): to a Medication
+contained in it (``#med1``, resolved by :mod:`harmonize.fhir_mapping`), to a
+Bundle entry (its ``fullUrl``, often ``urn:uuid:...``), or to an exported
+Medication (``Medication/abc``, in a Bundle or in the Bulk Data export's
+``Medication.ndjson``). The Medication may come after the request, in the
+same file or in a later one, so :func:`survey` reads every input once before
+the records are mapped and keeps only what resolving needs: each
+Medication's codings (``(system, code)`` pairs) under the references that may
+name it. That costs about 150 bytes per Medication, whatever the size of the
+other resources; identical codings are stored once.
+
+NDJSON lines are only parsed when they contain the text ``"Medication"``,
+so the pass over the other lines is a byte scan; it also counts the records
+of every file (non-blank lines, Bundle entries), which gives the total for
+progress reports and the records a stopped run did not process. Medications
+are validated with the same ``fhir.resources`` models as every other
+record; one that is not valid FHIR, has no code, or shares its reference
+with a Medication of other codes makes the requests naming it unresolvable,
+with a reason that says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harmonize.errors import HarmonizationError
+from harmonize.fhir_mapping import MEDICATION, Coding, Rejection, clip, codings_of, validate
+
+__all__ = ["MedicationIndex", "Survey", "load_json_document", "survey"]
+
+_MEDICATION_REF = re.compile(
+    r"(?:^|/)Medication/([A-Za-z0-9\-.]{1,64})(?:/_history/[A-Za-z0-9\-.]+)?$"
+)
+_MEDICATION_BYTES = b'"Medication"'
+_SHOWN_REFERENCE = 100
+
+
+@dataclass
+class MedicationIndex:
+    """Codings of the export's Medications, by ``Medication/<id>`` and by Bundle ``fullUrl``.
+
+    A value is the Medication's codings, or (a string) why a reference to it
+    cannot give a code.
+    """
+
+    entries: dict[str, tuple[Coding, ...] | str] = field(default_factory=dict)
+    _interned: dict[tuple[Coding, ...], tuple[Coding, ...]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def add(self, resource: dict[str, Any], where: str, full_url: object = None) -> None:
+        """Index one Medication resource (a parsed JSON object) found at ``where``."""
+        keys = []
+        if isinstance(resource.get("id"), str):
+            keys.append(f"{MEDICATION}/{resource['id']}")
+        if isinstance(full_url, str) and full_url:
+            keys.append(full_url)
+        if not keys:
+            return  # nothing can reference it
+        model = validate(MEDICATION, resource)
+        value: tuple[Coding, ...] | str
+        if isinstance(model, Rejection):
+            value = f"the Medication it names ({where}) is not valid FHIR and was rejected"
+        else:
+            codings = tuple(codings_of(model.code))
+            value = (
+                self._interned.setdefault(codings, codings)
+                if codings
+                else f"the Medication it names ({where}) has no code"
+            )
+        for key in keys:
+            known = self.entries.get(key)
+            if known is None:
+                self.entries[key] = value
+            elif known != value:
+                self.entries[key] = (
+                    f"Medications with different codes share it (another one at {where})"
+                )
+
+    def resolve(self, reference: str) -> list[Coding] | str:
+        """The codings ``reference`` points to, or a reason naming the reference."""
+        value = self.entries.get(reference)
+        if value is None:
+            match = _MEDICATION_REF.search(reference)
+            if match is not None:
+                value = self.entries.get(f"{MEDICATION}/{match.group(1)}")
+        shown = clip(reference, _SHOWN_REFERENCE)
+        if value is None:
+            return (
+                f"medicationReference {shown!r} matches no Medication in the export "
+                "(no Bundle entry or NDJSON line with that id or fullUrl)"
+            )
+        if isinstance(value, str):
+            return f"medicationReference {shown!r}: {value}"
+        return list(value)
+
+
+@dataclass
+class Survey:
+    """What the first pass found: records per file (in read order) and the Medication index."""
+
+    records: dict[Path, int]
+    medications: MedicationIndex
+
+    @property
+    def total(self) -> int:
+        return sum(self.records.values())
+
+
+def survey(files: Iterable[Path]) -> Survey:
+    """Count every file's records and index its Medications (see the module docstring).
+
+    Raises
+    ------
+    HarmonizationError
+        A file cannot be read, or a ``.json`` file is not valid JSON or not a
+        Bundle or resource -- before any record is read.
+    """
+    found = Survey({}, MedicationIndex())
+    for path in files:
+        try:
+            if path.suffix == ".ndjson":
+                n = _survey_ndjson(path, found.medications)
+            else:
+                n = _survey_json(path, found.medications)
+        except OSError as error:
+            raise HarmonizationError(f"{path}: cannot read ({error})") from None
+        found.records[path] = n
+    return found
+
+
+def load_json_document(path: Path) -> dict[str, Any]:
+    """A ``.json`` input parsed whole: one Bundle or one resource, else a HarmonizationError."""
+    try:
+        document = json.loads(path.read_bytes())
+    except (ValueError, RecursionError) as error:
+        raise HarmonizationError(f"{path}: not valid JSON ({clip(str(error))})") from None
+    if not isinstance(document, dict) or not isinstance(document.get("resourceType"), str):
+        raise HarmonizationError(f"{path}: not a FHIR Bundle or resource (no resourceType)")
+    if document["resourceType"] == "Bundle" and not isinstance(document.get("entry", []), list):
+        raise HarmonizationError(f"{path}: Bundle.entry is not a list")
+    return document
+
+
+def _survey_json(path: Path, index: MedicationIndex) -> int:
+    document = load_json_document(path)
+    if document["resourceType"] != "Bundle":
+        if document["resourceType"] == MEDICATION:
+            index.add(document, f"{path.name}:resource")
+        return 1
+    entries = document.get("entry", [])
+    for number, entry in enumerate(entries):
+        resource = entry.get("resource") if isinstance(entry, dict) else None
+        if isinstance(resource, dict) and resource.get("resourceType") == MEDICATION:
+            index.add(resource, f"{path.name}:entry {number}", entry.get("fullUrl"))
+    return len(entries)
+
+
+def _survey_ndjson(path: Path, index: MedicationIndex) -> int:
+    n = 0
+    with path.open("rb") as handle:
+        for number, line in _numbered(handle):
+            n += 1
+            if _MEDICATION_BYTES not in line:
+                continue
+            try:
+                resource = json.loads(line)
+            except (ValueError, RecursionError):
+                continue  # the second pass rejects it
+            if isinstance(resource, dict) and resource.get("resourceType") == MEDICATION:
+                index.add(resource, f"{path.name}:line {number}")
+    return n
+
+
+def _numbered(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
+    """Non-blank lines with their number, counted from 1 (as the reader numbers them)."""
+    return ((n, line) for n, line in enumerate(handle, start=1) if line.strip())
