@@ -15,6 +15,7 @@ from accounting.accountants import pld_epsilon, rdp_epsilon
 from accounting.calibration import calibrate_gaussian
 from accounting.errors import (
     AccountingError,
+    BudgetBelowSpent,
     BudgetExceeded,
     InvalidBudget,
     InvalidEntry,
@@ -28,7 +29,7 @@ from accounting.errors import (
 )
 from accounting.events import describe_event, event_from_json, event_to_json
 from accounting.ledger import DEFAULT_DURABILITY, Ledger
-from accounting.records import Budget, Entry, Preview, Spent, VerifyReport
+from accounting.records import Budget, BudgetChange, Entry, Preview, Spent, VerifyReport
 from accounting.scope import Scope
 from accounting.units import Neighbouring, PrivacyUnit
 
@@ -36,6 +37,8 @@ __all__ = [
     "DEFAULT_DURABILITY",
     "AccountingError",
     "Budget",
+    "BudgetBelowSpent",
+    "BudgetChange",
     "BudgetExceeded",
     "Entry",
     "InvalidBudget",

@@ -26,6 +26,31 @@ class InvalidBudget(AccountingError, ValueError):
     """A budget (epsilon, delta) is not valid, or would be below what is already spent."""
 
 
+class BudgetBelowSpent(InvalidBudget):
+    """A new budget is below what its scope has already spent; the budget was not changed.
+
+    Attributes
+    ----------
+    scope:
+        The scope whose budget was to change.
+    epsilon, delta:
+        The budget refused.
+    spent:
+        RDP epsilon the scope has already spent, stated at the refused ``delta``.
+    """
+
+    def __init__(self, *, scope: Scope, epsilon: float, delta: float, spent: float) -> None:
+        self.scope = scope
+        self.epsilon = epsilon
+        self.delta = delta
+        self.spent = spent
+        super().__init__(
+            f"cannot set the budget of {scope} to epsilon={epsilon:.6g} at delta={delta:.3g}: "
+            f"it has already spent epsilon={spent:.6g} at that delta. A budget can be lowered "
+            "only down to what is spent; the budget was not changed."
+        )
+
+
 class InvalidEntry(AccountingError, ValueError):
     """A charge's note, analysis, task or parameters cannot be recorded."""
 

@@ -46,6 +46,7 @@ from accounting.accountants import (
 )
 from accounting.chain import canonical_json, chain_hash, entry_content, genesis_hash
 from accounting.errors import (
+    BudgetBelowSpent,
     BudgetExceeded,
     InvalidBudget,
     InvalidEntry,
@@ -56,7 +57,7 @@ from accounting.errors import (
     UnsupportedMechanism,
 )
 from accounting.events import describe_event, event_from_json, event_to_json
-from accounting.records import Budget, Entry, Preview, Spent, VerifyReport
+from accounting.records import Budget, BudgetChange, Entry, Preview, Spent, VerifyReport
 from accounting.schema import Durability
 from accounting.scope import Scope
 from accounting.verify import verify_ledger
@@ -297,8 +298,10 @@ class Ledger:
         Raises
         ------
         InvalidBudget
-            For epsilon <= 0 or not finite, delta outside (0, 1), or a budget
-            below what the scope has already spent (at the new delta).
+            For epsilon <= 0 or not finite, or delta outside (0, 1).
+        BudgetBelowSpent
+            (an :class:`InvalidBudget`) for a budget below what the scope has
+            already spent at the new delta; its ``spent`` says how much.
         ScopeConflict
             If the scope exists under another neighbouring relation.
         """
@@ -333,11 +336,7 @@ class Ledger:
                     return Budget(epsilon, delta)
                 spent = epsilon_from_rdp(row.orders, row.rdp, delta) if row.entries else 0.0
                 if spent > epsilon + BUDGET_SLACK:
-                    raise InvalidBudget(
-                        f"cannot set the budget of {scope} to epsilon={epsilon:.6g} at "
-                        f"delta={delta:.3g}: it has already spent epsilon={spent:.6g} at that "
-                        "delta"
-                    )
+                    raise BudgetBelowSpent(scope=scope, epsilon=epsilon, delta=delta, spent=spent)
                 conn.execute(
                     "UPDATE scopes SET budget_epsilon = ?, budget_delta = ?, epsilon = ? "
                     "WHERE id = ?",
@@ -356,6 +355,20 @@ class Ledger:
         with self._transaction("DEFERRED", "reading a budget") as conn:
             row = self._scope_row(conn, scope)
         return Budget(row.budget, row.delta)
+
+    def budget_history(self, scope: Scope) -> list[BudgetChange]:
+        """Every budget set for ``scope``, oldest first (a change to the same budget adds none)."""
+        with self._transaction("DEFERRED", "reading a budget history") as conn:
+            row = self._scope_row(conn, scope)
+            rows = conn.execute(
+                "SELECT epsilon, delta, changed_at, package_version FROM budget_history "
+                "WHERE scope_id = ? ORDER BY id",
+                (row.id,),
+            ).fetchall()
+        return [
+            BudgetChange(epsilon, delta, datetime.datetime.fromisoformat(changed_at), version)
+            for epsilon, delta, changed_at, version in rows
+        ]
 
     def scopes(self) -> list[Scope]:
         """Every scope in the ledger, in order of creation."""

@@ -24,6 +24,16 @@ class Budget:
 
 
 @dataclasses.dataclass(frozen=True)
+class BudgetChange:
+    """One setting of a scope's budget, as recorded in the ledger's budget history."""
+
+    epsilon: float
+    delta: float
+    changed_at: datetime.datetime
+    package_version: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Entry:
     """One committed charge.
 

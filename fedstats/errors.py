@@ -228,15 +228,27 @@ class BudgetExceededError(SiteError):
         )
 
 
+DEFAULT_STUDY = "study"
+"""The study name a :class:`~fedstats.models.federation.Federation` uses when none is given."""
+
+
 class NoBudgetError(SiteError):
     """A site cannot make a private release: it has no ledger or no budget for the study."""
 
     fields = ("site", "task", "study", "reason")
 
     def describe(self) -> str:
+        study = (
+            f"study {DEFAULT_STUDY!r} (the default: no study name was set)"
+            if self.study in (None, DEFAULT_STUDY)
+            else f"study {self.study!r}"
+        )
         return (
-            f"site {self.site!r} refused task {self.task!r} for study {self.study!r}: "
-            f"{self.reason}. The site's privacy officer sets budgets in the site's own ledger."
+            f"site {self.site!r} refused task {self.task!r} for {study}: {self.reason}. "
+            "Pass the site's ledger with ledgers={site: accounting.Ledger(path)} and the study's "
+            "name with study= (Federation.in_process(frames, study=..., ledgers=...)); the "
+            "site's privacy officer sets the budget of Scope(unit='patient', owner=site, "
+            "study=...) in that ledger (fedstats budget set)."
         )
 
 

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from fedstats.cli.logs import configure, fail
 from fedstats.jobs.exit_codes import SITE_EXIT_HELP, STUDY_EXIT_HELP, SiteExit, StudyExit
 
 site_app = typer.Typer(help="A site's scheduled batch job.", no_args_is_help=True)
@@ -23,12 +24,12 @@ study_app = typer.Typer(help="The coordinator's study run.", no_args_is_help=Tru
 
 @site_app.callback()
 def site() -> None:
-    """A site's scheduled batch job (``fedstats site run --config site.toml``)."""
+    """A site's scheduled batch job: fedstats site run --config site.toml."""
 
 
 @study_app.callback()
 def study() -> None:
-    """The coordinator's study run (``fedstats study run --config study.toml``)."""
+    """The coordinator's study run: fedstats study run --config study.toml."""
 
 
 @site_app.command(
@@ -55,7 +56,7 @@ def site_run(
     if run.exit_code == SiteExit.OK:
         typer.echo(f"{run.reason}{where}")
         return
-    _fail(f"{run.exit_code.name.lower().replace('_', ' ')}: {run.reason}{where}", run.exit_code)
+    fail(f"{run.exit_code.name.lower().replace('_', ' ')}: {run.reason}{where}", run.exit_code)
 
 
 @site_app.command(
@@ -75,7 +76,7 @@ def site_protocol(
     try:
         protocol = load_protocol(path)
     except StudyConfigurationError as error:
-        _fail(str(error), SiteExit.CONFIGURATION)
+        fail(str(error), SiteExit.CONFIGURATION)
     typer.echo(f"protocol: {protocol.title}")
     if protocol.approved_by or protocol.approved_on:
         typer.echo(f"approved by: {protocol.approved_by or '-'} on {protocol.approved_on or '-'}")
@@ -120,17 +121,18 @@ def study_run(
     if run.exit_code == StudyExit.OK:
         typer.echo(run.reason)
         return
-    _fail(f"{run.exit_code.name.lower().replace('_', ' ')}: {run.reason}", run.exit_code)
+    fail(f"{run.exit_code.name.lower().replace('_', ' ')}: {run.reason}", run.exit_code)
 
 
-def _fail(message: str, code: int) -> None:
-    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
-    raise typer.Exit(code=int(code))
+def _plain_log() -> None:
+    """fedstats jobs: progress as plain lines on stderr."""
+    configure(quiet=False, json_log=False)
 
 
 def main() -> None:
     """``python -m fedstats.cli.jobs``: the two jobs without the rest of the command line."""
     jobs = typer.Typer(no_args_is_help=True, add_completion=False)
+    jobs.callback()(_plain_log)
     jobs.add_typer(site_app, name="site")
     jobs.add_typer(study_app, name="study")
     jobs()

@@ -1,16 +1,22 @@
-"""Command-line interface: ``fedstats demo``, ``harmonize``, ``budget show``, ``report``,
-``site run`` and ``study run``."""
+"""Command-line interface: ``fedstats demo``, ``harmonize``, ``budget show``/``set``,
+``report``, ``site run`` and ``study run``.
+
+Help texts are plain text (no reStructuredText markup): they are what a user
+reads in a terminal. Progress and events go to stderr through ``logging``
+(:mod:`fedstats.cli.logs`); results go to stdout.
+"""
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from fedstats.cli.budget import budget_app
 from fedstats.cli.jobs import site_app, study_app
+from fedstats.cli.logs import configure, fail
 
 app = typer.Typer(
     help="fedstats: privacy-accounted biostatistics for multi-site clinical studies.",
@@ -19,43 +25,27 @@ app = typer.Typer(
 )
 
 
-budget_app = typer.Typer(help="Privacy budgets kept in a ledger.", no_args_is_help=True)
 app.add_typer(budget_app, name="budget")
 app.add_typer(site_app, name="site")
 app.add_typer(study_app, name="study")
 
 
 @app.callback()
-def main() -> None:
-    """fedstats command-line interface."""
-
-
-@budget_app.command("show")
-def budget_show(
-    ledger: Annotated[Path, typer.Option(help="The ledger file (a site's or the coordinator's).")],
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON document, for machines.")
+def main(
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress lines; warnings and errors only.")
+    ] = False,
+    json_log: Annotated[
+        bool,
+        typer.Option(
+            "--json-log",
+            help="Progress, warnings and errors on stderr as one JSON object per line "
+            "(time, level, event, message, fields), for cron and systemd.",
+        ),
     ] = False,
 ) -> None:
-    """Scopes, budgets, epsilon spent (RDP and PLD), remaining and entries in a ledger."""
-    import accounting
-    from reports import budget_table
-
-    if not ledger.is_file():
-        typer.secho(f"error: no ledger at {ledger}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(code=2)
-    try:
-        with accounting.Ledger(ledger) as book:
-            table = budget_table(book)
-    except accounting.LedgerError as error:
-        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
-        raise typer.Exit(code=2) from None
-    if as_json:
-        typer.echo(json.dumps({"ledger": str(ledger), "scopes": table.to_dict(orient="records")}))
-    elif table.empty:
-        typer.echo(f"{ledger}: no scopes")
-    else:
-        typer.echo(table.to_string(index=False, float_format=lambda v: f"{v:.4f}"))
+    """fedstats command-line interface."""
+    configure(quiet=quiet, json_log=json_log)
 
 
 class HarmonizeExit:
@@ -115,7 +105,7 @@ def harmonize(
     from harmonize.spec import load_spec
 
     if (fhir is None) == (omop is None):
-        _fail(
+        fail(
             "give exactly one source: --fhir PATH (repeatable) or --omop PATH",
             HarmonizeExit.CONFIGURATION,
         )
@@ -134,7 +124,7 @@ def harmonize(
             ),
             out,
         )
-        _fail(str(error), HarmonizeExit.CONFIGURATION)
+        fail(str(error), HarmonizeExit.CONFIGURATION)
     try:
         result = run_harmonize(
             study,
@@ -148,24 +138,17 @@ def harmonize(
         )
     except HarmonizationFailed as failed:
         write_report(failed.report, out)
-        _fail(f"harmonisation failed: {failed}", HarmonizeExit.FAILED)
+        fail(f"harmonisation failed: {failed}", HarmonizeExit.FAILED)
     except HarmonizationError as error:
-        _fail(f"harmonisation failed: {error}", HarmonizeExit.FAILED)
+        fail(f"harmonisation failed: {error}", HarmonizeExit.FAILED)
     write_outputs(result, out)
     typer.echo(result.report.to_text())
     if result.report.status == "empty cohort":
-        _fail(
+        fail(
             f"empty cohort: no patient of site {site!r} meets the study's criteria "
             f"(report in {out / 'report.json'})",
             HarmonizeExit.EMPTY_COHORT,
         )
-
-
-def _fail(message: str, code: int) -> None:
-    typer.secho(f"error: {message.splitlines()[0]}", fg=typer.colors.RED, err=True)
-    for line in message.splitlines()[1:]:
-        typer.echo(line, err=True)
-    raise typer.Exit(code=code)
 
 
 @app.command()
@@ -186,7 +169,7 @@ def report(
     try:
         path = write_report(study, out)
     except ReportError as error:
-        _fail(str(error), 2)
+        fail(str(error), 2)
     typer.echo(f"report written to {path.resolve()}")
 
 
@@ -220,7 +203,7 @@ def demo(
     under record-level differential privacy: each hospital charges its own
     ledger (kept in a temporary folder) before it releases noisy aggregates.
 
-    Finally the whole workflow of a private study (``fedstats.jobs.demo``): four
+    Finally the whole workflow of a private study (fedstats.jobs.demo): four
     synthetic hospitals' FHIR and OMOP exports are harmonised, exact,
     record-level and client-level private fits are made, everything is
     recorded in OUT_DIR/study and the compliance report is written as
@@ -232,7 +215,7 @@ def demo(
     try:
         run_heart_demo(data_dir, site_intercepts=site_intercepts, private=private, out_dir=out_dir)
     except DemoFailed as failure:
-        _fail(str(failure), failure.code)
+        fail(str(failure), failure.code)
 
 
 if __name__ == "__main__":

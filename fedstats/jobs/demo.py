@@ -30,6 +30,7 @@ comes from OS entropy unless ``noise_seed`` is given (then the report says so).
 
 from __future__ import annotations
 
+import logging
 import shutil
 import tempfile
 import time
@@ -47,6 +48,7 @@ import accounting
 import fedstats
 from fedstats import datasets
 from fedstats.errors import DemoFailed, DisclosureError, FedstatsError
+from fedstats.jobs.events import emit
 from fedstats.site.protocol import load_protocol
 from harmonize.run import harmonize
 from harmonize.spec import load_spec
@@ -54,6 +56,8 @@ from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson, write_omop
 from reports import budget_table, data_flows
 from reports.errors import RecordingError
 from reports.recorder import StudyRecorder
+
+_log = logging.getLogger(__name__)
 
 SPEC = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
 """The demonstration study's specification."""
@@ -121,6 +125,7 @@ def run_demo_study(
             harmonized = harmonize(spec, site=site.name, omop=write_omop_csv(ehr, folder))
         recorder.record_harmonization(harmonized.report)
         frames[site.name] = harmonized.frame
+        emit(_log, "demo.harmonised", f"{site.name}: harmonised", site=site.name)
 
     study = spec.study.name
     ledgers = {}
@@ -177,6 +182,7 @@ def run_demo_study(
     )
 
     model = fedstats.LogisticRegression(FORMULA, levels=LEVELS)
+    emit(_log, "demo.fitting", "fitting the exact model", fit="logistic-exact")
     exact = model.fit(federation)
     recorder.record_fit(
         "logistic-exact", exact, description="Logistic regression, exact (no privacy noise)"
@@ -186,6 +192,7 @@ def run_demo_study(
         "Between-site heterogeneity of the exact fit (Cochran's Q, I², DerSimonian–Laird tau²)",
         fedstats.heterogeneity(model, federation).summary_frame,
     )
+    emit(_log, "demo.fitting", "fitting under record-level DP", fit="logistic-record-dp")
     with _warnings_in_the_record():
         private = model.fit(federation, privacy=record_dp, secure_aggregation=secure)
     recorder.record_fit(
@@ -197,6 +204,7 @@ def run_demo_study(
         ),
         reference="logistic-exact",
     )
+    emit(_log, "demo.fitting", "fitting under client-level DP", fit="logistic-client-dp")
     with _warnings_in_the_record():
         client = model.fit(federation, privacy=client_dp)
     recorder.record_fit(
@@ -277,6 +285,7 @@ def _study_demo(out_dir: Path) -> None:
     typer.echo(f"\nA private study from raw extracts: harmonising {sources} ...")
     try:
         study_dir = run_demo_study(out_dir)
+        emit(_log, "demo.reporting", "writing the compliance report", study=str(study_dir))
         study = Study.load(study_dir)
         report = build_report(study)
         html = write_html(report, out_dir / "compliance-report.html")

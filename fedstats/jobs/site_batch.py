@@ -47,6 +47,7 @@ harmonises nothing, answers nothing, and says so on stdout and in its record.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 from collections.abc import Iterator
@@ -65,6 +66,7 @@ from fedstats.errors import (
     SiteHarmonisationError,
     StudyConfigurationError,
 )
+from fedstats.jobs.events import emit
 from fedstats.jobs.exit_codes import SiteExit
 from fedstats.jobs.job_lock import JobLock
 from fedstats.jobs.site_activity import Activity, activity, ledger_state, spent_scopes
@@ -81,6 +83,7 @@ from fedstats.jobs.site_serving import (
 from fedstats.site.protocol import load_protocol
 from studyfiles.durable import file_sha256, write_json_atomically
 
+_log = logging.getLogger(__name__)
 LOCK_FILE = "site-run.lock"
 RUNS_DIR = "runs"
 
@@ -158,6 +161,13 @@ def _locked_run(
     try:
         journal = SiteJournal(config.workdir / JOURNAL_FILE)
         record["rolled_forward"] = journal.roll_forward(ledger)
+        emit(
+            _log,
+            "site.preparing_frame",
+            f"site {config.name!r}: preparing the analysis frame",
+            site=config.name,
+            rolled_forward=record["rolled_forward"],
+        )
         try:
             frame = prepare_frame(config, failure_dir=failure_dir)
         except ConfigError as error:
@@ -165,6 +175,14 @@ def _locked_run(
         except SiteHarmonisationError as error:
             return SiteRun(SiteExit.HARMONISATION, str(error), record)
         record["frame"] = frame.as_record()
+        emit(
+            _log,
+            "site.frame_ready",
+            f"site {config.name!r}: frame {frame.origin} (sha256 {frame.sha256[:12]})",
+            site=config.name,
+            origin=frame.origin,
+            sha256=frame.sha256,
+        )
         if config.disclosure.protocol is not None:
             try:
                 protocol = load_protocol(
@@ -190,6 +208,13 @@ def _locked_run(
                 record,
             )
         known = len(journal.records())
+        emit(
+            _log,
+            "site.serving",
+            f"site {config.name!r}: serving the study's requests from "
+            f"{config.coordinator.superlink if config.coordinator else '?'}",
+            site=config.name,
+        )
         try:
             with _stopped_by_sigterm():
                 served = serve(config, path, journal)

@@ -83,7 +83,7 @@ class SiteService:
     def answer(self, request: bytes) -> bytes:
         """Journal the request, let the silo answer, journal the answer, return the reply bytes."""
         seq = self.journal.next_seq()
-        task = _task_of(request)
+        task, analysis = _task_of(request)
         self.journal.append(
             {
                 "event": "received",
@@ -102,6 +102,7 @@ class SiteService:
                 "event": "answered",
                 "seq": seq,
                 "task": task,
+                "analysis": analysis,
                 "status": entry.status,
                 "private": private,
                 "error_type": error_type,
@@ -119,13 +120,22 @@ class SiteService:
         self.ledger.close()
 
 
-def _task_of(request: bytes) -> str:
+def _task_of(request: bytes) -> tuple[str, str | None]:
+    """The request's task and, for a private release, the analysis it names (``"?"``, None
+    when the bytes are not a request)."""
     try:
         message = codec.decode(request)
     except CodecError:
-        return "?"
-    task = message.get("task") if isinstance(message, dict) else None
-    return task if isinstance(task, str) else "?"
+        return "?", None
+    if not isinstance(message, dict):
+        return "?", None
+    task = message.get("task")
+    args = message.get("args")
+    dp = args.get("dp") if isinstance(args, dict) else None
+    analysis = dp.get("analysis") if isinstance(dp, dict) else None
+    return (task if isinstance(task, str) else "?"), (
+        analysis if isinstance(analysis, str) else None
+    )
 
 
 def _reply_facts(reply: bytes) -> tuple[str, bool, str]:

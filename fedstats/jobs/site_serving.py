@@ -30,6 +30,7 @@ SIGKILL after a grace period, each with its process group), however it returns.
 
 from __future__ import annotations
 
+import logging
 import socket
 import subprocess
 import time
@@ -38,9 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fedstats.errors import CoordinatorUnreachable, SiteProcessesFailed
+from fedstats.jobs.events import emit
 from fedstats.jobs.site_config import CoordinatorSection, SiteConfig
 from fedstats.jobs.site_journal import SiteJournal
 
+_log = logging.getLogger(__name__)
 WATCH_INTERVAL = 0.2
 """Seconds between looks at the journal and the processes."""
 
@@ -123,6 +126,7 @@ def _watch(
     t0: float,
 ) -> str:
     size = _size(journal.path)
+    seen = len(journal.records())
     answered_any = False
     last_activity = time.monotonic()
     while True:
@@ -137,12 +141,52 @@ def _watch(
         current = _size(journal.path)
         if current != size:
             size, last_activity, answered_any = current, now, True
+            seen = log_requests(config.name, journal, seen)
         quiet = answered_any and now - last_activity >= coordinator.idle_timeout
         if quiet and not journal.pending():
             return "idle"
         if now - t0 >= coordinator.serve_timeout:
             return "serve_timeout" if answered_any else "no request"
         time.sleep(WATCH_INTERVAL)
+
+
+def log_requests(site: str, journal: SiteJournal, seen: int) -> int:
+    """Log one ``site.request`` event per request answered since the journal's first ``seen``
+    lines: its task, analysis, status (answered, refused, not released) and ledger entries
+    charged for it. Returns the number of journal lines now seen."""
+    records = journal.records()
+    received = {r["seq"]: r for r in records if r.get("event") == "received"}
+    for line in records[seen:]:
+        if line.get("event") not in ("answered", "rolled_forward"):
+            continue
+        before = received.get(line.get("seq"), {}).get("ledger_entries")
+        after = line.get("ledger_entries")
+        charged = after - before if isinstance(before, int) and isinstance(after, int) else None
+        status = line.get("status", "?")
+        outcome = {"released": "answered", "refused": "refused", "error": "failed"}.get(
+            status, "not released"
+        )
+        what = f"{outcome} ({line.get('error_type') or line.get('reason') or '?'})"
+        emit(
+            _log,
+            "site.request",
+            f"site {site!r}: request {line.get('seq')} task {line.get('task')!r}"
+            + (f" analysis {line['analysis']!r}" if line.get("analysis") else "")
+            + f": {what if outcome in ('refused', 'failed') else outcome}"
+            + (
+                f", {charged} ledger entr{'y' if charged == 1 else 'ies'} charged"
+                if charged
+                else ""
+            ),
+            site=site,
+            seq=line.get("seq"),
+            task=line.get("task"),
+            analysis=line.get("analysis"),
+            outcome=outcome,
+            error_type=line.get("error_type") or None,
+            charged_entries=charged,
+        )
+    return len(records)
 
 
 def _name(process: subprocess.Popen) -> str:

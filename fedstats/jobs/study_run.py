@@ -32,8 +32,9 @@ Exit codes (:class:`StudyExit`):
 from __future__ import annotations
 
 import json
+import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,9 +46,15 @@ from fedstats.errors import (
     FlowerProcessError,
     RunFailed,
 )
+from fedstats.jobs.events import emit
 from fedstats.jobs.exit_codes import StudyExit
 from fedstats.jobs.site_serving import probe_superlink
-from fedstats.jobs.study_config import CoordinatorSection, StudyConfig, load_study_config
+from fedstats.jobs.study_config import (
+    CoordinatorSection,
+    StudyConfig,
+    load_study_config,
+)
+from fedstats.jobs.study_config import Fit as FitConfig
 from fedstats.jobs.study_fits import result_path
 from studyfiles.errors import InventoryFileError
 from studyfiles.inventory import MessageInventory
@@ -55,6 +62,7 @@ from studyfiles.inventory import MessageInventory
 FINGERPRINT_TASK = "harmonize.fingerprint"
 CONNECT_TIMEOUT = 30.0
 """Seconds to wait for the SuperLink to accept a connection before submitting."""
+_log = logging.getLogger(__name__)
 SITE_LOST_ERRORS = frozenset({"SitesMissingError", "SiteLost", "SiteUnreachableError"})
 POLL = 0.2
 
@@ -99,17 +107,33 @@ def run_study_job(config_path: str | Path, *, record: Record) -> StudyRun:
         return StudyRun(StudyExit.CONFIGURATION, str(error))
     coordinator = _coordinator(config)
     out = Path(config.study.out)
+    emit(
+        _log,
+        "study.configured",
+        f"study {config.study.name!r}: {len(config.fits)} fit(s), sites "
+        f"{', '.join(config.study.sites)}",
+        study=config.study.name,
+        fits=[fit.name for fit in config.fits],
+        sites=list(config.study.sites),
+    )
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         return StudyRun(StudyExit.CONFIGURATION, f"field 'study.out': cannot create it ({error})")
     try:
         probe_superlink(coordinator.superlink, min(CONNECT_TIMEOUT, coordinator.run_timeout))
+        emit(
+            _log,
+            "study.superlink_reachable",
+            f"SuperLink {coordinator.superlink} accepts connections; submitting the study",
+            superlink=coordinator.superlink,
+        )
         run_id = _submit(config, config_path)
     except CoordinatorUnreachable as error:
         return StudyRun(StudyExit.SUPERLINK_UNREACHABLE, str(error))
+    emit(_log, "study.submitted", f"run {run_id} submitted; waiting for its fits", run_id=run_id)
     try:
-        status = wait_for_status(out, run_id, coordinator.run_timeout)
+        status = wait_for_status(out, run_id, coordinator.run_timeout, fits=config.fits)
     except RunFailed as error:
         return StudyRun(StudyExit.RUN_FAILED, str(error))
     if status.get("status") != "completed":
@@ -127,6 +151,13 @@ def run_study_job(config_path: str | Path, *, record: Record) -> StudyRun:
         missing = sorted({fit.name for fit in config.fits} - set(results))
         if missing:
             raise RunFailed(f"the run completed but recorded no result for fit(s) {missing}")
+        emit(
+            _log,
+            "study.fingerprints_checked",
+            f"every site's fingerprint was checked before any fit; recording {len(results)} "
+            "fit(s) and writing the compliance report",
+            run_id=run_id,
+        )
         recorded = record(config, config_path, status, results, inventory)
     except FedstatsError as error:
         return StudyRun(StudyExit.RUN_FAILED, str(error), status)
@@ -176,22 +207,59 @@ def _submit(config: StudyConfig, config_path: Path) -> int:
         ) from None
 
 
-def wait_for_status(out: Path, run_id: int, timeout: float) -> dict[str, Any]:
-    """The ServerApp's ``status.json`` of ``run_id`` once it is no longer running."""
+def wait_for_status(
+    out: Path, run_id: int, timeout: float, *, fits: Sequence[FitConfig] = ()
+) -> dict[str, Any]:
+    """The ServerApp's ``status.json`` of ``run_id`` once it is no longer running.
+
+    While waiting, logs a ``study.fit_recorded`` event for each of ``fits``
+    whose result appears under ``out/results`` (written by this run).
+    """
     path = out / "status.json"
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+    deadline = started + timeout
+    waiting = {fit.name: result_path(out, fit.name) for fit in fits}
+    before = {name: _mtime(result) for name, result in waiting.items()}
     while time.monotonic() < deadline:
+        for name in [n for n, result in waiting.items() if _mtime(result) != before[n]]:
+            del waiting[name]
+            done = len(before) - len(waiting)
+            emit(
+                _log,
+                "study.fit_recorded",
+                f"run {run_id}: fit {name!r} done ({done} of {len(before)}, "
+                f"{time.monotonic() - started:.0f} s)",
+                run_id=run_id,
+                fit=name,
+                done=done,
+                total=len(before),
+            )
         try:
             status = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             status = {}
         if status.get("run_id") == run_id and status.get("status") != "running":
+            emit(
+                _log,
+                "study.run_ended",
+                f"run {run_id} ended: {status.get('status')}",
+                run_id=run_id,
+                status=status.get("status"),
+                seconds=round(time.monotonic() - started, 1),
+            )
             return status
         time.sleep(POLL)
     raise RunFailed(
         f"run {run_id} wrote no final status to {path} within run_timeout = {timeout:g} s; "
         "see the SuperLink's log (the run may still be going: stop it with 'flwr stop')"
     )
+
+
+def _mtime(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
 
 
 def load_results(config: StudyConfig) -> dict[str, dict[str, Any]]:

@@ -153,17 +153,28 @@ def _described(
     asked = sorted(
         parsed.outcome_variables | parsed.covariates | ({offset} if offset else set()) | set(strata)
     )
+    survival = survival_outcome(parsed.outcome)
+    times = {survival[0]} if survival else set()  # a follow-up time has no levels to list
     replies = federation.request(
         "describe",
         {
             "variables": asked,
             "levels_for": sorted(wrapped - set(fixed)),
-            "levels_known": sorted(set(fixed) | set(strata)),  # strata levels stay at sites
+            "levels_known": sorted(set(fixed) | set(strata) | times),  # these stay at sites
             "list_levels": dp is None,
         },
         analysis=analysis,
     )
     kinds = agreed_kinds(replies, asked)
+    for time in times:
+        if kinds[time] != "numeric":
+            raise FormulaError(
+                f"the follow-up time {time!r} of {parsed.outcome} is not numeric at the sites "
+                "(dates or text?): it must be the numeric follow-up from entry to the event or "
+                "censoring, e.g. in days. Convert it during harmonisation, e.g. "
+                f"frame[{time!r}] = (pd.to_datetime(frame['end']) - "
+                "pd.to_datetime(frame['start'])).dt.days"
+            )
     if dp is not None:
         undeclared = sorted(
             v

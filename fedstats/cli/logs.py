@@ -1,0 +1,101 @@
+"""Where the command line's progress, events and errors go: standard ``logging`` on stderr.
+
+Jobs report progress as ``logging`` records carrying an ``event`` name and
+``fields`` (:func:`fedstats.jobs.events.emit`); this module gives them one
+handler on stderr, in one of two forms chosen by the global options:
+
+* plain (default): one readable line per event, ``fedstats: <message>``;
+* ``--json-log``: one JSON object per line (``time``, ``level``, ``event``,
+  ``message``, ``fields``), for cron, systemd's journal and log shippers
+  (the JSON Lines format, https://jsonlines.org). Python warnings and
+  command errors become such lines too, so every stderr line parses.
+
+``--quiet`` drops progress (INFO) but keeps warnings and errors. Results
+stay on stdout either way.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+import typer
+
+LOGGERS = ("fedstats", "py.warnings")
+"""The loggers whose records reach the command line's handler."""
+
+_HANDLER_NAME = "fedstats-cli"
+
+
+class JsonLineFormatter(logging.Formatter):
+    """A log record as one JSON object: time (UTC, ISO 8601), level, event, message, fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        document = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "event": getattr(record, "event", None) or _default_event(record),
+            "message": record.getMessage(),
+            "fields": getattr(record, "fields", None) or {},
+        }
+        return json.dumps(document, default=str, ensure_ascii=False)
+
+
+class PlainFormatter(logging.Formatter):
+    """A log record as ``fedstats: <message>`` (``warning:`` for warnings)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        message = record.getMessage()
+        if record.levelno >= logging.WARNING:
+            return f"{record.levelname.lower()}: {message}"
+        return f"fedstats: {message}"
+
+
+def _default_event(record: logging.LogRecord) -> str:
+    return "warning" if record.name == "py.warnings" else record.name
+
+
+class _Mode:
+    json_log = False
+
+
+def configure(*, quiet: bool, json_log: bool) -> None:
+    """Send the jobs' records to the current stderr, as plain lines or JSON lines.
+
+    Called once per command; replaces the handler of a previous call (so tests
+    that invoke several commands in one process get one handler each time).
+    """
+    _Mode.json_log = json_log
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(JsonLineFormatter() if json_log else PlainFormatter())
+    logging.captureWarnings(json_log)
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if h.get_name() == _HANDLER_NAME]:
+            logger.removeHandler(old)
+        if name == "py.warnings" and not json_log:
+            continue
+        logger.addHandler(handler)
+        logger.setLevel(logging.WARNING if quiet else logging.INFO)
+        logger.propagate = False
+
+
+def fail(message: str, code: int) -> None:
+    """Report a command's failure on stderr (plain text, or one JSON line) and exit with ``code``.
+
+    Plain text, never terminal colour codes: the message reaches cron mail
+    and journals as it is.
+    """
+    if _Mode.json_log:
+        logging.getLogger("fedstats.cli").error(
+            message, extra={"event": "failed", "fields": {"exit_code": int(code)}}
+        )
+    else:
+        lines = message.splitlines() or [""]
+        typer.echo(f"error: {lines[0]}", err=True)
+        for line in lines[1:]:
+            typer.echo(line, err=True)
+    raise typer.Exit(code=int(code))

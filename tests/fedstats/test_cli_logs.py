@@ -1,0 +1,142 @@
+"""Progress and logs of the jobs: plain lines, ``--json-log`` (one JSON object per stderr line)
+and ``--quiet``; one ``site.request`` event per request a site answered."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import tomli_w
+from typer.testing import CliRunner
+
+import accounting
+import fedstats
+from fedstats.cli.main import app
+from fedstats.errors import FedstatsError
+from fedstats.jobs.site_config import load_site_config
+from fedstats.jobs.site_journal import SiteJournal
+from fedstats.jobs.site_service import SiteService
+from fedstats.jobs.site_serving import log_requests
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def site_toml(folder: Path, superlink: str) -> Path:
+    rng = np.random.default_rng(3)
+    n = 200
+    frame = pd.DataFrame(
+        {"y": rng.integers(0, 2, n), "age": rng.normal(60, 10, n), "x": rng.normal(0, 1, n)}
+    )
+    frame.to_parquet(folder / "frame.parquet")
+    config = {
+        "site": {"name": "region_0", "workdir": str(folder / "work")},
+        "data": {"frame": str(folder / "frame.parquet")},
+        "privacy": {"ledger": str(folder / "site.ledger")},
+        "disclosure": {"min_count": 10},
+        "coordinator": {"superlink": superlink, "insecure": True, "connect_timeout": 0.5},
+    }
+    path = folder / "site.toml"
+    path.write_text(tomli_w.dumps(config), encoding="utf-8")
+    return path
+
+
+def study_toml(folder: Path, superlink: str) -> Path:
+    config = {
+        "study": {"name": "s1", "sites": ["region_0"], "out": str(folder / "out")},
+        "coordinator": {"superlink": superlink, "insecure": True, "run_timeout": 0.5},
+        "fits": [{"kind": "logistic", "name": "y_logistic", "formula": "y ~ age"}],
+    }
+    path = folder / "study.toml"
+    path.write_text(tomli_w.dumps(config), encoding="utf-8")
+    return path
+
+
+def json_lines(stderr: str) -> list[dict]:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines, "nothing on stderr"
+    documents = [json.loads(line) for line in lines]  # every line parses
+    for document in documents:
+        assert {"time", "level", "event", "message", "fields"} <= document.keys()
+    return documents
+
+
+def test_site_run_json_log_is_one_json_object_per_stderr_line(tmp_path: Path) -> None:
+    path = site_toml(tmp_path, f"127.0.0.1:{closed_port()}")
+    result = CliRunner().invoke(app, ["--json-log", "site", "run", "--config", str(path)])
+    assert result.exit_code == 5, result.output
+    events = json_lines(result.stderr)
+    names = [e["event"] for e in events]
+    assert names[:3] == ["site.preparing_frame", "site.frame_ready", "site.serving"]
+    assert events[1]["fields"]["origin"] == "configured"
+    (failed,) = [e for e in events if e["event"] == "failed"]
+    assert failed["level"] == "error" and failed["fields"]["exit_code"] == 5
+    assert "did not accept a connection" in failed["message"]
+
+
+def test_site_run_plain_progress_and_quiet(tmp_path: Path) -> None:
+    path = site_toml(tmp_path, f"127.0.0.1:{closed_port()}")
+    plain = CliRunner().invoke(app, ["site", "run", "--config", str(path)])
+    assert plain.exit_code == 5
+    assert "fedstats: site 'region_0': preparing the analysis frame" in plain.stderr
+    assert "error: coordinator unreachable" in plain.stderr
+    quiet = CliRunner().invoke(app, ["--quiet", "site", "run", "--config", str(path)])
+    assert quiet.exit_code == 5
+    assert "fedstats:" not in quiet.stderr and "error: coordinator unreachable" in quiet.stderr
+
+
+def test_study_run_json_log_and_quiet(tmp_path: Path) -> None:
+    path = study_toml(tmp_path, f"127.0.0.1:{closed_port()}")
+    result = CliRunner().invoke(app, ["--json-log", "study", "run", "--config", str(path)])
+    assert result.exit_code == 5, result.output
+    events = json_lines(result.stderr)
+    assert events[0]["event"] == "study.configured"
+    assert events[0]["fields"] == {"study": "s1", "fits": ["y_logistic"], "sites": ["region_0"]}
+    assert events[-1]["event"] == "failed" and events[-1]["fields"]["exit_code"] == 5
+    quiet = CliRunner().invoke(app, ["-q", "study", "run", "--config", str(path)])
+    assert quiet.exit_code == 5 and "fedstats:" not in quiet.stderr
+    assert quiet.stderr.startswith("error: superlink unreachable")
+
+
+def test_a_site_logs_each_request_with_task_analysis_and_what_it_cost(tmp_path, caplog) -> None:
+    """Served in process through the site's own service and journal (as the site worker does),
+    then read back from the journal as the batch job does while it watches."""
+    config = load_site_config(site_toml(tmp_path, "127.0.0.1:1"))
+    with accounting.Ledger(config.privacy.ledger) as ledger:
+        ledger.set_budget(
+            accounting.Scope(unit="patient", owner="region_0", study="s1"), epsilon=1.0, delta=1e-5
+        )
+    service = SiteService(config)
+    try:
+        federation = fedstats.Federation({"region_0": service.answer}, study="s1")
+        fedstats.LogisticRegression("y ~ age").fit(federation)
+        private = fedstats.RecordDP(epsilon=0.5, delta=1e-5, bounds={"age": (0.0, 120.0)})
+        fedstats.LogisticRegression("y ~ age").fit(federation, privacy=private)
+        with contextlib.suppress(FedstatsError):  # 200 levels: refused by disclosure control
+            fedstats.LogisticRegression("y ~ C(age)").fit(federation)
+    finally:
+        service.close()
+    journal = SiteJournal(config.workdir / "journal.jsonl")
+    with caplog.at_level(logging.INFO, logger="fedstats"):
+        seen = log_requests("region_0", journal, 0)
+    assert seen == len(journal.records())
+    requests = [r for r in caplog.records if getattr(r, "event", None) == "site.request"]
+    answered = [r for r in journal.records() if r["event"] == "answered"]
+    assert len(requests) == len(answered) > 3
+    fields = [r.fields for r in requests]
+    assert {"task", "analysis", "outcome", "charged_entries"} <= fields[0].keys()
+    charged = [f for f in fields if f["charged_entries"]]
+    assert charged and all(f["analysis"] and f["outcome"] == "answered" for f in charged)
+    refused = [f for f in fields if f["outcome"] == "refused"]
+    assert refused and refused[-1]["error_type"] == "DisclosureError"
+    assert refused[-1]["task"] == "describe" and not refused[-1]["charged_entries"]
+    assert "refused (DisclosureError)" in requests[fields.index(refused[-1])].getMessage()
