@@ -140,3 +140,26 @@ def test_a_site_logs_each_request_with_task_analysis_and_what_it_cost(tmp_path, 
     assert refused and refused[-1]["error_type"] == "DisclosureError"
     assert refused[-1]["task"] == "describe" and not refused[-1]["charged_entries"]
     assert "refused (DisclosureError)" in requests[fields.index(refused[-1])].getMessage()
+
+
+def test_harmonize_reports_progress_with_records_per_second(tmp_path: Path) -> None:
+    """A FHIR run logs (0, total) first and (total, total) last; --quiet drops both."""
+    from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
+
+    fhir = write_fhir_ndjson(synthetic_ehr(40, seed=3), tmp_path / "fhir")
+    spec = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+    common = ["harmonize", "--spec", str(spec), "--site", "s", "--fhir", str(fhir)]
+    common += ["--latest-date", "2030-01-01"]
+    result = CliRunner().invoke(app, ["--json-log", *common, "--out", str(tmp_path / "a")])
+    assert result.exit_code == 0, result.output
+    progress = [e for e in json_lines(result.stderr) if e["event"] == "harmonize.progress"]
+    assert len(progress) >= 2
+    total = progress[0]["fields"]["total"]
+    report = json.loads((tmp_path / "a" / "report.json").read_text())
+    assert total == report["read"] > 0
+    assert progress[0]["fields"]["done"] == 0
+    assert progress[-1]["fields"]["done"] == total
+    assert all(e["fields"]["site"] == "s" for e in progress)
+    quiet = CliRunner().invoke(app, ["--quiet", *common, "--out", str(tmp_path / "b")])
+    assert quiet.exit_code == 0, quiet.output
+    assert "records harmonised" not in quiet.stderr

@@ -1,0 +1,45 @@
+"""Harmonisation progress as log events: records done, of the total, and records per second.
+
+:func:`harmonize.run.harmonize` calls its ``progress`` callback with the input
+records processed so far and the total (:mod:`harmonize.progress`); this
+callback turns each call into a ``harmonize.progress`` event
+(:func:`fedstats.jobs.events.emit`), so ``--quiet`` silences it and
+``--json-log`` prints it as one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from fedstats.jobs.events import emit
+
+_log = logging.getLogger("fedstats.harmonize")
+
+
+class HarmonizationProgress:
+    """``progress(done, total)`` for one site's run; the rate counts from the first call."""
+
+    def __init__(self, site: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.site = site
+        self._clock = clock
+        self._started: float | None = None
+
+    def __call__(self, done: int, total: int | None) -> None:
+        now = self._clock()
+        if self._started is None:
+            self._started = now
+        elapsed = now - self._started
+        rate = done / elapsed if elapsed > 0 else None
+        of_total = f" of {total:,}" if total is not None else ""
+        per_second = f", {rate:,.0f} records/s" if rate is not None else ""
+        emit(
+            _log,
+            "harmonize.progress",
+            f"site {self.site}: {done:,}{of_total} records harmonised{per_second}",
+            site=self.site,
+            done=done,
+            total=total,
+            records_per_second=None if rate is None else round(rate, 1),
+        )
