@@ -25,8 +25,33 @@ app.add_typer(site_app, name="site")
 app.add_typer(study_app, name="study")
 
 
+def _print_version(requested: bool) -> None:
+    """``--version``: the installed distribution's version (``importlib.metadata``)."""
+    if not requested:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        typer.echo(f"fedstats {version('fedstats')}")
+    except PackageNotFoundError:
+        import fedstats
+
+        typer.echo(f"fedstats {fedstats.__version__} (source tree, not installed)")
+    raise typer.Exit()
+
+
 @app.callback()
-def main() -> None:
+def main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
+) -> None:
     """fedstats command-line interface."""
 
 
