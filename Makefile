@@ -18,7 +18,7 @@ define install_debian
 	fi
 endef
 
-.PHONY: demo test lint system-packages report-packages constraints clean
+.PHONY: demo test lint lab system-packages report-packages constraints clean
 
 demo: $(STAMP) report-packages
 	$(VENV)/bin/fedstats demo
@@ -28,6 +28,13 @@ test: $(STAMP) system-packages
 	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -n 2 --dist loadgroup
 
+# JupyterLab on notebooks/, its Python kernel this environment's (JUPYTER_PATH first, so a
+# "python3" kernel installed for the user or system cannot take its place). As root (e.g. in
+# a container) JupyterLab must be told that this is intended.
+lab: $(STAMP)
+	JUPYTER_PATH=$(CURDIR)/$(VENV)/share/jupyter $(VENV)/bin/jupyter lab --notebook-dir=notebooks \
+	  $(if $(filter 0,$(shell id -u)),--allow-root)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
@@ -36,7 +43,7 @@ lint: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test,deep]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test,deep,notebook]'
 	touch $(STAMP)
 
 system-packages:

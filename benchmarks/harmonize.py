@@ -3,7 +3,7 @@
 The same synthetic patients (:mod:`harmonize.synthetic_ehr`, 50 measurements
 each, plus visits, diagnoses, prescriptions and deaths) are written once as
 FHIR Bulk Data NDJSON and once as OMOP CDM 5.4 in a DuckDB file, then each
-is harmonised under the demo study (``examples/demo/study.toml``) by
+is harmonised under the demo study (``fedstats/examples/demo/study.toml``) by
 ``fedstats harmonize`` in a fresh process, as a site's batch job would run
 it. For each: wall time, and peak memory of the whole process tree (the run
 and its validating workers, sampled every 50 ms with psutil), with the
@@ -50,7 +50,7 @@ from harmonize.synthetic_ehr import (  # noqa: E402
 )
 
 ROOT = Path(__file__).resolve().parents[1]
-SPEC = ROOT / "examples" / "demo" / "study.toml"
+SPEC = ROOT / "fedstats" / "examples" / "demo" / "study.toml"
 OMOP_SECONDS_TARGET = 60.0
 NDJSON_PEAK_GB_TARGET = 2.0
 GB = 1e9

@@ -10,9 +10,19 @@
 * :func:`synthetic_logistic`: a reproducible multi-site logistic dataset with
   site-specific covariate shifts, for parity tests and benchmarks.
 
-Data is read from the study's shared data folder (``$FEDSTATS_DATA`` or
-``shared/data`` beside the project checkout); it is never copied into the
-package.
+The heart-disease and TCGA-BRCA files ship with the package
+(``fedstats/data/<dataset>/``, byte-identical to their sources, each folder
+with its licence and citation in ``README.md``), so demos and notebooks need
+nothing beside an installation. Where they are read from (:func:`dataset_dir`):
+
+1. the ``data_dir`` argument, when given: ``data_dir/<dataset>/`` must hold the
+   dataset's files (an explicit request is never replaced by another copy);
+2. else ``$FEDSTATS_DATA/<dataset>/`` when that folder exists (an override,
+   e.g. a site's own copy); its files must then all be there;
+3. else the packaged copy.
+
+Data that is not shipped (the FHIR and OMOP test extracts) stays in the
+shared data folder, found by :func:`default_data_dir`.
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +98,8 @@ class SiteFrames:
     excluded: dict[str, int]
     exclusion_reason: str
     source: str
+    folder: Path | None = None
+    """The folder the files were read from (:func:`dataset_dir`)."""
 
     def only(self, sites: tuple[str, ...] | list[str]) -> SiteFrames:
         """The same data, for these sites only (e.g. :data:`HEART_EXACT_SITES`)."""
@@ -99,6 +112,7 @@ class SiteFrames:
             {s: self.excluded[s] for s in sites},
             self.exclusion_reason,
             self.source,
+            self.folder,
         )
 
     def counts(self) -> pd.DataFrame:
@@ -112,18 +126,78 @@ class SiteFrames:
         )
 
 
+DATA_ENV = "FEDSTATS_DATA"
+"""The environment variable naming the shared data folder (an override of the packaged data)."""
+
+DATASET_FILES = {
+    "heart_disease": tuple(HEART_FILES.values()),
+    "tcga_brca": ("brca.csv", "train_test_split.csv"),
+}
+"""The files each packaged dataset's reader needs."""
+
+
+def packaged_data_dir() -> Path:
+    """The datasets shipped inside the package (``fedstats/data``)."""
+    folder = resources.files("fedstats").joinpath("data")
+    if not isinstance(folder, Path):  # a zipped installation has no folder to read from
+        raise DataFileError(
+            f"fedstats is installed as an archive ({folder}); install it as a folder "
+            f"(pip install) or set {DATA_ENV} to a folder holding the datasets"
+        )
+    return folder
+
+
+def dataset_dir(name: str, data_dir: str | Path | None = None) -> Path:
+    """The folder a packaged dataset (``heart_disease`` or ``tcga_brca``) is read from.
+
+    ``data_dir/name`` when ``data_dir`` is given; else ``$FEDSTATS_DATA/name``
+    when that folder exists; else the packaged copy. The chosen folder must
+    hold every file the reader needs: a :class:`DataFileError` names the folder
+    and the missing files, and says how to fall back to the packaged copy.
+    """
+    if name not in DATASET_FILES:
+        raise DataFileError(f"no packaged dataset {name!r}; the datasets are {list(DATASET_FILES)}")
+    override = os.environ.get(DATA_ENV)
+    if data_dir is not None:
+        folder = Path(data_dir) / name
+        remedy = f"pass a data folder whose {name}/ holds them, or none to use the packaged copy"
+    elif override and (Path(override) / name).is_dir():
+        folder = Path(override) / name
+        remedy = (
+            f"complete it, or remove it (or unset {DATA_ENV}) to use the copy shipped with fedstats"
+        )
+    else:
+        folder = packaged_data_dir() / name
+        remedy = "the installation is incomplete: reinstall fedstats"
+    missing = [file for file in DATASET_FILES[name] if not (folder / file).is_file()]
+    if missing:
+        raise DataFileError(f"{folder}: file not found: {', '.join(missing)}; {remedy}")
+    return folder
+
+
 def default_data_dir() -> Path:
-    """``$FEDSTATS_DATA``, else ``shared/data`` beside the project checkout."""
-    env = os.environ.get("FEDSTATS_DATA")
-    candidates = [Path(env)] if env else []
+    """The shared data folder, for data the package does not ship (FHIR and OMOP extracts).
+
+    ``$FEDSTATS_DATA`` when set (it must then be a folder), else ``shared/data``
+    beside the project checkout or beside the working directory.
+    """
+    override = os.environ.get(DATA_ENV)
+    if override:
+        if not Path(override).is_dir():
+            raise DataFileError(f"{DATA_ENV}={override} is not a folder; point it at one")
+        return Path(override)
     here = Path(__file__).resolve()
-    candidates += [here.parents[2] / "shared" / "data", Path.cwd().parent / "shared" / "data"]
+    candidates: list[Path] = []
+    for candidate in (here.parents[2] / "shared" / "data", Path.cwd().parent / "shared" / "data"):
+        if candidate.resolve() not in candidates:
+            candidates.append(candidate.resolve())
     for candidate in candidates:
         if candidate.is_dir():
             return candidate
     raise DataFileError(
-        "no shared data folder found; set FEDSTATS_DATA to the folder holding heart_disease/ "
-        f"(looked in {[str(c) for c in candidates]})"
+        "no shared data folder (the FHIR and OMOP extracts, which fedstats does not ship): "
+        f"looked in {', '.join(str(c) for c in candidates)}; set {DATA_ENV} to the folder "
+        "holding fhir/ and omop/"
     )
 
 
@@ -132,12 +206,14 @@ def heart_disease(data_dir: str | Path | None = None) -> SiteFrames:
 
     Columns: ``age sex cp trestbps chol fbs restecg thalach exang oldpeak``
     and the outcome ``disease`` (1 when ``num > 0``). Rows with a missing
-    value in a kept column are excluded and counted.
+    value in a kept column are excluded and counted. The files are read from
+    :func:`dataset_dir` (``data_dir/heart_disease``, ``$FEDSTATS_DATA/heart_disease``
+    or the packaged copy).
     """
-    folder = Path(data_dir) if data_dir is not None else default_data_dir()
+    folder = dataset_dir("heart_disease", data_dir)
     frames, read, excluded = {}, {}, {}
     for site, filename in HEART_FILES.items():
-        raw = _read_uci(folder / "heart_disease" / filename)
+        raw = _read_uci(folder / filename)
         kept = raw.drop(columns=["slope", "ca", "thal"])
         complete = kept.dropna()
         read[site] = len(raw)
@@ -155,6 +231,7 @@ def heart_disease(data_dir: str | Path | None = None) -> SiteFrames:
         excluded,
         "missing value in a kept column (slope, ca, thal dropped first)",
         HEART_CITATION,
+        folder,
     )
 
 
@@ -193,12 +270,10 @@ def tcga_brca(data_dir: str | Path | None = None) -> SiteFrames:
     (days, from ``T``), ``event`` (from ``E``), and ``split`` (``train`` or
     ``test``, FLamby's split). The region is the index in the split file's
     ``fold2`` (``train_3`` is region 3); patients missing from the split file
-    are excluded and counted.
+    are excluded and counted. The files are read from :func:`dataset_dir`
+    (``data_dir/tcga_brca``, ``$FEDSTATS_DATA/tcga_brca`` or the packaged copy).
     """
-    folder = (Path(data_dir) if data_dir is not None else default_data_dir()) / "tcga_brca"
-    for name in ("brca.csv", "train_test_split.csv"):
-        if not (folder / name).is_file():
-            raise DataFileError(f"{folder / name}: file not found; check FEDSTATS_DATA")
+    folder = dataset_dir("tcga_brca", data_dir)
     data = pd.read_csv(folder / "brca.csv")
     split = pd.read_csv(folder / "train_test_split.csv")
     parts = split["fold2"].str.extract(r"^(train|test)_([0-5])$")
@@ -220,7 +295,9 @@ def tcga_brca(data_dir: str | Path | None = None) -> SiteFrames:
     if missing:
         excluded["(no region)"] = missing
         read["(no region)"] = missing
-    return SiteFrames(frames, read, excluded, "not in FLamby's train/test split", TCGA_CITATION)
+    return SiteFrames(
+        frames, read, excluded, "not in FLamby's train/test split", TCGA_CITATION, folder
+    )
 
 
 def _identifier(name: str) -> str:
@@ -230,7 +307,7 @@ def _identifier(name: str) -> str:
 
 def _read_uci(path: Path) -> pd.DataFrame:
     if not path.is_file():
-        raise DataFileError(f"{path}: file not found; check FEDSTATS_DATA")
+        raise DataFileError(f"{path.parent}: {path.name} not found")
     rows = []
     with path.open(encoding="utf-8") as handle:
         for line_no, line in enumerate(handle, start=1):

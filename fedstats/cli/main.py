@@ -30,8 +30,32 @@ app.add_typer(site_app, name="site")
 app.add_typer(study_app, name="study")
 
 
+def _print_version(requested: bool) -> None:
+    """``--version``: the installed distribution's version (``importlib.metadata``)."""
+    if not requested:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        typer.echo(f"fedstats {version('fedstats')}")
+    except PackageNotFoundError:
+        import fedstats
+
+        typer.echo(f"fedstats {fedstats.__version__} (source tree, not installed)")
+    raise typer.Exit()
+
+
 @app.callback()
 def main(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="No progress lines; warnings and errors only.")
     ] = False,
@@ -180,7 +204,8 @@ def demo(
     data_dir: Annotated[
         Path | None,
         typer.Option(
-            help="Folder holding heart_disease/ (default: $FEDSTATS_DATA or shared/data)."
+            help="Folder holding heart_disease/ (default: $FEDSTATS_DATA/heart_disease if present, "
+            "else the copy shipped with the package)."
         ),
     ] = None,
     site_intercepts: Annotated[

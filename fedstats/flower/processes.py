@@ -27,7 +27,7 @@ from pathlib import Path
 from fedstats.errors import FlowerProcessError
 
 BIN = Path(sys.executable).parent
-APP_DIR = Path(__file__).resolve().parents[2] / "examples" / "flower" / "app"
+APP_DIR = Path(__file__).resolve().parents[1] / "examples" / "flower" / "app"
 CONNECTION = "study"
 
 QUIET_ENV = {

@@ -10,7 +10,7 @@ The second (:func:`run_demo_study`) is a whole private study.
 
 Four synthetic hospitals (:mod:`harmonize.synthetic_ehr`; no real patient):
 two export FHIR R4 NDJSON, two OMOP CDM 5.4 CSV. Each is harmonised under
-``examples/demo/study.toml`` (death within five years of a first visit),
+``fedstats/examples/demo/study.toml`` (death within five years of a first visit),
 each keeps a record-level privacy ledger (budget epsilon 3 at delta 1e-5 per
 site) and the coordinator a client-level one (epsilon 4 at delta 1e-5). The
 coordinator fits the same logistic regression three times on one federation:
@@ -22,7 +22,7 @@ coordinator fits the same logistic regression three times on one federation:
    federation), whose noise covers a whole hospital's contribution.
 
 Every hospital answers only inside the protocol its privacy officer approved
-(``examples/demo/protocol.toml``; its SHA-256 is in the report). Site-by-site
+(``fedstats/examples/demo/protocol.toml``; its SHA-256 is in the report). Site-by-site
 heterogeneity of the exact fit is recorded as a diagnostic.
 Everything is written with :class:`~reports.recorder.StudyRecorder`; noise
 comes from OS entropy unless ``noise_seed`` is given (then the report says so).
@@ -47,7 +47,7 @@ import typer
 import accounting
 import fedstats
 from fedstats import datasets
-from fedstats.errors import DemoFailed, DisclosureError, FedstatsError
+from fedstats.errors import DataFileError, DemoFailed, DisclosureError, FedstatsError
 from fedstats.jobs.events import emit
 from fedstats.site.protocol import load_protocol
 from harmonize.run import harmonize
@@ -59,7 +59,7 @@ from reports.recorder import StudyRecorder
 
 _log = logging.getLogger(__name__)
 
-SPEC = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+SPEC = Path(__file__).resolve().parents[1] / "examples" / "demo" / "study.toml"
 """The demonstration study's specification."""
 PROTOCOL = SPEC.with_name("protocol.toml")
 """The protocol every demonstration hospital approved (:mod:`fedstats.site.protocol`)."""
@@ -247,15 +247,26 @@ def _options(privacy: fedstats.RecordDP | fedstats.ClientDP) -> dict:
 def run_heart_demo(
     data_dir: Path | None, *, site_intercepts: bool, private: bool, out_dir: Path
 ) -> None:
-    """Fit, compare with the pooled GLM, then (``private``) the DP fit and the private study."""
+    """Fit, compare with the pooled GLM, then (``private``) the DP fit and the private study.
+
+    The private study needs no data file (its hospitals are synthetic): when the heart-disease
+    files cannot be read, it still runs, and the demo then fails naming the files.
+    """
     try:
         everyone = datasets.heart_disease(data_dir)
+    except DataFileError as error:
+        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        if private:
+            _study_demo(out_dir)
+        raise DemoFailed(f"the heart-disease part did not run: {error}") from None
+    try:
         model = fedstats.LogisticRegression(datasets.HEART_FORMULA, site_intercepts=site_intercepts)
         data, federation, result = _fit_where_answered(everyone, model)
     except FedstatsError as error:
         raise DemoFailed(str(error)) from None
 
     typer.echo(f"Data: {data.source}")
+    typer.echo(f"(read from {data.folder})")
     typer.echo(data.counts().to_string())
     typer.echo(f"(excluded: {data.exclusion_reason})\n")
     typer.echo(result.summary())

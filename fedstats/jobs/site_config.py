@@ -3,7 +3,7 @@
 Everything a site applies to its data is set here, by the site: the
 coordinator never sends a frame path, a disclosure threshold or a budget.
 Relative paths are read relative to the file. Example in
-``examples/flower/site.toml``.
+``fedstats/examples/flower/site.toml``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 It names the study, the sites expected, the fits to make, where the SuperLink
 is and what to do when a site is lost. Relative paths are read relative to
-the file. Example in ``examples/flower/study.toml``.
+the file. Example in ``fedstats/examples/flower/study.toml``.
 """
 
 from __future__ import annotations

@@ -34,9 +34,14 @@ def test_demo_with_site_intercepts():
 
 
 def test_demo_reports_a_missing_data_folder_without_traceback(tmp_path):
-    result = CliRunner().invoke(app, ["demo", "--data-dir", str(tmp_path)])
+    """The synthetic private study needs no data file: it runs, then the demo fails."""
+    out = tmp_path / "demo-output"
+    result = CliRunner().invoke(app, ["demo", "--data-dir", str(tmp_path), "--out-dir", str(out)])
     assert result.exit_code == 2
-    assert "file not found" in result.output and "Traceback" not in result.output
+    missing = f"{tmp_path / 'heart_disease'}: file not found: processed.cleveland.data"
+    assert missing in result.output
+    assert "Traceback" not in result.output
+    assert (out / "compliance-report.html").stat().st_size > 0
 
 
 def test_budget_show_prints_scopes_and_json(tmp_path):

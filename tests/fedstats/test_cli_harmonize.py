@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from fedstats.cli.main import HarmonizeExit, app
 from fedstats.datasets import default_data_dir
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 
 
 def run(*args: str):

@@ -147,7 +147,7 @@ def test_harmonize_reports_progress_with_records_per_second(tmp_path: Path) -> N
     from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
 
     fhir = write_fhir_ndjson(synthetic_ehr(40, seed=3), tmp_path / "fhir")
-    spec = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+    spec = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
     common = ["harmonize", "--spec", str(spec), "--site", "s", "--fhir", str(fhir)]
     common += ["--latest-date", "2030-01-01"]
     result = CliRunner().invoke(app, ["--json-log", *common, "--out", str(tmp_path / "a")])

@@ -60,7 +60,9 @@ def test_every_help_text_is_plain() -> None:
 
 
 def test_a_formula_typo_is_reported_in_plain_text(tmp_path: Path) -> None:
-    protocol = (ROOT / "examples" / "demo" / "protocol.toml").read_text(encoding="utf-8")
+    protocol = (ROOT / "fedstats" / "examples" / "demo" / "protocol.toml").read_text(
+        encoding="utf-8"
+    )
     typo = protocol.replace("died ~ age + C(sex) +", "died ~ age + C(sex +")
     assert typo != protocol
     path = tmp_path / "protocol.toml"

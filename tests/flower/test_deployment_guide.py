@@ -134,7 +134,7 @@ def site_frames() -> dict[str, pd.DataFrame]:
 
 
 def write_site_files(site: Machine, name: str, frame: pd.DataFrame, superlink: str) -> None:
-    """site.toml as step 4 describes it (examples/flower/site.toml), and its frame."""
+    """site.toml as step 4 describes it (fedstats/examples/flower/site.toml), and its frame."""
     frame.to_parquet(site.root / "frame.parquet")
     config = {
         "site": {"name": name, "workdir": str(site.root / "work")},
@@ -151,7 +151,7 @@ def write_site_files(site: Machine, name: str, frame: pd.DataFrame, superlink: s
 
 
 def write_study_file(coordinator: Machine, superlink: str) -> Path:
-    """study.toml as step 5 describes it (examples/flower/study.toml), one logistic fit."""
+    """study.toml as step 5 describes it (fedstats/examples/flower/study.toml), one logistic fit."""
     out = coordinator.root / "out"
     config = {
         "study": {"name": "heart", "sites": SITES, "out": str(out)},

@@ -51,7 +51,7 @@ from fedstats.jobs.study_run import wait_for_status
 from studyfiles.durable import file_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
-SPEC = ROOT / "examples" / "demo" / "study.toml"
+SPEC = ROOT / "fedstats" / "examples" / "demo" / "study.toml"
 BULK = datasets.default_data_dir() / "fhir" / "synthea_bulk_10_patients"
 COVARIATES = "age_at_index + ajcc_pathologic_n_n0_i + prior_malignancy_yes"
 FORMULA = f"event ~ {COVARIATES}"

@@ -34,7 +34,7 @@ from harmonize.report import HarmonizationReport
 from harmonize.run import UNCLASSIFIED, harmonize, write_report
 from harmonize.spec import parse_spec
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 RXNORM = "http://www.nlm.nih.gov/research/umls/rxnorm"
 SNOMED = "http://snomed.info/sct"
 STATIN = "314231"  # simvastatin 10 mg, in the demo study's statin concept set

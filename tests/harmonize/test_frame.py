@@ -15,7 +15,7 @@ from harmonize.frame import NOT_IN_CONCEPTS, OTHER_VISIT, build_frame, coding_co
 from harmonize.records import RecordStore
 from harmonize.spec import parse_spec
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 LOINC, SNOMED = "http://loinc.org", "http://snomed.info/sct"
 
 

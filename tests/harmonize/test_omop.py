@@ -38,7 +38,7 @@ MIMIC = DATA / "omop" / "mimic_iv_demo_5.3"
 SPEC = DATA / "omop" / "cdm_spec"
 MIMIC_TODAY = date(2299, 12, 31)  # MIMIC shifts dates into 2110-2210
 TODAY = date(2024, 6, 30)
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 STORE_TABLES = ("persons", "periods", "events", "read_counts", "excluded_at_read", "rejected")
 
 pytestmark = pytest.mark.skipif(not SYNTHEA.is_dir(), reason="shared OMOP data not available")

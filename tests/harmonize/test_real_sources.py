@@ -15,7 +15,7 @@ from fedstats.datasets import default_data_dir
 from harmonize.run import harmonize
 from harmonize.spec import load_spec
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 DATA = default_data_dir()
 
 SOURCES = {

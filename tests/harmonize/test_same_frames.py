@@ -11,7 +11,7 @@ from harmonize.run import harmonize
 from harmonize.spec import load_spec
 from harmonize.synthetic_ehr import person_keys, synthetic_ehr, write_fhir_ndjson, write_omop_csv
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 
 
 @pytest.mark.parametrize("seed", [1, 2])

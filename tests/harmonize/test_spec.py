@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from harmonize.errors import SpecError
 from harmonize.spec import SYSTEMS, load_spec, parse_spec
 
-DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo" / "study.toml"
+DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 
 
 @pytest.fixture(scope="module")
