@@ -52,8 +52,8 @@ def verdict(report: ComplianceReport) -> Verdict:
         statement = report.configuration.get("ledgers")
         sentences.append(
             "No privacy ledger is recorded with this study, so whether each site stayed within "
-            "its budget cannot be read here"
-            + (f": {statement.rstrip('.')}." if isinstance(statement, str) else ".")
+            "its budget cannot be read here."
+            + (f" {statement}" if isinstance(statement, str) else "")
         )
     elif over:
         sentences.append(
@@ -75,33 +75,37 @@ def verdict(report: ComplianceReport) -> Verdict:
     swamped += [c.name for c in report.curves if c.noise_dominated]
     if swamped:
         sentences.append(
-            f"The privacy noise dominates {join_words(swamped)}: read their intervals, not their "
-            "point estimates (box below and section 8)."
+            f"The privacy noise dominates {join_words(swamped)}: read "
+            f"{'its' if len(swamped) == 1 else 'their'} intervals, not "
+            f"{'its' if len(swamped) == 1 else 'their'} point estimates (box below and section 8)."
         )
     return Verdict(" ".join(s.strip() for s in sentences), within, over, bool(report.scopes))
 
 
 def _released(report: ComplianceReport) -> str:
     sites = _sites(report)
-    what = []
-    if report.fits:
-        private = sum(f.private for f in report.fits)
-        what.append(
-            f"{len(report.fits)} fitted model{'s' if len(report.fits) != 1 else ''} "
-            f"({private} under differential privacy, {len(report.fits) - private} exact)"
-        )
-    if report.curves:
-        private = sum(c.private for c in report.curves)
-        what.append(
-            f"{len(report.curves)} survival curve{'s' if len(report.curves) != 1 else ''} "
-            f"({private} under differential privacy, {len(report.curves) - private} exact)"
-        )
+    what = [
+        _counted(len(report.fits), sum(f.private for f in report.fits), "fitted model"),
+        _counted(len(report.curves), sum(c.private for c in report.curves), "survival curve"),
+    ]
     if report.diagnostics:
         count = len(report.diagnostics)
         what.append(f"{count} diagnostic table{'s' if count != 1 else ''}")
-    released = join_words(what) or "no recorded result"
+    released = join_words(w for w in what if w) or "no recorded result"
     source = f"{len(sites)} sites ({join_words(sites)})" if sites else "sites not recorded"
     return f"This study released {released}, computed from {source}; no patient row left a site."
+
+
+def _counted(total: int, private: int, noun: str) -> str:
+    """``3 fitted models (2 under differential privacy, 1 exact)``; ``1 exact survival curve``."""
+    if not total:
+        return ""
+    plural = noun if total == 1 else f"{noun}s"
+    if private == total:
+        return f"{total} {plural} under differential privacy"
+    if private == 0:
+        return f"{total} exact {plural}"
+    return f"{total} {plural} ({private} under differential privacy, {total - private} exact)"
 
 
 def _sites(report: ComplianceReport) -> list[str]:
