@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import tomllib
 from collections import Counter
+from dataclasses import replace
 
 import pandas as pd
 
@@ -29,6 +30,8 @@ from accounting import describe_event
 from harmonize.fingerprint import SiteFingerprint
 from reports.curves import curve_summary
 from reports.flows import data_flows
+from reports.formatting import format_number
+from reports.labels import settings
 from reports.mechanisms import event_facts
 from reports.model import (
     Audit,
@@ -50,6 +53,7 @@ from reports.model import (
 from reports.plots import coefficient_comparison, epsilon_timeline
 from reports.records import FitRecord
 from reports.study import ScopeRecord, Study
+from reports.verdict import verdict
 from studyfiles.inventory import MessageInventory
 
 SIGN_OFF_ROLES = (
@@ -85,12 +89,10 @@ ENFORCED_BY = {
 def build_report(study: Study) -> ComplianceReport:
     """The report model of ``study``."""
     scopes = tuple(_scope_summary(study, record) for record in study.scopes)
-    timeline = epsilon_timeline(
-        [(f"{s.owner} ({s.level})", s.timeline, s.budget_epsilon) for s in scopes]
-    )
+    timeline = epsilon_timeline([(s.owner, s.level, s.timeline, s.budget_epsilon) for s in scopes])
     inventory = study.inventory
     messages = None if inventory is None else tuple(_message_rows(inventory))
-    return ComplianceReport(
+    report = ComplianceReport(
         study=study.manifest.study,
         description=_description(study.spec_text),
         recorded_at=study.manifest.finished_at,
@@ -164,6 +166,7 @@ def build_report(study: Study) -> ComplianceReport:
         configuration=study.configuration,
         sign_off_roles=SIGN_OFF_ROLES,
     )
+    return replace(report, verdict=verdict(report))
 
 
 def _description(spec_text: str) -> str:
@@ -291,15 +294,46 @@ def _mechanism(study: Study, fit: FitRecord) -> FitMechanism:
             )
         )
     options = study.configuration.get("privacy", {}).get(fit.name)
+    options = options if isinstance(options, dict) else None
     return FitMechanism(
         fit=fit.name,
         description=fit.description,
         analysis=analysis,
         rounds=privacy.rounds,
         row_norm=privacy.row_norm,
-        options=options if isinstance(options, dict) else None,
+        options=options,
         scopes=tuple(scopes),
+        settings=settings(options) if options else (),
+        clipping=_clipping(privacy.row_norm, {s.unit for s in privacy.scopes}, options or {}),
     )
+
+
+def _clipping(row_norm: float | None, units: set[str], options: dict) -> str:
+    """What bounds one unit's contribution, in words: a patient's scaled design row under
+    record-level privacy, a site's whole update under client-level privacy."""
+    parts = []
+    if row_norm is not None:
+        parts.append(
+            "each patient's scaled design row is bounded in L2 norm by "
+            f"B = {format_number(row_norm)}, so one patient changes each released sum by a "
+            "bounded amount"
+        )
+    if "site" in units:
+        clips = [
+            f"{what} to {format_number(options[key])}"
+            for key, what in (
+                ("gradient_clip", "its score (L2 norm)"),
+                ("hessian_clip", "its information matrix (Frobenius norm)"),
+            )
+            if isinstance(options.get(key), int | float)
+        ]
+        parts.append(
+            "each site's whole update in each round is clipped at the coordinator"
+            + (f": {' and '.join(clips)}" if clips else " (clipping bounds not recorded)")
+            + ", so one site changes the noisy sum by a bounded amount; no per-patient "
+            "bound applies at this level"
+        )
+    return "; ".join(parts) or "not recorded"
 
 
 def _trust(fit: FitRecord) -> FitTrust:
@@ -446,4 +480,6 @@ def _fit_summary(study: Study, fit: FitRecord) -> FitSummary:
         interval_method=result.interval_method,
         utility_warnings=tuple(result.utility_warnings),
         events_used=result.events_used,
+        counts_noisy=result.privacy is not None
+        and any(s.unit == "patient" for s in result.privacy.scopes),
     )

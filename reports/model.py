@@ -107,6 +107,10 @@ class FitMechanism:
     row_norm: float | None
     options: dict[str, Any] | None
     scopes: tuple[ScopeMechanism, ...]
+    settings: tuple[tuple[str, str], ...] = ()
+    """The configured options as ``(label, value in words)`` (:func:`reports.labels.settings`)."""
+    clipping: str = ""
+    """What bounds one unit's contribution, in words (per patient row or per site update)."""
 
 
 @dataclass(frozen=True)
@@ -213,6 +217,9 @@ class FitSummary:
     utility_warnings: tuple[str, ...] = ()
     """What makes the result misleading, in plain words (empty: nothing recorded)."""
     events_used: float | None = None
+    counts_noisy: bool = False
+    """Whether the per-site patient and event counts were released with noise (record-level
+    privacy); client-level fits receive the sites' exact counts."""
 
     @property
     def noise_dominated(self) -> bool:
@@ -317,6 +324,18 @@ class LedgerIntegrity:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """The verdict paragraph and the facts a reader (or a test) may want to check in it."""
+
+    text: str
+    within_budget: tuple[str, ...]
+    """Scopes whose spent RDP ε is at most their budget."""
+    over_budget: tuple[str, ...]
+    """Scopes whose spent RDP ε exceeds their budget (a ledger enforces this never happens)."""
+    ledgers_recorded: bool
+
+
+@dataclass(frozen=True)
 class ComplianceReport:
     """Everything the report shows, section by section."""
 
@@ -350,3 +369,5 @@ class ComplianceReport:
     sign_off_roles: tuple[str, ...]
     curves: tuple[CurveSummary, ...] = ()
     """Recorded Kaplan–Meier fits (empty for a study that recorded none)."""
+    verdict: Verdict | None = None
+    """The first page's plain-language verdict (:func:`reports.verdict.verdict`)."""

@@ -21,35 +21,58 @@ def _data_uri(figure: Figure) -> str:
 
 
 def epsilon_timeline(
-    series: Sequence[tuple[str, Sequence[tuple[datetime, float]], float]],
+    series: Sequence[tuple[str, str, Sequence[tuple[datetime, float]], float]],
 ) -> str | None:
     """Cumulative RDP epsilon per scope, as recorded after each charge, in order of commit time.
 
-    ``series``: ``(label, [(time, epsilon_after), ...], budget)`` per scope.
+    ``series``: ``(scope owner, level, [(time, epsilon_after), ...], budget)`` per scope.
     The horizontal axis ranks every scope's charges together by commit time
     (charges of one fit may fall within a second, so a time axis would stack
-    them); each scope is a step line from zero, its budget a dashed line of
-    the same colour. ``None`` when no scope has an entry.
+    them); each scope is a step line from zero, labelled in the legend with
+    its owner and level. Each budget cap is a dashed line labelled with its
+    value and the scopes it caps (scopes sharing a cap share one line).
+    ``None`` when no scope has an entry.
     """
-    drawn = [(label, points, budget) for label, points, budget in series if points]
+    drawn = [(owner, level, points, budget) for owner, level, points, budget in series if points]
     if not drawn:
         return None
-    times = sorted(t for _, points, _ in drawn for t, _ in points)
+    times = sorted(t for _, _, points, _ in drawn for t, _ in points)
     rank = {t: i + 1 for i, t in reversed(list(enumerate(times)))}
-    figure = Figure(figsize=(7.5, 3.6))
+    figure = Figure(figsize=(7.5, 3.8))
     ax = figure.subplots()
-    for index, (label, points, budget) in enumerate(drawn):
-        colour = f"C{index % 10}"
+    caps: dict[float, list[str]] = {}
+    for index, (owner, level, points, budget) in enumerate(drawn):
         steps = [0, *(rank[t] for t, _ in points)]
         values = [0.0, *(e for _, e in points)]
-        ax.step(steps, values, where="post", marker="o", markersize=3, color=colour, label=label)
-        ax.axhline(budget, color=colour, linestyle="--", linewidth=0.8)
+        ax.step(
+            steps,
+            values,
+            where="post",
+            marker="o",
+            markersize=3,
+            color=f"C{index % 10}",
+            label=f"{owner} ({level}): spent",
+        )
+        caps.setdefault(budget, []).append(owner)
+    for budget, owners in sorted(caps.items()):
+        ax.axhline(budget, color="dimgrey", linestyle="--", linewidth=0.9)
+        ax.annotate(
+            f"budget cap ε = {budget:#.4g}: {', '.join(owners)}",
+            xy=(1.0, budget),
+            xycoords=("axes fraction", "data"),
+            xytext=(-4, 3),
+            textcoords="offset points",
+            ha="right",
+            va="bottom",
+            fontsize=7,
+            color="dimgrey",
+        )
     first, last = (t.strftime("%Y-%m-%d %H:%M:%S") for t in (times[0], times[-1]))
     ax.set_xlabel(f"charges in order of commit time (first {first}, last {last} UTC)")
-    ax.set_ylabel("cumulative epsilon (RDP)")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, loc="upper left", ncols=2)
-    ax.set_title("Cumulative epsilon per scope (dashed: budget)", fontsize=10)
+    ax.set_ylabel("cumulative ε (RDP)")
+    ax.set_ylim(0, 1.15 * max([*caps, *(e for *_, points, _ in drawn for _, e in points)]))
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncols=3, frameon=False)
+    ax.set_title("Cumulative ε per scope (dashed: each budget cap)", fontsize=10)
     return _data_uri(figure)
 
 

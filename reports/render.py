@@ -14,7 +14,7 @@ from pathlib import Path
 
 import jinja2
 
-from reports import formatting
+from reports import formatting, labels
 from reports.build import build_report
 from reports.errors import RenderError
 from reports.model import ComplianceReport
@@ -39,6 +39,8 @@ def _environment() -> jinja2.Environment:
         share=formatting.format_share,
         nbytes=formatting.format_bytes,
         time=formatting.format_time,
+        label=labels.field_label,
+        words=labels.value_text,
     )
     return environment
 

@@ -51,18 +51,21 @@ def test_pdf_pages_convert_to_png(rendered, tmp_path):
 def test_pdf_text_shows_every_scopes_epsilon_as_in_the_ledger(demo_study, rendered):
     spending = _ledger_spending(demo_study)
     assert {"coordinator", "north", "south", "east", "west"} <= set(spending)
-    claims = " ".join(_pdf_text(rendered["pdf"]).split())
+    html = rendered["html"].read_text(encoding="utf-8")
+    claim = html[html.index('<h2 id="claim">') : html.index('<h2 id="unit">')]
+    verdict = " ".join(_pdf_text(rendered["pdf"], "-l", "1").split())
     table = _pdf_text(rendered["pdf"], "-layout")
     for owner, spent in spending.items():
         rdp, pld = format_epsilon(spent.epsilon), format_epsilon(spent.epsilon_pld)
         budget, delta = format_epsilon(spent.budget_epsilon), f"{spent.delta:.3g}"
-        claim = re.search(
-            rf"{owner} \((?:record|client)-level\)\. .*? satisfy \({re.escape(rdp)}, "
-            rf"{re.escape(delta)}\)-differential privacy .*? gives epsilon {re.escape(pld)} "
-            rf".*? budget of epsilon {re.escape(budget)}",
-            claims,
+        claim_row = re.search(
+            rf"<tr><td>{owner}</td><td>(?:record|client)-level</td>.*?"
+            rf'<td class="n">{re.escape(rdp)}</td><td class="n">{re.escape(pld)}</td>'
+            rf'<td class="n">{re.escape(delta)}</td><td class="n">{re.escape(budget)}</td>',
+            claim,
         )
-        assert claim, (owner, rdp, pld)
+        assert claim_row, (owner, rdp, pld)
+        assert f"(ε = {rdp}, δ = {delta})" in verdict and owner in verdict
         row = rf"^\s*{owner}\s+\S+\s+{budget}\s+{re.escape(delta)}\s+{rdp}\s+{pld}\s+"
         assert re.search(row, table, re.MULTILINE), (owner, rdp, pld)
 
@@ -70,7 +73,8 @@ def test_pdf_text_shows_every_scopes_epsilon_as_in_the_ledger(demo_study, render
 def test_html_is_self_contained(rendered):
     html = rendered["html"].read_text(encoding="utf-8")
     sources = re.findall(r'(?:src|href)="([^"]*)"', html)
-    assert sources and all(s.startswith("data:") for s in sources), sources
+    external = [s for s in sources if not s.startswith(("data:", "#"))]
+    assert sources and external == [], external
     assert "<script" not in html and "http://" not in html and "https://" not in html
 
 
@@ -114,7 +118,8 @@ def test_one_more_ledger_charge_changes_that_scope_and_nothing_else(study_copy):
     assert len(after.ledger_entries) == len(before.ledger_entries) + 1
     assert after.fits == before.fits and after.mechanisms == before.mechanisms
     html = render_html(after)
-    assert f"satisfy ({format_epsilon(spent.epsilon)}, " in html
+    assert f'<td class="n">{format_epsilon(spent.epsilon)}</td>' in html
+    assert f"east protected each of its patients with (ε = {format_epsilon(spent.epsilon)}," in html
     assert "an extra release" in html
 
 

@@ -1,0 +1,144 @@
+"""The first page's verdict: one plain paragraph on what a study released and at what cost.
+
+NIST SP 800-226 (2025) and "Expose your epsilons!" (Dwork, Kohli & Mulligan
+2019) ask that a deployment state its claim in one paragraph a non-specialist
+can read: what was released, under which guarantee (unit of privacy, ε, δ)
+and whether the budgets held. :func:`verdict` writes that paragraph from the
+report model, which holds only recorded facts: the ledgers' scopes (spent
+and budget ε), the fits and curves (private or exact, noise-dominated), the
+sites and the configured noise seed. Nothing in it is fixed text about a
+particular study.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from reports.formatting import format_delta, format_epsilon
+from reports.model import ComplianceReport, ScopeSummary, Verdict
+
+LEVEL_WORDS = {
+    "patient": ("Record-level", "each of its patients"),
+    "site": ("Client-level", "each site's participation"),
+}
+
+
+def join_words(words: Iterable[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    words = list(words)
+    if len(words) <= 1:
+        return "".join(words)
+    return ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def _over(scope: ScopeSummary) -> bool:
+    return scope.epsilon_rdp > scope.budget_epsilon
+
+
+def verdict(report: ComplianceReport) -> Verdict:
+    """The verdict paragraph of ``report`` (see the module docstring)."""
+    sentences = [_released(report)]
+    sentences += _guarantees(report.scopes)
+    exact = [f.name for f in report.fits if not f.private]
+    exact += [c.name for c in report.curves if not c.private]
+    if exact:
+        sentences.append(
+            f"The exact results ({join_words(exact)}) carry no differential-privacy guarantee: "
+            "they are protected only by the sites' disclosure control (section 5)."
+        )
+    over = tuple(s.owner for s in report.scopes if _over(s))
+    within = tuple(s.owner for s in report.scopes if not _over(s))
+    if not report.scopes:
+        statement = report.configuration.get("ledgers")
+        sentences.append(
+            "No privacy ledger is recorded with this study, so whether each site stayed within "
+            "its budget cannot be read here."
+            + (f" {statement}" if isinstance(statement, str) else "")
+        )
+    elif over:
+        sentences.append(
+            f"Not every site stayed within its budget: {_spent_of_budget(report.scopes, over)} "
+            "exceeded it (ε spent of ε budget). "
+            + (f"The others ({join_words(within)}) stayed within theirs." if within else "")
+        )
+    else:
+        sentences.append(
+            "Every scope stayed within its budget (ε spent of ε budget: "
+            f"{_spent_of_budget(report.scopes, within)})."
+        )
+    if report.noise_seed is not None:
+        sentences.append(
+            f"The noise was drawn from a fixed seed ({report.noise_seed}): it can be reproduced, "
+            "so this run gives no privacy in practice (section 9)."
+        )
+    swamped = [f.name for f in report.fits if f.noise_dominated]
+    swamped += [c.name for c in report.curves if c.noise_dominated]
+    if swamped:
+        sentences.append(
+            f"The privacy noise dominates {join_words(swamped)}: read "
+            f"{'its' if len(swamped) == 1 else 'their'} intervals, not "
+            f"{'its' if len(swamped) == 1 else 'their'} point estimates (box below and section 8)."
+        )
+    return Verdict(" ".join(s.strip() for s in sentences), within, over, bool(report.scopes))
+
+
+def _released(report: ComplianceReport) -> str:
+    sites = _sites(report)
+    what = [
+        _counted(len(report.fits), sum(f.private for f in report.fits), "fitted model"),
+        _counted(len(report.curves), sum(c.private for c in report.curves), "survival curve"),
+    ]
+    if report.diagnostics:
+        count = len(report.diagnostics)
+        what.append(f"{count} diagnostic table{'s' if count != 1 else ''}")
+    released = join_words(w for w in what if w) or "no recorded result"
+    source = f"{len(sites)} sites ({join_words(sites)})" if sites else "sites not recorded"
+    return f"This study released {released}, computed from {source}; no patient row left a site."
+
+
+def _counted(total: int, private: int, noun: str) -> str:
+    """``3 fitted models (2 under differential privacy, 1 exact)``; ``1 exact survival curve``."""
+    if not total:
+        return ""
+    plural = noun if total == 1 else f"{noun}s"
+    if private == total:
+        return f"{total} {plural} under differential privacy"
+    if private == 0:
+        return f"{total} exact {plural}"
+    return f"{total} {plural} ({private} under differential privacy, {total - private} exact)"
+
+
+def _sites(report: ComplianceReport) -> list[str]:
+    names = [h.site for h in report.harmonization]
+    names += [r.site for r in report.site_rules]
+    names += [site for f in report.fits for site in f.n_obs]
+    return sorted(dict.fromkeys(names))
+
+
+def _guarantees(scopes: tuple[ScopeSummary, ...]) -> list[str]:
+    sentences = []
+    for unit, (level, protected) in LEVEL_WORDS.items():
+        groups: dict[tuple[str, str], list[str]] = {}
+        for scope in scopes:
+            if scope.unit == unit:
+                key = (format_epsilon(scope.epsilon_rdp), format_delta(scope.delta))
+                groups.setdefault(key, []).append(scope.owner)
+        for (epsilon, delta), owners in groups.items():
+            who = f"the {owners[0]}" if owners == ["coordinator"] else owners[0]
+            who = who if len(owners) == 1 else f"each of {join_words(owners)}"
+            sentences.append(
+                f"{level} guarantee: {who} protected {protected} with (ε = {epsilon}, "
+                f"δ = {delta})-differential privacy over the whole study (RDP accountant)."
+            )
+    return sentences
+
+
+def _spent_of_budget(scopes: tuple[ScopeSummary, ...], owners: tuple[str, ...]) -> str:
+    groups: dict[tuple[str, str], list[str]] = {}
+    for scope in scopes:
+        if scope.owner in owners:
+            key = (format_epsilon(scope.epsilon_rdp), format_epsilon(scope.budget_epsilon))
+            groups.setdefault(key, []).append(scope.owner)
+    return "; ".join(
+        f"{join_words(names)} {spent} of {budget}" for (spent, budget), names in groups.items()
+    )
