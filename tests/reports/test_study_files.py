@@ -143,3 +143,20 @@ def test_the_writer_checks_a_fit_record_against_the_readers_format(tmp_path) -> 
     with pytest.raises(FitRecordError, match="not a valid fit record"):
         checked_result_record({"model": "logistic", "llf": float("nan")})
     assert not (tmp_path / "study" / "fits" / "broken.json").exists()
+
+
+def test_a_stopped_harmonisation_shows_its_unprocessed_records(study_copy):
+    """read = included + excluded + rejected + not processed: the report prints the last term."""
+    from reports import build_report, render_html
+
+    path = study_copy / "harmonization" / "north.json"
+    record = json.loads(path.read_text())
+    record["read"] += 17
+    record["unprocessed"] = 17
+    record["unprocessed_by_reason"] = {"file not reached (run stopped)": 17}
+    path.write_text(json.dumps(record))
+    html = render_html(build_report(Study.load(study_copy)))
+    assert "not processed 17 (the run stopped before it reached them)" in html
+    assert "file not reached (run stopped): 17" in html
+    north = html[html.index("<h3>north") :]
+    assert "NOT BALANCED" not in north[: north.index("</table>")]
