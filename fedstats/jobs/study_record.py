@@ -30,9 +30,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from fedstats.errors import RunFailed
 from fedstats.jobs.study_config import StudyConfig
 from fedstats.jobs.study_run import Recorded
@@ -48,7 +45,8 @@ LEDGERS_STATEMENT = (
     "'fedstats budget show --ledger' and its run records (workdir/runs)."
 )
 DISCLOSURE_STATEMENT = {
-    "set by": "each site, in its own site.toml ([disclosure] min_count, require_privacy)",
+    "set by": "each site, in its own site configuration (the smallest count it releases "
+    "and whether it answers only private requests)",
     "seen by the coordinator": "only refusals, listed below from the message inventory",
 }
 
@@ -92,29 +90,21 @@ def record_study(
         }
     )
     for fit in tables:
-        recorder.record_diagnostic(
-            fit.name, f"{fit.kind} {fit.name}: pooled survival", survival_table(results[fit.name])
+        recorder.record_curves(
+            fit.name,
+            {k: v for k, v in results[fit.name].items() if k != "kind"},
+            description=f"Kaplan-Meier curves {fit.name!r} over Flower "
+            f"(run {status.get('run_id')})",
         )
     for fit in models:
         recorder.record_fit(
             fit.name,
             {k: v for k, v in results[fit.name].items() if k != "kind"},
             description=f"{fit.kind} {getattr(fit, 'formula', '')} over Flower "
-            f"(run {status.get('run_id')}); {LEDGERS_STATEMENT}",
+            f"(run {status.get('run_id')})",
         )
     recorder.record_inventory(inventory)
     return recorder.finish()
-
-
-def survival_table(record: dict[str, Any]) -> pd.DataFrame:
-    """A Kaplan–Meier record (``KaplanMeierResults.to_record()``) as one table:
-    per grid time, each group's survival, interval, number at risk and events."""
-    columns = {}
-    for group in record["groups"]:
-        for field in ("survival", "lower", "upper", "at_risk", "events"):
-            values = record[field][group]
-            columns[f"{field} ({group})"] = [np.nan if v is None else v for v in values]
-    return pd.DataFrame(columns, index=pd.Index(record["grid"], name="time"))
 
 
 def record_and_report(

@@ -117,11 +117,11 @@ def test_study_run_over_three_site_jobs_equals_the_embedded_runtime(
     )
     recorded = Study.load(out / "study")
     assert [fit.name for fit in recorded.fits] == ["event_logistic"]
-    survival = recorded.diagnostics["survival"]
-    assert survival.title.startswith("kaplan_meier survival")
-    column = survival.columns.index("survival (all)")
+    (curve,) = recorded.curves  # the Kaplan-Meier fit is recorded as curves, not a table
+    assert curve.name == "survival" and "survival" not in recorded.diagnostics
+    assert curve.result.grid == embedded["survival"]["grid"]
     assert np.allclose(
-        np.array([row[column] for row in survival.rows], dtype=float),
+        np.array(curve.result.survival["all"], dtype=float),
         np.array(embedded["survival"]["survival"]["all"], dtype=float),
         rtol=0,
         atol=1e-10,
