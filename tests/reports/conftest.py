@@ -65,7 +65,7 @@ def flower_like_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     on the same study.toml and TCGA-BRCA sites as tests/flower, with the fits
     made in process instead of over a SuperLink (the records are identical,
     tests/flower checks that): no ledger (site ledgers stay at the sites), a
-    logistic fit, a survival table as a diagnostic, the message inventory.
+    logistic fit, Kaplan-Meier curves, the message inventory.
     """
     from fedstats import Federation, datasets
     from fedstats.flower.local_study import write_study
