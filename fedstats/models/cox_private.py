@@ -103,7 +103,9 @@ def fit_private_cox(
     names = list(run.agreement.spec.columns)
     shares = noise_shares(sampling, noise)
     counts = run.agreement.counts
-    problems = count_warnings(counts.n_obs, counts.n_events) + noise_warnings(names, shares)
+    problems = count_warnings(
+        counts.n_obs, counts.n_events, used_for="the fit's starting baseline hazard"
+    ) + noise_warnings(names, shares)
     warn(problems, stacklevel=4)  # the caller of CoxPH.fit
     account = PrivacyAccount(
         tuple(

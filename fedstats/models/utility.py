@@ -79,27 +79,32 @@ def noise_warnings(names: Sequence[str], shares: np.ndarray) -> list[str]:
 
 
 def count_warnings(
-    n_obs: Mapping[str, float], n_events: Mapping[str, float] | None = None
+    n_obs: Mapping[str, float],
+    n_events: Mapping[str, float] | None = None,
+    *,
+    used_for: str | None = None,
 ) -> list[str]:
     """Warnings for noisy counts that cannot be true, naming each site: patients or events
     at most 0, or events as many as the patients (noisy counts are clamped to
-    ``0 <= events <= patients``, so a count at either end was pushed there by noise)."""
+    ``0 <= events <= patients``, so a count at either end was pushed there by noise).
+    Counts print rounded to whole patients; ``used_for`` names what the fit computed from
+    them (e.g. a Cox fit's starting baseline), said in the warning."""
     problems = []
     for site, n in n_obs.items():
         events = None if n_events is None else n_events.get(site)
         if n <= 0:
-            problems.append(f"{site}: {n:.1f} patients")
+            problems.append(f"{site}: {n:.0f} patients")
         elif events is not None and events <= 0:
-            problems.append(f"{site}: {events:.1f} events")
+            problems.append(f"{site}: {events:.0f} events")
         elif events is not None and events >= n:
-            problems.append(f"{site}: {events:.1f} events among {n:.1f} patients")
+            problems.append(f"{site}: {events:.0f} events among {n:.0f} patients")
     if not problems:
         return []
     return [
         "noisy counts outside plausible bounds ("
         + "; ".join(problems)
         + "): the noise swamps these sites' counts, so the patients and events reported for "
-        "them (and a private Cox fit's starting baseline, computed from them) are unreliable"
+        "them are unreliable" + (f", and so is {used_for}, computed from them" if used_for else "")
     ]
 
 

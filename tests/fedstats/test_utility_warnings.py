@@ -153,8 +153,10 @@ def test_noise_shares_are_the_noise_variance_over_the_total():
 
 def test_implausible_noisy_counts_are_named_by_site():
     (message,) = count_warnings({"x": -3.0, "y": 50.0, "z": 40.0}, {"x": 1.0, "y": 50.0, "z": 0.0})
-    assert "x: -3.0 patients" in message and "y: 50.0 events among 50.0" in message
-    assert "z: 0.0 events" in message
+    assert "x: -3 patients" in message and "y: 50 events among 50 patients" in message
+    assert "z: 0 events" in message and "baseline" not in message
+    (cox,) = count_warnings({"x": 10.0}, {"x": 0.0}, used_for="the fit's starting baseline")
+    assert cox.endswith("and so is the fit's starting baseline, computed from them")
     assert count_warnings({"x": 10.0}, {"x": 2.0}) == []
 
 
