@@ -21,6 +21,7 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+import click
 import typer
 
 LOGGERS = ("fedstats", "py.warnings")
@@ -57,8 +58,33 @@ def _default_event(record: logging.LogRecord) -> str:
     return "warning" if record.name == "py.warnings" else record.name
 
 
-class _Mode:
-    json_log = False
+class _CurrentStderrHandler(logging.StreamHandler):
+    """Writes to whatever ``sys.stderr`` is when a record arrives (as logging's own
+    last-resort handler does), so a handler left from an earlier command never writes
+    to a stream that command has since closed."""
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    @property
+    def stream(self):  # type: ignore[override]
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:  # the handler always follows sys.stderr
+        pass
+
+
+_JSON_LOG = "fedstats.json_log"
+"""Key in the root click context's ``meta``: whether this invocation logs JSON lines."""
+
+
+def _json_log_requested() -> bool:
+    """``--json-log`` was given to the command now running (False outside a command, or
+    when a command group was invoked without the root callback): read from the
+    invocation's own context, so one command's choice never leaks into the next."""
+    context = click.get_current_context(silent=True)
+    return bool(context is not None and context.find_root().meta.get(_JSON_LOG, False))
 
 
 def configure(*, quiet: bool, json_log: bool) -> None:
@@ -67,8 +93,10 @@ def configure(*, quiet: bool, json_log: bool) -> None:
     Called once per command; replaces the handler of a previous call (so tests
     that invoke several commands in one process get one handler each time).
     """
-    _Mode.json_log = json_log
-    handler = logging.StreamHandler(sys.stderr)
+    context = click.get_current_context(silent=True)
+    if context is not None:
+        context.find_root().meta[_JSON_LOG] = json_log
+    handler = _CurrentStderrHandler()
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonLineFormatter() if json_log else PlainFormatter())
     logging.captureWarnings(json_log)
@@ -89,7 +117,7 @@ def fail(message: str, code: int) -> None:
     Plain text, never terminal colour codes: the message reaches cron mail
     and journals as it is.
     """
-    if _Mode.json_log:
+    if _json_log_requested():
         logging.getLogger("fedstats.cli").error(
             message, extra={"event": "failed", "fields": {"exit_code": int(code)}}
         )

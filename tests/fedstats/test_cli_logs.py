@@ -163,3 +163,22 @@ def test_harmonize_reports_progress_with_records_per_second(tmp_path: Path) -> N
     quiet = CliRunner().invoke(app, ["--quiet", *common, "--out", str(tmp_path / "b")])
     assert quiet.exit_code == 0, quiet.output
     assert "records harmonised" not in quiet.stderr
+
+
+def test_one_commands_json_log_does_not_leak_into_the_next(tmp_path: Path) -> None:
+    """--json-log belongs to its own invocation: a later command (even a sub-app run on its
+    own, without the root options) still prints its error as plain text on its own stderr."""
+    import typer
+
+    from fedstats.cli.jobs import study_app
+
+    broken = tmp_path / "study.toml"
+    broken.write_text("[coordinator]\nrun_timeout = 'soon'\n", encoding="utf-8")
+    first = CliRunner().invoke(app, ["--json-log", "study", "run", "--config", str(broken)])
+    assert first.exit_code == 2
+    assert json_lines(first.stderr)[-1]["event"] == "failed"
+    alone = typer.Typer()
+    alone.add_typer(study_app, name="study")
+    second = CliRunner().invoke(alone, ["study", "run", "--config", str(broken)])
+    assert second.exit_code == 2
+    assert second.stderr.startswith("error: ") and "run_timeout" in second.stderr

@@ -483,7 +483,7 @@ def cases(draw: st.DrawFn) -> Case:
     elif mutation == "medication reference":
         record.pop("medicationCodeableConcept")
         record["medicationReference"] = {"reference": "Medication/m1"}
-        field = "medicationReference"
+        field = "medicationReference.reference"  # the unresolved reference itself
     return Case(kind, mutation, record, expect, field, shows)
 
 
