@@ -195,3 +195,18 @@ def test_budget_show_runs_from_the_installed_package(
     (row,) = json.loads(result.stdout)["scopes"]
     assert row["owner"] == "site_a" and row["entries"] == 1
     assert row["epsilon_rdp"] == pytest.approx(spent, rel=1e-12)
+
+
+def test_budget_set_then_show_from_the_installed_package(installed: Path, outside: dict, tmp_path):
+    """A privacy officer's two commands round trip through the installed console script."""
+    path = tmp_path / "site_b.ledger"
+    scope = ["--study", "s2", "--unit", "patient", "--owner", "site_b"]
+    set_budget = [installed / "fedstats", "budget", "set", "--ledger", path, *scope]
+    _run([*set_budget, "--epsilon", "2.5", "--delta", "1e-6"], **outside)
+    show = _run([installed / "fedstats", "budget", "show", "--ledger", path, "--json"], **outside)
+    (row,) = json.loads(show.stdout)["scopes"]
+    assert (row["study"], row["owner"], row["unit"]) == ("s2", "site_b", "patient")
+    assert row["budget_epsilon"] == 2.5 and row["delta"] == 1e-6 and row["entries"] == 0
+    with accounting.Ledger(path) as ledger:  # the library reads what the command wrote
+        (budget,) = ledger.scopes()
+        assert budget.owner == "site_b"
