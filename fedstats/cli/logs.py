@@ -87,6 +87,12 @@ def _json_log_requested() -> bool:
     return bool(context is not None and context.find_root().meta.get(_JSON_LOG, False))
 
 
+def plain_progress_on_terminal() -> bool:
+    """Progress is shown (not ``--quiet``), as plain text (not ``--json-log``), to a terminal."""
+    shown = logging.getLogger("fedstats").isEnabledFor(logging.INFO)
+    return shown and not _json_log_requested() and sys.stderr.isatty()
+
+
 def configure(*, quiet: bool, json_log: bool) -> None:
     """Send the jobs' records to the current stderr, as plain lines or JSON lines.
 

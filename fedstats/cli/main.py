@@ -122,7 +122,7 @@ def harmonize(
     4 empty cohort. report.json is written in every case but a missing
     source option.
     """
-    from fedstats.cli.progress import HarmonizationProgress
+    from fedstats.cli.progress import harmonization_progress
     from harmonize.errors import HarmonizationError, HarmonizationFailed, SpecError
     from harmonize.report import HarmonizationReport
     from harmonize.run import harmonize as run_harmonize
@@ -160,7 +160,7 @@ def harmonize(
             latest_date=latest_date.date() if latest_date else None,
             memory_limit=memory_limit,
             workers=workers,
-            progress=HarmonizationProgress(site),
+            progress=harmonization_progress(site),
         )
     except HarmonizationFailed as failed:
         write_report(failed.report, out)

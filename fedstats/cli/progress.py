@@ -4,7 +4,9 @@
 records processed so far and the total (:mod:`harmonize.progress`); this
 callback turns each call into a ``harmonize.progress`` event
 (:func:`fedstats.jobs.events.emit`), so ``--quiet`` silences it and
-``--json-log`` prints it as one JSON object per line.
+``--json-log`` prints it as one JSON object per line. On a terminal, without
+either option, :class:`HarmonizationBar` shows a tqdm bar instead (records
+done of the total, records per second, time left).
 """
 
 from __future__ import annotations
@@ -43,3 +45,27 @@ class HarmonizationProgress:
             total=total,
             records_per_second=None if rate is None else round(rate, 1),
         )
+
+
+class HarmonizationBar:
+    """``progress(done, total)`` as a tqdm bar on stderr, for a person at a terminal."""
+
+    def __init__(self, site: str) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(desc=f"harmonising {site}", unit=" records", unit_scale=True)
+
+    def __call__(self, done: int, total: int | None) -> None:
+        if total is not None and self._bar.total != total:
+            self._bar.total = total
+            self._bar.refresh()
+        self._bar.update(done - self._bar.n)
+        if total is not None and done >= total:
+            self._bar.close()
+
+
+def harmonization_progress(site: str) -> HarmonizationProgress | HarmonizationBar:
+    """A bar when stderr is a terminal and progress is shown as plain text; else log events."""
+    from fedstats.cli.logs import plain_progress_on_terminal
+
+    return HarmonizationBar(site) if plain_progress_on_terminal() else HarmonizationProgress(site)

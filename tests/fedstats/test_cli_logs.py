@@ -182,3 +182,13 @@ def test_one_commands_json_log_does_not_leak_into_the_next(tmp_path: Path) -> No
     second = CliRunner().invoke(alone, ["study", "run", "--config", str(broken)])
     assert second.exit_code == 2
     assert second.stderr.startswith("error: ") and "run_timeout" in second.stderr
+
+
+def test_a_terminal_gets_a_harmonisation_bar_with_records_per_second(capsys) -> None:
+    from fedstats.cli.progress import HarmonizationBar
+
+    bar = HarmonizationBar("north")
+    for done in (0, 400, 1_000):
+        bar(done, 1_000)
+    shown = capsys.readouterr().err
+    assert "harmonising north" in shown and "1.00k/1.00k" in shown and "records/s" in shown
