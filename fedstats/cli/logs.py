@@ -96,8 +96,10 @@ def plain_progress_on_terminal() -> bool:
 def configure(*, quiet: bool, json_log: bool) -> None:
     """Send the jobs' records to the current stderr, as plain lines or JSON lines.
 
-    Called once per command; replaces the handler of a previous call (so tests
-    that invoke several commands in one process get one handler each time).
+    Called once per command. Inside a command the handler lives as long as
+    the command's invocation: when it ends, the loggers get back the handlers,
+    levels and propagation they had, so one invocation's choices never reach
+    the next (a program or test that runs several commands in one process).
     """
     context = click.get_current_context(silent=True)
     if context is not None:
@@ -105,16 +107,35 @@ def configure(*, quiet: bool, json_log: bool) -> None:
     handler = _CurrentStderrHandler()
     handler.set_name(_HANDLER_NAME)
     handler.setFormatter(JsonLineFormatter() if json_log else PlainFormatter())
+    saved = {
+        name: (logging.getLogger(name).level, logging.getLogger(name).propagate) for name in LOGGERS
+    }
     logging.captureWarnings(json_log)
     for name in LOGGERS:
         logger = logging.getLogger(name)
-        for old in [h for h in logger.handlers if h.get_name() == _HANDLER_NAME]:
-            logger.removeHandler(old)
+        _detach(logger)
         if name == "py.warnings" and not json_log:
             continue
         logger.addHandler(handler)
         logger.setLevel(logging.WARNING if quiet else logging.INFO)
         logger.propagate = False
+
+    def restore() -> None:
+        logging.captureWarnings(False)
+        for name, (level, propagate) in saved.items():
+            logger = logging.getLogger(name)
+            _detach(logger)
+            logger.setLevel(level)
+            logger.propagate = propagate
+
+    if context is not None:
+        context.find_root().call_on_close(restore)
+
+
+def _detach(logger: logging.Logger) -> None:
+    """Remove the command line's handler from ``logger`` (any earlier call's)."""
+    for old in [h for h in logger.handlers if h.get_name() == _HANDLER_NAME]:
+        logger.removeHandler(old)
 
 
 def fail(message: str, code: int) -> None:

@@ -192,3 +192,12 @@ def test_a_terminal_gets_a_harmonisation_bar_with_records_per_second(capsys) -> 
         bar(done, 1_000)
     shown = capsys.readouterr().err
     assert "harmonising north" in shown and "1.00k/1.00k" in shown and "records/s" in shown
+
+
+def test_the_handler_ends_with_its_invocation() -> None:
+    """After a --json-log command the fedstats loggers are as they were before it."""
+    logger = logging.getLogger("fedstats")
+    before = (list(logger.handlers), logger.level, logger.propagate)
+    result = CliRunner().invoke(app, ["--json-log", "budget", "show", "--ledger", "/nonexistent"])
+    assert result.exit_code == 2 and json_lines(result.stderr)[-1]["event"] == "failed"
+    assert (list(logger.handlers), logger.level, logger.propagate) == before
