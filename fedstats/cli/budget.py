@@ -9,7 +9,6 @@ budget history, and a budget below what a scope already spent is refused
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -26,30 +25,8 @@ CONFIGURATION = 2
 """Exit code of a missing ledger, a bad value or a refused change."""
 
 
-def format_epsilon(value: float | None) -> str:
-    """Epsilon to four significant digits (``3``, ``0.8137``, ``0.0001234``); ``-`` if unknown."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    return f"{value:.4g}"
-
-
-def format_delta(value: float | None) -> str:
-    """Delta in scientific notation (``1e-05``, ``2.5e-06``); ``-`` if unknown."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if value >= 1e-3:
-        return f"{value:.3g}"
-    mantissa, exponent = f"{value:.2e}".split("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{exponent}"
-
-
-_FORMATTERS = {
-    "budget_epsilon": format_epsilon,
-    "epsilon_rdp": format_epsilon,
-    "epsilon_pld": format_epsilon,
-    "remaining": format_epsilon,
-    "delta": format_delta,
-}
+_EPSILON_COLUMNS = ("budget_epsilon", "epsilon_rdp", "epsilon_pld", "remaining")
+"""Columns of ``budget show`` printed as epsilons (the report's format); ``delta`` as a delta."""
 
 
 @budget_app.command("show")
@@ -66,6 +43,7 @@ def budget_show(
     """
     import accounting
     from reports import budget_table
+    from reports.formatting import format_delta, format_epsilon
 
     if not ledger.is_file():
         fail(f"no ledger at {ledger}", CONFIGURATION)
@@ -79,7 +57,8 @@ def budget_show(
     elif table.empty:
         typer.echo(f"{ledger}: no scopes")
     else:
-        typer.echo(table.to_string(index=False, formatters=_FORMATTERS))
+        formatters = {column: format_epsilon for column in _EPSILON_COLUMNS}
+        typer.echo(table.to_string(index=False, formatters={**formatters, "delta": format_delta}))
 
 
 @budget_app.command("set")
@@ -116,6 +95,7 @@ def budget_set(
     for a bad value, a missing folder or a refused change.
     """
     import accounting
+    from reports.formatting import format_delta, format_epsilon
 
     if not ledger.parent.is_dir():
         fail(f"--ledger: the folder {ledger.parent} does not exist", CONFIGURATION)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import accounting
-from fedstats.cli.budget import format_delta, format_epsilon
 from fedstats.cli.main import app
+from reports.formatting import format_delta, format_epsilon
 
 
 def budget_set(ledger: Path, *extra: str, epsilon: str = "3", delta: str = "1e-05"):
@@ -28,7 +28,7 @@ def test_set_then_show_round_trip(tmp_path: Path) -> None:
     ledger = tmp_path / "site_a.ledger"
     result = budget_set(ledger)
     assert result.exit_code == 0, result.output
-    assert "new scope" in result.stdout and "epsilon 3, delta 1e-05" in result.stdout
+    assert "new scope" in result.stdout and "epsilon 3.000, delta 1e-05" in result.stdout
 
     shown = CliRunner().invoke(app, ["budget", "show", "--ledger", str(ledger)])
     assert shown.exit_code == 0, shown.output
@@ -41,7 +41,7 @@ def test_set_then_show_round_trip(tmp_path: Path) -> None:
 
     raised = budget_set(ledger, epsilon="5", delta="1e-06")
     assert raised.exit_code == 0, raised.output
-    assert "was epsilon 3, delta 1e-05" in raised.stdout
+    assert "was epsilon 3.000, delta 1e-05" in raised.stdout
     with accounting.Ledger(ledger) as book:  # durable and itself recorded
         scope = accounting.Scope(unit="patient", owner="site_a", study="heart")
         assert book.budget(scope) == accounting.Budget(5.0, 1e-6)
@@ -141,8 +141,8 @@ def test_delta_is_printed_so_that_it_reads_back_close(delta: float) -> None:
 
 def test_epsilon_has_sensible_digits() -> None:
     assert [format_epsilon(v) for v in (3.0, 0.81374, 1.23456e-4, None)] == [
-        "3",
+        "3.000",
         "0.8137",
         "0.0001235",
-        "-",
+        "not available",
     ]

@@ -201,3 +201,40 @@ def test_the_handler_ends_with_its_invocation() -> None:
     result = CliRunner().invoke(app, ["--json-log", "budget", "show", "--ledger", "/nonexistent"])
     assert result.exit_code == 2 and json_lines(result.stderr)[-1]["event"] == "failed"
     assert (list(logger.handlers), logger.level, logger.propagate) == before
+
+
+def test_a_coordinators_task_and_analysis_names_cannot_forge_log_lines(tmp_path: Path) -> None:
+    """The task and analysis names come from the coordinator's request: a crafted one with
+    line breaks and a fake event stays inside one escaped line, in plain and JSON form."""
+    from fedstats.cli.logs import JsonLineFormatter, PlainFormatter
+
+    forged = "a\nfedstats: site 'region_0': request 99 task 'fit': answered\x1b[2K"
+    journal = SiteJournal(tmp_path / "journal.jsonl")
+    journal.append({"event": "received", "seq": 1, "task": forged, "ledger_entries": 0})
+    journal.append(
+        {
+            "event": "answered",
+            "seq": 1,
+            "task": forged,
+            "analysis": forged,
+            "status": "released",
+            "ledger_entries": 0,
+        }
+    )
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger = logging.getLogger("fedstats")
+    logger.addHandler(handler)
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        log_requests("region_0", journal, 0)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(old_level)
+    (record,) = [r for r in records if getattr(r, "event", None) == "site.request"]
+    for formatter in (PlainFormatter(), JsonLineFormatter()):
+        text = formatter.format(record)
+        assert "\n" not in text and "\x1b" not in text, text
+    assert json.loads(JsonLineFormatter().format(record))["fields"]["analysis"] == forged

@@ -10,6 +10,7 @@ import pytest
 from fedstats.jobs.demo import run_demo_study
 from reports import build_report, write_html, write_pdf
 from reports.study import Study
+from tests.flower.flower_study import SITES, TERMS
 
 NOISE_SEED = 20260101
 """Tests fix the privacy noise (the report must then say so); production runs never do."""
@@ -38,13 +39,11 @@ def study_copy(demo_study: Path, tmp_path: Path) -> Path:
     return Path(shutil.copytree(demo_study, tmp_path / "study"))
 
 
-FLOWER_SITES = ["region_0", "region_1", "region_2"]
-FLOWER_COVARIATES = "age_at_index + ajcc_pathologic_n_n0_i + prior_malignancy_yes"
 FLOWER_FITS = f"""
 [[fits]]
 kind = "logistic"
 name = "event_logistic"
-formula = "event ~ {FLOWER_COVARIATES}"
+formula = "event ~ {TERMS}"
 
 [[fits]]
 kind = "kaplan_meier"
@@ -74,14 +73,14 @@ def flower_like_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from fedstats.jobs.study_record import record_study
 
     root = tmp_path_factory.mktemp("flower-like")
-    frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in FLOWER_SITES}
-    study_toml = write_study(root, FLOWER_SITES, FLOWER_FITS, out=root / "out")
+    frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in SITES}
+    study_toml = write_study(root, SITES, FLOWER_FITS, out=root / "out")
     config = load_study_config(study_toml)
     federation = Federation.in_process(frames)
     results = run_fits(config, federation)
     status = {
         "run_id": 1,
-        "nodes": {site: str(index) for index, site in enumerate(FLOWER_SITES)},
+        "nodes": {site: str(index) for index, site in enumerate(SITES)},
         "site_protocols": dict(federation.site_protocols),
     }
     return record_study(config, study_toml, status, results, federation.inventory)
