@@ -77,6 +77,21 @@ class LogisticFit(BaseModel):
     site_intercepts: bool = False
 
 
+class GlmFit(BaseModel):
+    """A ``[[fits]]`` entry of kind ``glm``: :class:`fedstats.GLM`'s options."""
+
+    model_config = STRICT
+    kind: Literal["glm"]
+    name: Name
+    formula: Annotated[str, Field(min_length=3)]
+    family: Literal["binomial", "poisson", "gaussian"]
+    offset: str | None = None
+    exposure: str | None = None
+    weights: str | None = None
+    scale: Literal["X2"] | None = None
+    site_intercepts: bool = False
+
+
 class CoxFit(BaseModel):
     """A ``[[fits]]`` entry of kind ``cox`` (stratified by site unless ``strata = "none"``)."""
 
@@ -164,7 +179,9 @@ class DeepFit(BaseModel):
         return self
 
 
-Fit = Annotated[LogisticFit | CoxFit | KaplanMeierFit | DeepFit, Field(discriminator="kind")]
+Fit = Annotated[
+    LogisticFit | GlmFit | CoxFit | KaplanMeierFit | DeepFit, Field(discriminator="kind")
+]
 
 
 class StudyConfig(BaseModel):

@@ -21,6 +21,7 @@ from fedstats.jobs.study_config import (
     CoxFit,
     DeepFit,
     Fit,
+    GlmFit,
     KaplanMeierFit,
     LogisticFit,
     StudyConfig,
@@ -39,6 +40,12 @@ def make_fit(fit: Fit, federation: Federation) -> dict[str, Any]:
             federation
         )
         return {"kind": fit.kind, **result.to_record()}
+    if isinstance(fit, GlmFit):
+        options = fit.model_dump(exclude={"kind", "name", "formula"})
+        return {
+            "kind": fit.kind,
+            **fedstats.GLM(fit.formula, **options).fit(federation).to_record(),
+        }
     if isinstance(fit, CoxFit):
         result = fedstats.CoxPH(fit.formula, strata=fit.strata, ties=fit.ties).fit(federation)
         return {"kind": fit.kind, **result.to_record()}

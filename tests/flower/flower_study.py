@@ -17,6 +17,13 @@ name = "event_logistic"
 formula = "event ~ {TERMS}"
 
 [[fits]]
+kind = "glm"
+name = "death_rate"
+formula = "event ~ {TERMS}"
+family = "poisson"
+exposure = "time"
+
+[[fits]]
 kind = "cox"
 name = "survival_cox"
 formula = "Surv(time, event) ~ {TERMS}"

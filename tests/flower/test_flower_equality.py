@@ -19,8 +19,9 @@ from fedstats.jobs.site_journal import SiteJournal, reconcile
 
 
 def test_flower_fits_equal_the_embedded_runtime(tcga_over_flower) -> None:
-    """Logistic regression and site-stratified Cox: Flower vs in-process, |diff| <= 1e-10."""
-    for name in ("event_logistic", "survival_cox"):
+    """Logistic regression, a Poisson rate model and site-stratified Cox: Flower vs
+    in-process, |diff| <= 1e-10."""
+    for name in ("event_logistic", "death_rate", "survival_cox"):
         over_flower = tcga_over_flower["over_flower"][name]
         reference = tcga_over_flower["embedded"][name]
         assert list(over_flower["params"]) == list(reference["params"])
