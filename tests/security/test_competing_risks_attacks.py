@@ -219,7 +219,7 @@ def test_a_protocol_admits_only_its_competing_risks_analyses():
                     "time_grid": [50.0, 100.0],
                 },
             ],
-        }  # fmt: skip
+        }
     )
     silo = Silo("site", cohort(), policy=POLICY, protocol=protocol)
     assert ask(silo, competing.TASK, counts_args([50.0, 100.0], 1))["status"] == "ok"
