@@ -58,6 +58,8 @@ _PUBLIC: dict[str, str] = {
     "LogRankResult": "fedstats.models.logrank",
     "logrank_test": "fedstats.models.logrank",
     "LogisticRegression": "fedstats.models.logistic",
+    "GLM": "fedstats.models.glm",
+    "GLMResults": "fedstats.models.glm_results",
     "ClientDP": "fedstats.models.privacy",
     "PrivacyAccount": "fedstats.models.privacy",
     "RecordDP": "fedstats.models.privacy",
@@ -89,6 +91,8 @@ if TYPE_CHECKING:
     )
     from fedstats.models.federation import Federation
     from fedstats.models.fine_gray import FineGray, FineGrayResults
+    from fedstats.models.glm import GLM
+    from fedstats.models.glm_results import GLMResults
     from fedstats.models.heterogeneity import (
         HeterogeneityResults,
         SurvivalHeterogeneity,
@@ -126,6 +130,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "GLM",
     "BudgetExceededError",
     "ClientDP",
     "CodecError",
@@ -147,6 +152,7 @@ __all__ = [
     "FineGrayResults",
     "FingerprintMismatchError",
     "FormulaError",
+    "GLMResults",
     "HeterogeneityResults",
     "InconsistentColumnError",
     "InvalidReplyError",

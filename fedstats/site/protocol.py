@@ -26,7 +26,7 @@ The file::
 
     [[protocol.analysis]]
     name = "risk model"
-    model = "logistic"              # logistic | cox | kaplan_meier | deep
+    model = "logistic"              # logistic | glm | cox | kaplan_meier | deep
                                     # | cumulative_incidence | fine_gray
     formula = "disease ~ age + C(sex) + chol + C(cp)"
     max_rounds = 50                 # exact requests of this analysis
@@ -39,9 +39,18 @@ The file::
     groups = ["arm"]
     time_grid = [0, 30, 60, 90, 180, 365]
 
+    [[protocol.analysis]]
+    name = "infection rates"
+    model = "glm"
+    family = "poisson"              # binomial | poisson | gaussian
+    formula = "infections ~ C(ward) + age"
+    exposure = "patient_days"       # its log joins the linear predictor
+    weights = "n_patients"          # frequency weights, when the model takes them
+
 A request matches an analysis when its model kind, outcome and set of terms
 (interactions order-free; the intercept aside) equal the analysis's, its
-strata and offset are the analysis's, and its group (fairness, Kaplan–Meier)
+strata, offset, exposure, weights (and a GLM's family) are the analysis's, and its
+group (fairness, Kaplan–Meier)
 or cluster (robust Cox variance) is one of the analysis's ``groups``.
 ``time_grid`` fixes the survival grid of the outcome for exact Kaplan–Meier
 and pooled-Cox requests (:mod:`fedstats.site.survival_grid`); ``networks`` lists
@@ -64,15 +73,28 @@ import numpy as np
 from fedstats.errors import FormulaError, ProtocolError, StudyConfigurationError
 from fedstats.site.design import DesignSpec, parse_formula, survival_outcome
 
-MODELS = ("logistic", "cox", "kaplan_meier", "deep", "cumulative_incidence", "fine_gray")
+MODELS = (
+    "logistic",
+    "glm",
+    "cox",
+    "kaplan_meier",
+    "deep",
+    "cumulative_incidence",
+    "fine_gray",
+)
+FAMILIES = ("binomial", "poisson", "gaussian")
+KIND_FAMILIES = {"binary": "binomial", "count": "poisson", "continuous": "gaussian"}
+"""The GLM family a design's outcome kind implies (the site checks a request's family
+against its design's outcome kind, :func:`fedstats.site.handlers.glm.checked_family`)."""
 PRIVACY = ("exact", "dp")
 COMPETING_MODELS = ("cumulative_incidence", "fine_gray")
 CURVE_MODELS = ("kaplan_meier", "cumulative_incidence")
 """Models whose analyses name an outcome and no terms (curves on a time grid)."""
 
 TASK_MODELS: dict[str, tuple[str, ...]] = {
-    "prepare": ("logistic", "cox", "deep"),
+    "prepare": ("logistic", "glm", "cox", "deep"),
     "logistic.summaries": ("logistic",),
+    "glm.summaries": ("glm", "logistic"),
     "fairness.summaries": ("logistic",),
     "cox.summaries": ("cox",),
     "cox.grid_summaries": ("cox",),
@@ -100,6 +122,9 @@ _ANALYSIS_KEYS = {
     "max_rounds",
     "privacy",
     "networks",
+    "family",
+    "weights",
+    "exposure",
 }
 _PROTOCOL_KEYS = {"title", "approved_by", "approved_on", "dp_exploration", "analysis"}
 
@@ -119,6 +144,10 @@ class Analysis:
     max_rounds: int | None = None
     privacy: str = "exact"
     networks: frozenset[str] = frozenset()
+    family: str | None = None
+    """A GLM's family (a logistic analysis is the binomial one)."""
+    weights: str | None = None
+    exposure: str | None = None
 
     @property
     def survival(self) -> tuple[str, str] | None:
@@ -136,6 +165,9 @@ class Request:
     offset: str | None = None
     group: str | None = None
     network: str | None = None
+    family: str | None = None
+    weights: str | None = None
+    exposure: str | None = None
 
     def describe(self) -> str:
         rhs = " + ".join(sorted(self.terms)) if self.terms is not None else "curves"
@@ -295,6 +327,9 @@ def read_request(site: str, task: str, args: dict[str, Any]) -> Request:
         offset=spec.offset,
         group=_name_or_none(args.get("cluster" if task == "cox.robust" else "group")),
         network=_name_or_none(args.get("model")),
+        family=KIND_FAMILIES.get(spec.outcome_kind),
+        weights=spec.weights,
+        exposure=spec.exposure,
     )
 
 
@@ -317,8 +352,16 @@ def _mismatch(analysis: Analysis, request: Request) -> tuple[str, str] | None:
         if request.strata != analysis.strata:
             odd = sorted(request.strata ^ analysis.strata)[0]
             return odd, f"the approved strata are {sorted(analysis.strata) or 'none'}"
+        approved_family = "binomial" if analysis.model == "logistic" else analysis.family
+        if request.family is not None and request.family != approved_family:
+            return request.family, f"the approved family is {approved_family}"
         if request.offset != analysis.offset:
             return str(request.offset), f"the approved offset is {analysis.offset or 'none'}"
+        if request.weights != analysis.weights:
+            return str(request.weights), f"the approved weights are {analysis.weights or 'none'}"
+        if request.exposure != analysis.exposure:
+            approved = analysis.exposure or "none"
+            return str(request.exposure), f"the approved exposure is {approved}"
     if request.group is not None and request.group not in analysis.groups:
         approved = sorted(analysis.groups) or "none"
         return request.group, f"grouping by {request.group!r} is not approved (groups: {approved})"
@@ -416,6 +459,15 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
     offset = entry.get("offset")
     if offset is not None and not isinstance(offset, str):
         raise StudyConfigurationError(f"{where}: 'offset' must name a column")
+    weights, exposure = entry.get("weights"), entry.get("exposure")
+    for key, value in (("weights", weights), ("exposure", exposure)):
+        if value is not None and not isinstance(value, str):
+            raise StudyConfigurationError(f"{where}: {key!r} must name a column")
+    family = entry.get("family")
+    if (model == "glm") != (family is not None) or (family is not None and family not in FAMILIES):
+        raise StudyConfigurationError(
+            f"{where}: a glm analysis, and only a glm analysis, names its family: one of {FAMILIES}"
+        )
     max_rounds = entry.get("max_rounds")
     if max_rounds is not None and not (type(max_rounds) is int and max_rounds >= 1):
         raise StudyConfigurationError(f"{where}: 'max_rounds' must be a positive integer")
@@ -447,6 +499,9 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
         max_rounds=max_rounds,
         privacy=privacy,
         networks=networks,
+        family=family,
+        weights=weights,
+        exposure=exposure,
     )
 
 
