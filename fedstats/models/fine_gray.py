@@ -27,11 +27,17 @@ for the pooled-baseline :class:`fedstats.CoxPH`):
 
 With a grid holding every distinct time (allowed when the disclosure
 threshold is 1) the estimate is the weighted Cox fit of the pooled
-``finegray()`` rows. Standard errors are **model-based** (the inverse of
-the weighted information), as a weighted ``coxph`` reports without
-``robust=TRUE``; the robust (sandwich) variance R's ``crr`` and
-``coxph(..., robust = TRUE)`` report is not offered yet, and model-based
-errors are typically somewhat smaller.
+``finegray()`` rows.
+
+Standard errors: by default the **robust** (sandwich) covariance
+``V (sum_i U_i U_i') V`` over patients (Lin & Wei, JASA 1989), with ``V`` the
+inverse weighted information and ``U_i`` each patient's score residual summed
+over their expanded rows (:func:`fedstats.site.handlers.fine_gray.score_residuals`):
+what R reports for ``coxph(Surv(fgstart, fgstop, fgstatus) ~ ..., weights =
+fgwt, cluster = id)`` on ``finegray()`` rows. It treats the censoring weights
+as known, as that fit does (``crr``'s variance also accounts for their
+estimation; the two are usually close). ``robust=False`` reports the
+model-based ``V`` instead.
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.newton import check_rank, inverse_information, newton_step
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.site.design import DesignSpec, Level, design_columns, normalise_level
-from fedstats.site.handlers.fine_gray import SUM_FIELDS, TASK
+from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
 _MAX_HALVINGS = 20
 
@@ -90,10 +96,11 @@ class FineGray:
         The shared time grid (as for :class:`fedstats.KaplanMeier`).
     ties:
         ``"efron"`` (default, as R's ``coxph`` on ``finegray()`` rows) or ``"breslow"``.
+    robust:
+        ``True`` (default): robust (sandwich) standard errors over patients, as R
+        reports for Fine–Gray fits; ``False``: model-based (module docstring).
     levels, missing, maxiter, tol:
         As for :class:`fedstats.CoxPH`.
-
-    The reported standard errors are model-based (see the module docstring).
     """
 
     def __init__(
@@ -109,6 +116,7 @@ class FineGray:
         missing: str = "raise",
         maxiter: int = 50,
         tol: float = 1e-10,
+        robust: bool = True,
     ) -> None:
         if not isinstance(formula, str):
             raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
@@ -128,6 +136,9 @@ class FineGray:
         self.missing = missing
         self.maxiter = maxiter
         self.tol = tol
+        if not isinstance(robust, bool):
+            raise StudyConfigurationError(f"robust must be True or False, got {robust!r}")
+        self.robust = robust
 
     def __repr__(self) -> str:
         return f"FineGray({self.formula!r}, cause={self.cause}, ties={self.ties!r})"
@@ -170,10 +181,12 @@ class FineGray:
         names, design = list(spec.columns), spec.to_wire()
         p = len(names)
 
-        def request(beta: np.ndarray, G: np.ndarray) -> dict[str, dict[str, Any]]:
+        def request(
+            beta: np.ndarray, G: np.ndarray, task: str = TASK, **extra: np.ndarray
+        ) -> dict[str, dict[str, Any]]:
             args = {"design": design, "cause": self.cause, "beta": beta, "grid": self.grid,
-                    "censoring": G}  # fmt: skip
-            return federation.request(TASK, args, analysis=analysis)
+                    "censoring": G, **extra}  # fmt: skip
+            return federation.request(task, args, analysis=analysis)
 
         first = request(np.zeros(p), np.ones(len(self.grid)))
         total = lambda replies, f: sum(r[f] for r in replies.values())  # noqa: E731
@@ -188,9 +201,11 @@ class FineGray:
             counts["at_risk"], counts["d"], counts["competing"], counts["censored"]
         )
 
+        last: dict[str, GridSums] = {}
+
         def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
             replies = request(beta, G)
-            sums = GridSums(**{f: total(replies, f) for f in SUM_FIELDS})
+            sums = last["sums"] = GridSums(**{f: total(replies, f) for f in SUM_FIELDS})
             result = grid_partial_likelihood(sums, beta, self.ties)
             return result.loglik, result.score, result.information
 
@@ -216,9 +231,22 @@ class FineGray:
             "a competing event stay at risk with censoring weights G(t-)/G(T-)",
             f"one baseline across sites, on a grid of {len(self.grid)} points (times coarsened "
             f"up to the next point); ties: {self.ties}",
-            "standard errors are model-based (inverse weighted information), not the robust "
-            "sandwich R's crr reports",
         ]
+        cov = inverse_information(state[2])
+        if self.robust:
+            sums = last["sums"]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
+                means = np.where(sums.S0[:, None] > 0, sums.S1 / sums.S0[:, None], 0.0)
+            meat = total(request(beta, G, ROBUST_TASK, hazard=hazard, means=means), "meat")
+            cov = cov @ meat @ cov
+            rounds += 1
+            notes.append(
+                "robust (sandwich) standard errors over patients (Lin & Wei 1989), censoring "
+                "weights taken as known, as R's coxph on finegray() rows"
+            )
+        else:
+            notes.append("standard errors are model-based (inverse weighted information)")
         if any(truncated.values()):
             notes.append(
                 "follow-up censored at each site's safe horizon; patients censored there: "
@@ -230,7 +258,7 @@ class FineGray:
             grid=self.grid,
             names=names,
             params=beta,
-            cov=inverse_information(state[2]),
+            cov=cov,
             llf=state[0],
             converged=converged,
             iterations=rounds,

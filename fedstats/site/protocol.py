@@ -104,6 +104,7 @@ TASK_MODELS: dict[str, tuple[str, ...]] = {
     "survival.counts": ("kaplan_meier",),
     "competing.counts": ("cumulative_incidence",),
     "fine_gray.grid_summaries": ("fine_gray",),
+    "fine_gray.robust": ("fine_gray",),
     "deep.train": ("deep",),
     "deep.evaluate": ("deep",),
 }

@@ -114,6 +114,12 @@ REGISTRY = TaskRegistry(
             "(k-protected)",
         ),
         Task(
+            name=fine_gray_site.ROBUST_TASK,
+            handler=fine_gray_site.robust,
+            schema=fine_gray_site.robust_schema,
+            description="Fine-Gray score residuals' cross-products summed over the site's patients",
+        ),
+        Task(
             name=fairness_site.TASK,
             handler=fairness_site.summaries,
             schema=fairness_site.summaries_schema,

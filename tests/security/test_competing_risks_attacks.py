@@ -227,3 +227,37 @@ def test_a_protocol_admits_only_its_competing_risks_analyses():
     assert grouped["error"]["type"] == "ProtocolError"
     other_grid = ask(silo, competing.TASK, counts_args([40.0, 100.0], 1))
     assert other_grid["error"]["values"]["rule"] == "grid"
+
+
+@pytest.mark.parametrize(
+    ("hazard", "means"),
+    [
+        (np.array([0.1, -0.1, 0.1, 0.1]), np.zeros((4, 1))),  # a negative increment
+        (np.array([0.1, np.inf, 0.1, 0.1]), np.zeros((4, 1))),
+        (np.full(4, 0.1), np.full((4, 1), np.nan)),
+        (np.full(4, 0.1), np.zeros((4, 2))),  # another design's size
+    ],
+)
+def test_crafted_robust_variance_inputs_are_refused(hazard, means):
+    frame = cohort().assign(x=np.random.default_rng(1).normal(size=300))
+    frame["status"] = np.minimum(frame["status"], 2)
+    grid = np.array([25.0, 50.0, 75.0, 100.0])
+    args = fine_gray_args(np.array([1.0, 0.9, 0.8, 0.5]), grid, frame)
+    silo = Silo("site", frame, policy=POLICY)
+    reply = ask(silo, fine_gray.ROBUST_TASK, args | {"hazard": hazard, "means": means})
+    assert reply["error"]["type"] == "MalformedRequestError"
+    honest = ask(silo, fine_gray.ROBUST_TASK, args | {"hazard": np.full(4, 0.1),
+                                                     "means": np.zeros((4, 1))})  # fmt: skip
+    assert honest["status"] == "ok" and honest["result"]["meat"].shape == (1, 1)
+
+
+def test_fine_gray_refuses_a_cause_on_fewer_than_k_patients():
+    """The competing causes are cells too: a cause held by 3 patients is refused even when
+    another cause is modelled (its rows would otherwise follow from the weighted sums)."""
+    frame = cohort(rare=3).assign(x=np.random.default_rng(1).normal(size=300))
+    grid = np.array([25.0, 50.0, 75.0, 100.0])
+    open_frame = frame.assign(status=np.minimum(frame["status"], 2))
+    args = fine_gray_args(np.ones(4), grid, open_frame)
+    reply = ask(Silo("site", frame, policy=POLICY), fine_gray.TASK, args)
+    assert reply["error"]["type"] == "DisclosureError"
+    assert reply["error"]["values"]["rule"] == "cells"

@@ -22,15 +22,19 @@ Disclosure control: the horizon, the status cells and the pinned grid of
 (built with the event indicator ``status == cause``). The coordinator's ``G``
 is hostile input: it must be a non-increasing function in ``(0, 1]`` on the
 grid, else the request is refused. Then every weight is in ``(0, 1]``, and
-every released risk set holds at least ``k`` patients of weight 1 (the
-horizon), so no patient carries more than ``1/k`` of a risk set's total
-weight: a spiked or crafted ``G`` cannot make one patient dominate a sum (the
-(n, k)-dominance rule with ``n = 1``, Hundepool et al. 2012, §4.2.2).
+a patient's weight depends only on the grid point of their event: every
+patient shares it with the at least ``k - 1`` others of their cell (the
+events of one cause at one point, or everyone still followed, both 0 or at
+least ``k`` patients by the horizon rule), so no patient carries more than
+``1/k`` of a risk set's total weight: a crafted ``G`` cannot make one patient
+dominate a sum (the (n, k)-dominance rule with ``n = 1``, Hundepool et al.
+2012, §4.2.2).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -111,50 +115,161 @@ def checked_censoring(site: str, args: dict[str, Any], n_points: int) -> np.ndar
     return G
 
 
-def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
-    """Weighted risk-set sums and counts on the grid at ``beta`` (see the module docstring)."""
+@dataclass(frozen=True)
+class Prepared:
+    """One site's Fine–Gray rows on the grid, after the horizon (never leaves the site)."""
+
+    X: np.ndarray
+    point: np.ndarray
+    """Each kept row's grid index (its event or censoring point)."""
+    codes: np.ndarray
+    """Each kept row's status code (0 for patients censored at the horizon)."""
+    cause: int
+    censoring: np.ndarray
+    n_obs: int
+    n_dropped: int
+    truncated: int
+
+
+def prepared(ctx: SiteContext, args: dict[str, Any], task: str) -> Prepared:
+    """Every check of a Fine–Gray request, then the site's rows cut at its safe horizon."""
     spec = spec_from_args(args)
     cause = checked_cause(args)
-    beta = checked_beta(ctx.name, args, spec.n_params)
     grid = checked_grid(args)
     G = checked_censoring(ctx.name, args, len(grid))
     names = survival_outcome(spec.outcome)
     if names is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
     time_name, status_name = names
-    require_study_grid(ctx, time_name, status_name, grid, task=TASK)
+    require_study_grid(ctx, time_name, status_name, grid, task=task)
     if status_name not in ctx.frame.columns:
         raise MissingColumnError(site=ctx.name, column=status_name)
     all_codes = status_codes(ctx.name, status_name, ctx.frame[status_name])
     design = _cause_design(ctx, spec, status_name, cause, all_codes)
     rows = design.rows if design.rows is not None else np.arange(design.n_obs)
     codes = all_codes[rows]
-    check_status_cells(ctx, task=TASK, column=status_name, codes=codes, rows=rows)
+    check_status_cells(ctx, task=task, column=status_name, codes=codes, rows=rows)
     point, codes = coarsened(np.asarray(design.time), codes, grid)
     risk, cells = leaving_cells(point, codes, len(grid))
     horizon = last_ok(horizon_ok(risk, cells, ctx.policy.min_count))
     late = point > horizon
-    truncated = protected_count(int(late.sum()) if horizon >= 0 else len(point),
-                                ctx.policy.min_count)  # fmt: skip
-    kept = np.ones(len(point), dtype=bool) if horizon >= 0 else np.zeros(len(point), dtype=bool)
-    point = np.minimum(point, max(horizon, 0))
-    codes = np.where(late, 0.0, codes)
+    truncated = int(late.sum()) if horizon >= 0 else len(point)
+    kept = np.full(len(point), horizon >= 0)
+    return Prepared(
+        X=design.X[kept],
+        point=np.minimum(point, max(horizon, 0))[kept],
+        codes=np.where(late, 0.0, codes)[kept],
+        cause=cause,
+        censoring=G,
+        n_obs=design.n_obs,
+        n_dropped=design.n_dropped,
+        truncated=protected_count(truncated, ctx.policy.min_count),
+    )
+
+
+def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """Weighted risk-set sums and counts on the grid at ``beta`` (see the module docstring)."""
+    beta = checked_beta(ctx.name, args, spec_from_args(args).n_params)
+    rows = prepared(ctx, args, TASK)
+    K, point, codes = len(rows.censoring), rows.point, rows.codes
     try:
-        sums = fine_gray_sums(design.X[kept], point[kept], codes[kept], cause, beta, G, len(grid))
+        sums = fine_gray_sums(rows.X, point, codes, rows.cause, beta, rows.censoring, K)
     except ValueError as error:
         raise MalformedRequestError(site=ctx.name, task=None, reason=str(error)) from None
-    counted = lambda mask: np.bincount(point[kept & mask], minlength=len(grid)).astype(float)  # noqa: E731
+    counted = lambda mask: np.bincount(point[mask], minlength=K).astype(np.float64)  # noqa: E731
     starts = counted(np.ones(len(point), dtype=bool))
     payload: dict[str, Any] = {name: getattr(sums, name) for name in SUM_FIELDS}
     payload.update(
         at_risk=np.cumsum(starts[::-1])[::-1],
-        competing=counted((codes > 0) & (codes != cause)),
+        competing=counted((codes > 0) & (codes != rows.cause)),
         censored=counted(codes == 0),
-        truncated=truncated,
-        n_obs=design.n_obs,
-        n_dropped=design.n_dropped,
+        truncated=rows.truncated,
+        n_obs=rows.n_obs,
+        n_dropped=rows.n_dropped,
     )
-    return TaskReply(payload, contributors=design.n_obs)
+    return TaskReply(payload, contributors=rows.n_obs)
+
+
+# ------------------------------------------------------------------ robust variance
+ROBUST_TASK = "fine_gray.robust"
+
+
+def robust_schema(args: dict[str, Any]) -> dict:
+    spec = spec_from_args(args)
+    summaries_schema(args)
+    return {"meat": Array((spec.n_params, spec.n_params))}
+
+
+def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    """``sum_i U_i U_i'`` over the site's patients of their Fine–Gray score residuals at
+    ``beta`` (:func:`score_residuals`), for the pooled increments ``hazard`` (``dLambda_j``,
+    K numbers >= 0) and risk-set means ``means`` (``xbar_j``, K x p) the coordinator sends.
+
+    Each ``U_i`` is the patient's own event term less its weighted share of every risk set
+    it belongs to, so the reply sums over cells of 0 or at least ``k`` patients (the events
+    of a grid point, the risk set of a point, the competing events of a point), as the
+    summaries do.
+    """
+    p = spec_from_args(args).n_params
+    beta = checked_beta(ctx.name, args, p)
+    rows = prepared(ctx, args, ROBUST_TASK)
+    K = len(rows.censoring)
+    hazard, means = args.get("hazard"), args.get("means")
+    if not (
+        isinstance(hazard, np.ndarray)
+        and hazard.shape == (K,)
+        and isinstance(means, np.ndarray)
+        and means.shape == (K, p)
+        and np.isfinite(hazard).all()
+        and (hazard >= 0).all()
+        and np.isfinite(means).all()
+    ):
+        raise MalformedRequestError(
+            site=ctx.name,
+            task=None,
+            reason=f"'hazard' must be {K} finite numbers >= 0 and 'means' a finite {K} x {p} array",
+        )
+    try:
+        residuals = score_residuals(rows, beta, hazard.astype(float), means.astype(float))
+    except ValueError as error:
+        raise MalformedRequestError(site=ctx.name, task=None, reason=str(error)) from None
+    return TaskReply({"meat": residuals.T @ residuals}, contributors=rows.n_obs)
+
+
+def score_residuals(
+    rows: Prepared, beta: np.ndarray, hazard: np.ndarray, means: np.ndarray
+) -> np.ndarray:
+    """Breslow-type score residuals of the weighted Fine–Gray partial likelihood, one per patient.
+
+    ``U_i = sum_j w_i(t_j) [dN_i(t_j) - Y_i(t_j) r_i dLambda_j] (x_i - xbar_j)`` with
+    ``r_i = exp(x_i' beta)``, ``w_i`` the patient's weight (1 while followed, ``G_{j-1} /
+    G_{e-1}`` after a competing event at point ``e``), ``dLambda_j = d_j / S0_j`` and
+    ``xbar_j = S1_j / S0_j`` from the pooled weighted sums: the residuals Lin & Wei (JASA
+    1989) sum per patient, of which the robust covariance of R's ``coxph(..., weights =
+    fgwt)`` with ``cluster(id)`` on ``finegray()`` rows is built. Cumulative sums over the
+    grid give each patient's share of every risk set in ``O(n p + K p)``.
+    """
+    X, point, codes = rows.X, rows.point, rows.codes
+    with np.errstate(over="raise"):
+        try:
+            r = np.exp(X @ beta)
+        except FloatingPointError:
+            raise ValueError(
+                "the linear predictor overflows exp(); rescale the covariates"
+            ) from None
+    before = np.r_[1.0, rows.censoring[:-1]]  # G_{j-1}
+    C0, C1 = np.cumsum(hazard), np.cumsum(hazard[:, None] * means, axis=0)
+    H0 = np.cumsum(before * hazard)
+    H1 = np.cumsum((before * hazard)[:, None] * means, axis=0)
+    share0, share1 = C0[point], C1[point]
+    competing = (codes > 0) & (codes != rows.cause)
+    e = point[competing]
+    share0[competing] += (H0[-1] - H0[e]) / before[e]
+    share1[competing] += (H1[-1] - H1[e]) / before[e][:, None]
+    residuals = -r[:, None] * (X * share0[:, None] - share1)
+    events = codes == rows.cause
+    residuals[events] += X[events] - means[point[events]]
+    return residuals
 
 
 def fine_gray_sums(
