@@ -9,10 +9,14 @@ import warnings
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lifelines import AalenJohansenFitter, CoxPHFitter, CoxTimeVaryingFitter, KaplanMeierFitter
 from lifelines.datasets import load_canadian_senators
 
 import fedstats
+from fedstats.errors import StatusCodeError
+from fedstats.site.handlers.competing import status_codes
 
 OPEN = fedstats.DisclosurePolicy(min_count=1)
 
@@ -297,3 +301,69 @@ def test_fine_gray_robust_errors_equal_lifelines_without_competing_events():
         )  # fmt: skip
     assert np.max(np.abs(result.params.to_numpy() - reference.params_.to_numpy())) <= 1e-6
     assert np.max(np.abs(result.bse.to_numpy() - reference.standard_errors_.to_numpy())) <= 1e-6
+
+
+def test_fine_gray_on_a_coarse_grid_equals_the_reference_on_coarsened_times():
+    """Times are coarsened up to the next grid point (those after the last point are censored
+    there); Efron's ties on both sides."""
+    frame = synthetic(seed=13)
+    fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
+    result = fedstats.FineGray("Surv(t, status) ~ x", cause=1, width=2, horizon=20).fit(fed)
+    grid = result.grid
+    point = np.searchsorted(grid, frame["t"], side="left")
+    coarse = frame.assign(
+        t=grid[np.minimum(point, len(grid) - 1)],
+        status=np.where(point >= len(grid), 0, frame["status"]),
+    )
+    rows = finegray_rows(coarse, "t", "status", cause=1)
+    reference = weighted_cox(rows, ["x"])
+    assert np.max(np.abs(result.params.to_numpy() - reference.params_.to_numpy())) <= 1e-6
+
+
+def test_fine_gray_with_missing_covariates_drops_the_same_rows_as_the_reference():
+    frame = synthetic(seed=14)
+    frame.loc[frame.index % 17 == 0, "x"] = np.nan
+    fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
+    grid = np.sort(frame["t"].unique())
+    result = fedstats.FineGray("Surv(t, status) ~ x", cause=2, grid=grid, missing="drop").fit(fed)
+    complete = frame.dropna().reset_index(drop=True)
+    reference = weighted_cox(finegray_rows(complete, "t", "status", cause=2), ["x"])
+    assert np.max(np.abs(result.params.to_numpy() - reference.params_.to_numpy())) <= 1e-6
+    assert sum(result.provenance.n_dropped.values()) == frame["x"].isna().sum()
+    assert "complete cases" in result.summary()
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    values=st.lists(
+        st.one_of(
+            st.integers(-3, 5),
+            st.floats(allow_nan=True, allow_infinity=True, width=32),
+            st.sampled_from(["1", "x", None, True]),
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_status_codes_are_read_or_refused_with_the_count_of_bad_values(values):
+    """Whatever a site's status column holds: its codes (missing kept missing), or a typed
+    error counting exactly the present values that are not non-negative integers."""
+    column = pd.Series(values, dtype=object)
+    present = [v for v in values if v is not None and not (isinstance(v, float) and np.isnan(v))]
+
+    def valid(v) -> bool:
+        try:
+            number = float(v)
+        except ValueError:
+            return False
+        return np.isfinite(number) and number >= 0 and number == int(number)
+
+    bad = sum(not valid(v) for v in present)
+    if bad:
+        with pytest.raises(StatusCodeError) as raised:
+            status_codes("site", "status", column)
+        assert raised.value.count == bad and raised.value.column == "status"
+    else:
+        codes = status_codes("site", "status", column)
+        assert np.array_equal(np.isnan(codes), column.isna().to_numpy())
+        assert np.array_equal(codes[~np.isnan(codes)], [float(v) for v in present])

@@ -261,3 +261,30 @@ def test_fine_gray_refuses_a_cause_on_fewer_than_k_patients():
     reply = ask(Silo("site", frame, policy=POLICY), fine_gray.TASK, args)
     assert reply["error"]["type"] == "DisclosureError"
     assert reply["error"]["values"]["rule"] == "cells"
+
+
+def test_a_protocol_admits_only_its_fine_gray_terms():
+    frame = cohort().assign(x=np.random.default_rng(1).normal(size=300))
+    frame["status"] = np.minimum(frame["status"], 2)
+    frame["z"] = np.random.default_rng(2).normal(size=300)
+    protocol = Protocol.from_mapping(
+        {
+            "title": "competing risks",
+            "analysis": [
+                {
+                    "name": "relapse",
+                    "model": "fine_gray",
+                    "formula": "Surv(t, status) ~ x",
+                    "time_grid": [25.0, 50.0, 75.0, 100.0],
+                },
+            ],
+        }
+    )
+    fed = fedstats.Federation.in_process(
+        {"site": frame}, disclosure=POLICY, protocols={"site": protocol}
+    )
+    grid = [25.0, 50.0, 75.0, 100.0]
+    result = fedstats.FineGray("Surv(t, status) ~ x", cause=1, grid=grid).fit(fed)
+    assert result.converged
+    with pytest.raises(fedstats.errors.ProtocolError, match="'z'"):
+        fedstats.FineGray("Surv(t, status) ~ x + z", cause=1, grid=grid).fit(fed)
