@@ -40,6 +40,7 @@ from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.summary import render_html, render_text
+from fedstats.secagg.coordinator import SecureAggregation, summed_replies
 from fedstats.site.design import Level, normalise_level
 from fedstats.site.handlers.competing import MAX_CAUSE, TASK
 
@@ -145,8 +146,12 @@ class CumulativeIncidence:
         self.grid = time_grid(grid, width, horizon)
         self.alpha = alpha
 
-    def fit(self, federation: Federation) -> CumulativeIncidenceResults:
-        """Pool the sites' counts on the grid and compute the curves."""
+    def fit(
+        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+    ) -> CumulativeIncidenceResults:
+        """Pool the sites' counts on the grid and compute the curves; with
+        ``secure_aggregation`` the coordinator sees only the counts summed over sites (and the
+        patients censored early only in total)."""
         analysis = federation.new_analysis("cumulative_incidence")
         groups: tuple[Level, ...] = ()
         if self.group is not None:
@@ -164,16 +169,29 @@ class CumulativeIncidence:
             "levels": list(groups),
             "grid": self.grid,
         }
-        replies = federation.request(TASK, args, analysis=analysis)
+        if secure_aggregation is not None:
+            total = summed_replies(
+                federation, TASK, args, analysis=analysis, secure=secure_aggregation
+            )
+            counts = {f: np.rint(total[f]) for f in ("at_risk", "events", "competing")}
+            truncated = {"all sites": round(total["truncated"])}
+            n_obs = {"all sites": round(total["n_obs"])}
+        else:
+            replies = federation.request(TASK, args, analysis=analysis)
+            counts = {
+                f: sum(r[f] for r in replies.values()) for f in ("at_risk", "events", "competing")
+            }
+            truncated = {s: int(r["truncated"]) for s, r in replies.items()}
+            n_obs = {s: int(r["n_obs"]) for s, r in replies.items()}
         return CumulativeIncidenceResults(
             grid=self.grid,
             groups=groups if self.group is not None else ("all",),
             cause=self.cause,
-            at_risk=sum(r["at_risk"] for r in replies.values()),
-            events=sum(r["events"] for r in replies.values()),
-            competing=sum(r["competing"] for r in replies.values()),
-            truncated={s: int(r["truncated"]) for s, r in replies.items()},
-            n_obs={s: int(r["n_obs"]) for s, r in replies.items()},
+            **counts,
+            truncated=truncated,
+            n_obs=n_obs,
+            sites=len(federation.sites),
+            secure=secure_aggregation is not None,
             alpha=self.alpha,
         )
 
@@ -203,8 +221,11 @@ class CumulativeIncidenceResults:
         truncated: dict[str, int],
         n_obs: dict[str, int],
         alpha: float,
+        sites: int,
+        secure: bool = False,
     ) -> None:
         self.grid, self.groups, self.cause, self.alpha = grid, groups, cause, alpha
+        self.sites, self.secure = sites, secure
         self.at_risk, self.events, self.competing = at_risk, events, competing
         self.truncated, self.n_obs = truncated, n_obs
         index = pd.Index(grid, name="time")
@@ -241,7 +262,7 @@ class CumulativeIncidenceResults:
             ("Cause", str(self.cause)),
             ("Groups", ", ".join(map(str, self.groups))),
             ("Grid points", str(len(self.grid))),
-            ("Sites", str(len(self.n_obs))),
+            ("Sites", str(self.sites)),
             ("Patients", f"{sum(self.n_obs.values()):,}"),
             ("Censored early", f"{sum(self.truncated.values()):,}"),
         ]
@@ -252,6 +273,10 @@ class CumulativeIncidenceResults:
             "competes; delta-method (Greenwood-type) variance, log(-log) intervals at "
             f"{1 - self.alpha:.0%}"
         ]
+        if self.secure:
+            notes.append(
+                "secure aggregation: the coordinator saw only the counts summed over sites"
+            )
         cut = ", ".join(f"{s}={n}" for s, n in self.truncated.items() if n)
         if cut:
             notes.append(

@@ -57,6 +57,7 @@ from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.newton import check_rank, inverse_information, newton_step
 from fedstats.models.results import CoxPHResults, Provenance
+from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import DesignSpec, Level, design_columns, normalise_level
 from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
@@ -169,8 +170,15 @@ class FineGray:
             outcome_kind="survival",
         )
 
-    def fit(self, federation: Federation) -> FineGrayResults:
-        """Agree the design, compute the censoring weights, then Newton rounds (see the module)."""
+    def fit(
+        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+    ) -> FineGrayResults:
+        """Agree the design, compute the censoring weights, then Newton rounds (see the module).
+
+        ``secure_aggregation``: the coordinator sees only the sums over sites of every
+        round's reply (counts, weighted sums, the robust variance's cross-products); every
+        site must answer every round.
+        """
         if not isinstance(federation, Federation):
             raise StudyConfigurationError(
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
@@ -183,14 +191,34 @@ class FineGray:
 
         def request(
             beta: np.ndarray, G: np.ndarray, task: str = TASK, **extra: np.ndarray
-        ) -> dict[str, dict[str, Any]]:
+        ) -> dict[str, Any]:
+            """Every field of the sites' replies, summed over sites."""
             args = {"design": design, "cause": self.cause, "beta": beta, "grid": self.grid,
                     "censoring": G, **extra}  # fmt: skip
-            return federation.request(task, args, analysis=analysis)
+            return summed_replies(
+                federation, task, args, analysis=analysis, secure=secure_aggregation
+            )
 
-        first = request(np.zeros(p), np.ones(len(self.grid)))
-        total = lambda replies, f: sum(r[f] for r in replies.values())  # noqa: E731
-        counts = {f: total(first, f) for f in ("at_risk", "d", "competing", "censored")}
+        if secure_aggregation is None:
+            first = federation.request(
+                TASK,
+                {"design": design, "cause": self.cause, "beta": np.zeros(p), "grid": self.grid,
+                 "censoring": np.ones(len(self.grid))},
+                analysis=analysis,
+            )  # fmt: skip
+            per_site = {
+                f: {s: round(float(np.sum(r[f]))) for s, r in first.items()}
+                for f in ("n_obs", "n_dropped", "d", "truncated")
+            }
+            summed = {f: sum(r[f] for r in first.values()) for f in ("at_risk", "d", "competing",
+                                                                      "censored")}  # fmt: skip
+        else:
+            summed = request(np.zeros(p), np.ones(len(self.grid)))
+            per_site = {
+                f: {"all sites": round(float(np.sum(summed[f])))}
+                for f in ("n_obs", "n_dropped", "d", "truncated")
+            }
+        counts = {f: np.rint(summed[f]) for f in ("at_risk", "d", "competing", "censored")}
         if not counts["d"].any():
             raise StudyConfigurationError(
                 f"no site could release an event of cause {self.cause} on this time grid (each "
@@ -205,7 +233,7 @@ class FineGray:
 
         def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
             replies = request(beta, G)
-            sums = last["sums"] = GridSums(**{f: total(replies, f) for f in SUM_FIELDS})
+            sums = last["sums"] = GridSums(**{f: replies[f] for f in SUM_FIELDS})
             result = grid_partial_likelihood(sums, beta, self.ties)
             return result.loglik, result.score, result.information
 
@@ -217,15 +245,12 @@ class FineGray:
             message = f"Newton's method did not converge in {self.maxiter} rounds"
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
             notes.append(message)
-        n_obs = {s: int(r["n_obs"]) for s, r in first.items()}
         site_counts = SiteCounts(
-            n_obs=n_obs,
-            n_dropped={s: int(r["n_dropped"]) for s, r in first.items()},
-            n_events={s: float(r["d"].sum()) for s, r in first.items()},
+            n_obs=per_site["n_obs"], n_dropped=per_site["n_dropped"], n_events=per_site["d"]
         )
         if note := site_counts.dropped_note():
             notes.append(note)
-        truncated = {s: int(r["truncated"]) for s, r in first.items()}
+        truncated = per_site["truncated"]
         notes += [
             f"subdistribution hazards of cause {self.cause} (Fine & Gray 1999); patients with "
             "a competing event stay at risk with censoring weights G(t-)/G(T-)",
@@ -238,7 +263,7 @@ class FineGray:
             with np.errstate(divide="ignore", invalid="ignore"):
                 hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
                 means = np.where(sums.S0[:, None] > 0, sums.S1 / sums.S0[:, None], 0.0)
-            meat = total(request(beta, G, ROBUST_TASK, hazard=hazard, means=means), "meat")
+            meat = request(beta, G, ROBUST_TASK, hazard=hazard, means=means)["meat"]
             cov = cov @ meat @ cov
             rounds += 1
             notes.append(
@@ -247,6 +272,8 @@ class FineGray:
             )
         else:
             notes.append("standard errors are model-based (inverse weighted information)")
+        if secure_aggregation is not None:
+            notes.append(secure_note(secure_aggregation, len(federation.sites)))
         if any(truncated.values()):
             notes.append(
                 "follow-up censored at each site's safe horizon; patients censored there: "

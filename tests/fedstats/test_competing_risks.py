@@ -367,3 +367,20 @@ def test_status_codes_are_read_or_refused_with_the_count_of_bad_values(values):
         codes = status_codes("site", "status", column)
         assert np.array_equal(np.isnan(codes), column.isna().to_numpy())
         assert np.array_equal(codes[~np.isnan(codes)], [float(v) for v in present])
+
+
+def test_secure_aggregation_gives_the_same_curves_and_fit():
+    frame = synthetic(seed=15)
+    fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
+    grid = np.sort(frame["t"].unique())
+    model = fedstats.CumulativeIncidence("t", "status", cause=2, group="arm", grid=grid)
+    clear, hidden = model.fit(fed), model.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    pd.testing.assert_frame_equal(hidden.event_table, clear.event_table, check_dtype=False)
+    pd.testing.assert_frame_equal(hidden.cumulative_incidence_, clear.cumulative_incidence_)
+    assert hidden.n_obs == {"all sites": len(frame)} and "secure aggregation" in hidden.summary()
+    fine_gray = fedstats.FineGray("Surv(t, status) ~ x + C(arm)", cause=1, grid=grid)
+    clear_fit = fine_gray.fit(fed)
+    hidden_fit = fine_gray.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    assert np.max(np.abs(hidden_fit.params - clear_fit.params)) <= 1e-9
+    assert np.max(np.abs(hidden_fit.bse - clear_fit.bse)) <= 1e-9
+    assert hidden_fit.provenance.n_obs == {"all sites": len(frame)}
