@@ -56,12 +56,14 @@ from fedstats.models.cumulative_incidence import checked_cause
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.newton import check_rank, inverse_information, newton_step
-from fedstats.models.results import CoxPHResults, Provenance
+from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import DesignSpec, Level, design_columns, normalise_level
 from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
 _MAX_HALVINGS = 20
+ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"
+"""The interval method of a robust Fine–Gray fit."""
 
 
 def censoring_survival(
@@ -286,6 +288,7 @@ class FineGray:
             names=names,
             params=beta,
             cov=cov,
+            interval_method=ROBUST_WALD if self.robust else WALD_INFORMATION,
             llf=state[0],
             converged=converged,
             iterations=rounds,
@@ -347,7 +350,7 @@ class FineGrayResults(CoxPHResults):
     def _info(self) -> list[tuple[str, str]]:
         info = super()._info()
         info.insert(2, ("Cause", str(self.cause)))
-        return [(k, "none (one baseline)") if k == "Strata" else (k, v) for k, v in info]
+        return info
 
     def _record_fields(self) -> dict[str, Any]:
         return {**super()._record_fields(), "cause": self.cause}
