@@ -16,7 +16,9 @@ their weight says (frequency weights, an exact oracle).
 
 from __future__ import annotations
 
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -291,3 +293,22 @@ def test_the_stopping_rule_does_not_depend_on_a_covariates_scale():
     assert years.converged and seconds.converged
     assert years.iterations == seconds.iterations
     assert seconds.params["age_seconds"] * 3.15576e7 == pytest.approx(years.params["age"], rel=1e-8)
+
+
+def test_the_readme_glm_example_runs_and_equals_statsmodels():
+    """The README section on generalised linear models runs as printed."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    section = text.split("\n## Rates, measurements and weights", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]
+    namespace: dict = {}
+    exec(compile(block, f"{readme}:GLM", "exec"), namespace)
+    data = pooled(namespace["frames"])
+    ref = reference(
+        "event ~ age_at_index + tumor_stage_stage_iia",
+        data,
+        "poisson",
+        exposure=data["person_years"],
+    )
+    assert_parity(namespace["rates"], ref)
+    assert namespace["bp"].converged
