@@ -43,6 +43,10 @@ _PUBLIC: dict[str, str] = {
     "CoxPH": "fedstats.models.cox",
     "concordance_index": "fedstats.models.cox",
     "Federation": "fedstats.models.federation",
+    "CumulativeIncidence": "fedstats.models.cumulative_incidence",
+    "CumulativeIncidenceResults": "fedstats.models.cumulative_incidence",
+    "FineGray": "fedstats.models.fine_gray",
+    "FineGrayResults": "fedstats.models.fine_gray",
     "HeterogeneityResults": "fedstats.models.heterogeneity",
     "SurvivalHeterogeneity": "fedstats.models.heterogeneity",
     "heterogeneity": "fedstats.models.heterogeneity",
@@ -81,7 +85,12 @@ if TYPE_CHECKING:
     from fedstats.deep import DeepModelResults, FederatedTrainer
     from fedstats.models.client_dp import DPFedAvg
     from fedstats.models.cox import CoxPH, concordance_index
+    from fedstats.models.cumulative_incidence import (
+        CumulativeIncidence,
+        CumulativeIncidenceResults,
+    )
     from fedstats.models.federation import Federation
+    from fedstats.models.fine_gray import FineGray, FineGrayResults
     from fedstats.models.glm import GLM
     from fedstats.models.glm_results import GLMResults
     from fedstats.models.heterogeneity import (
@@ -128,6 +137,8 @@ __all__ = [
     "ConvergenceWarning",
     "CoxPH",
     "CoxPHResults",
+    "CumulativeIncidence",
+    "CumulativeIncidenceResults",
     "DPFedAvg",
     "DeepModelResults",
     "DesignSpec",
@@ -137,6 +148,8 @@ __all__ = [
     "Federation",
     "FedstatsError",
     "FedstatsWarning",
+    "FineGray",
+    "FineGrayResults",
     "FingerprintMismatchError",
     "FormulaError",
     "GLMResults",

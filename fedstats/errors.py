@@ -320,6 +320,20 @@ class NoEventsError(SiteDataError):
         )
 
 
+class StatusCodeError(SiteDataError):
+    """A competing-risks status column holds codes other than 0 (censored) and 1, 2, ... (the
+    cause that occurred)."""
+
+    fields = ("site", "column", "count")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r}: status {self.column!r} has {_count(self.count)} value(s) that "
+            "are not non-negative integers; code it 0 = censored and 1, 2, ... = the cause that "
+            "occurred during harmonisation."
+        )
+
+
 def _count(value: object) -> str:
     """A count from a site; ``None`` when the site withheld a count below its cell threshold."""
     return "a few (fewer than the site's small-cell threshold)" if value is None else str(value)
@@ -350,6 +364,7 @@ SITE_ERRORS: dict[str, type[SiteError]] = {
         UnknownLevelError,
         InconsistentColumnError,
         NoEventsError,
+        StatusCodeError,
         ProtocolError,
         ResourceLimitError,
         FormulaRefusedError,

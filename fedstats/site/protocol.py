@@ -27,6 +27,7 @@ The file::
     [[protocol.analysis]]
     name = "risk model"
     model = "logistic"              # logistic | glm | cox | kaplan_meier | deep
+                                    # | cumulative_incidence | fine_gray
     formula = "disease ~ age + C(sex) + chol + C(cp)"
     max_rounds = 50                 # exact requests of this analysis
     privacy = "exact"               # "exact" (exact or private) or "dp" (private only)
@@ -72,12 +73,23 @@ import numpy as np
 from fedstats.errors import FormulaError, ProtocolError, StudyConfigurationError
 from fedstats.site.design import DesignSpec, parse_formula, survival_outcome
 
-MODELS = ("logistic", "glm", "cox", "kaplan_meier", "deep")
+MODELS = (
+    "logistic",
+    "glm",
+    "cox",
+    "kaplan_meier",
+    "deep",
+    "cumulative_incidence",
+    "fine_gray",
+)
 FAMILIES = ("binomial", "poisson", "gaussian")
 KIND_FAMILIES = {"binary": "binomial", "count": "poisson", "continuous": "gaussian"}
 """The GLM family a design's outcome kind implies (the site checks a request's family
 against its design's outcome kind, :func:`fedstats.site.handlers.glm.checked_family`)."""
 PRIVACY = ("exact", "dp")
+COMPETING_MODELS = ("cumulative_incidence", "fine_gray")
+CURVE_MODELS = ("kaplan_meier", "cumulative_incidence")
+"""Models whose analyses name an outcome and no terms (curves on a time grid)."""
 
 TASK_MODELS: dict[str, tuple[str, ...]] = {
     "prepare": ("logistic", "glm", "cox", "deep"),
@@ -90,6 +102,9 @@ TASK_MODELS: dict[str, tuple[str, ...]] = {
     "cox.robust": ("cox",),
     "cox.piecewise_summaries": ("cox",),
     "survival.counts": ("kaplan_meier",),
+    "competing.counts": ("cumulative_incidence",),
+    "fine_gray.grid_summaries": ("fine_gray",),
+    "fine_gray.robust": ("fine_gray",),
     "deep.train": ("deep",),
     "deep.evaluate": ("deep",),
 }
@@ -291,7 +306,7 @@ def load_protocol(path: Path, *, sha256: str | None = None) -> Protocol:
 
 def read_request(site: str, task: str, args: dict[str, Any]) -> Request:
     """The model, outcome, terms, strata and group a request asks for."""
-    if task == "survival.counts":
+    if task in ("survival.counts", "competing.counts"):
         time, event, group = args.get("time"), args.get("event"), args.get("group")
         return Request(task=task, outcome=f"Surv({time}, {event})", group=_name_or_none(group))
     try:
@@ -328,7 +343,7 @@ def _mismatch(analysis: Analysis, request: Request) -> tuple[str, str] | None:
     """``None`` when the request is inside ``analysis``; else (term, why)."""
     if request.outcome != analysis.outcome:
         return "outcome", f"the approved outcome is {analysis.outcome}, not {request.outcome}"
-    if request.terms is not None and analysis.model != "kaplan_meier":
+    if request.terms is not None and analysis.model not in CURVE_MODELS:
         extra = sorted(request.terms - analysis.terms)
         if extra:
             return extra[0], f"term {extra[0]!r} is not among the approved terms"
@@ -416,10 +431,10 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
         raise StudyConfigurationError(f"{where}: 'model' must be one of {MODELS}, got {model!r}")
     formula, outcome = entry.get("formula"), entry.get("outcome")
     terms: frozenset[str] = frozenset()
-    if model == "kaplan_meier":
+    if model in CURVE_MODELS:
         if not isinstance(outcome, str) or survival_outcome(outcome) is None or formula:
             raise StudyConfigurationError(
-                f'{where}: a kaplan_meier analysis names its outcome = "Surv(time, event)"'
+                f'{where}: a {model} analysis names its outcome = "Surv(time, event)"'
             )
         time, event = survival_outcome(outcome)  # type: ignore[misc]
         outcome = f"Surv({time}, {event})"
@@ -432,9 +447,10 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
             parsed = parse_formula(formula)
         except FormulaError as error:
             raise StudyConfigurationError(f"{where}: {error}") from None
-        if (model == "cox") != (parsed.outcome_factor is None):
+        if (model in ("cox", "fine_gray")) != (parsed.outcome_factor is None):
             raise StudyConfigurationError(
-                f"{where}: a cox analysis, and only a cox analysis, has a Surv(time, event) outcome"
+                f"{where}: a cox or fine_gray analysis, and only those, has a Surv(time, event) "
+                "outcome"
             )
         outcome = parsed.outcome
         terms = frozenset(term_name(t) for t in parsed.terms)
@@ -469,7 +485,7 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
             raise StudyConfigurationError(
                 f"{where}: 'time_grid' must be a list of increasing finite numbers"
             )
-        if model not in ("kaplan_meier", "cox"):
+        if model not in ("kaplan_meier", "cox", *COMPETING_MODELS):
             raise StudyConfigurationError(f"{where}: only survival analyses have a time_grid")
         time_grid = tuple(values)
     return Analysis(

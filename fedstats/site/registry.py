@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from fedstats.secagg import site as secagg_site
 from fedstats.site.handlers import budget as budget_site
+from fedstats.site.handlers import competing as competing_site
 from fedstats.site.handlers import cox as cox_site
 from fedstats.site.handlers import cox_private as cox_private_site
 from fedstats.site.handlers import design as site_design
 from fedstats.site.handlers import fairness as fairness_site
+from fedstats.site.handlers import fine_gray as fine_gray_site
 from fedstats.site.handlers import fingerprint as fingerprint_site
 from fedstats.site.handlers import glm as glm_site
 from fedstats.site.handlers import logistic as logistic_site
@@ -96,6 +98,26 @@ REGISTRY = TaskRegistry(
             schema=survival_site.counts_schema,
             description="at-risk and event counts per group on a time grid (k-protected)",
             private_release=survival_site.counts_private_release,
+        ),
+        Task(
+            name=competing_site.TASK,
+            handler=competing_site.counts,
+            schema=competing_site.counts_schema,
+            description="at-risk, cause and competing-cause counts per group on a time grid "
+            "(k-protected)",
+        ),
+        Task(
+            name=fine_gray_site.TASK,
+            handler=fine_gray_site.summaries,
+            schema=fine_gray_site.summaries_schema,
+            description="Fine-Gray censoring-weighted risk-set sums and counts on a time grid "
+            "(k-protected)",
+        ),
+        Task(
+            name=fine_gray_site.ROBUST_TASK,
+            handler=fine_gray_site.robust,
+            schema=fine_gray_site.robust_schema,
+            description="Fine-Gray score residuals' cross-products summed over the site's patients",
         ),
         Task(
             name=fairness_site.TASK,

@@ -1,0 +1,356 @@
+"""Federated Fine–Gray regression: proportional subdistribution hazards of one cause.
+
+Fine & Gray (JASA 1999) model the hazard of the subdistribution of a cause
+``k``, ``lambda_k(t) = -d log(1 - F_k(t)) / dt``, as ``lambda_0(t) exp(x' beta)``:
+``exp(beta)`` are subdistribution hazard ratios, and ``F_k`` is the
+cumulative incidence of :class:`fedstats.CumulativeIncidence`. The estimate
+maximises a weighted Cox partial likelihood whose risk sets keep the
+patients who failed from a competing cause, with weight ``G(t-) / G(T_i-)``
+(``G`` the Kaplan–Meier curve of the censoring distribution, censorings at a
+time after its events): R's ``survival::finegray()`` expands the data to these
+rows and ``coxph`` fits them.
+
+Federated, on a shared time grid (times coarsened up to the next point, as
+for the pooled-baseline :class:`fedstats.CoxPH`):
+
+1. the design is agreed with every site (levels of categorical covariates);
+2. a first round at ``beta = 0`` returns each site's counts per grid point
+   (at risk, events of the cause, competing events, censorings; every one
+   0 or at least ``k`` patients, :mod:`fedstats.site.handlers.competing`);
+   the coordinator computes ``G`` from their sums and sends it to the
+   sites as numbers on the grid;
+3. Newton rounds: each site returns the weighted risk-set and tied-event
+   sums at ``beta`` (:mod:`fedstats.site.handlers.fine_gray`) and the
+   coordinator evaluates the Breslow or Efron partial likelihood from their
+   totals (:func:`fedstats.cox_math.grid_partial_likelihood`), steps, and
+   halves a step that lowers it.
+
+With a grid holding every distinct time (allowed when the disclosure
+threshold is 1) the estimate is the weighted Cox fit of the pooled
+``finegray()`` rows.
+
+Standard errors: by default the **robust** (sandwich) covariance
+``V (sum_i U_i U_i') V`` over patients (Lin & Wei, JASA 1989), with ``V`` the
+inverse weighted information and ``U_i`` each patient's score residual summed
+over their expanded rows (:func:`fedstats.site.handlers.fine_gray.score_residuals`):
+what R reports for ``coxph(Surv(fgstart, fgstop, fgstatus) ~ ..., weights =
+fgwt, cluster = id)`` on ``finegray()`` rows. It treats the censoring weights
+as known, as that fit does (``crr``'s variance also accounts for their
+estimation; the two are usually close). ``robust=False`` reports the
+model-based ``V`` instead.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
+from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
+from fedstats.models.agree import SiteCounts, _checked_formula, _columns, _described, _levels
+from fedstats.models.cumulative_incidence import checked_cause
+from fedstats.models.federation import Federation
+from fedstats.models.kaplan_meier import time_grid
+from fedstats.models.newton import check_rank, inverse_information, newton_step
+from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
+from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
+from fedstats.site.design import DesignSpec, Level, design_columns, normalise_level
+from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
+
+_MAX_HALVINGS = 20
+ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"
+"""The interval method of a robust Fine–Gray fit."""
+
+
+def censoring_survival(
+    at_risk: np.ndarray, events: np.ndarray, competing: np.ndarray, censored: np.ndarray
+) -> np.ndarray:
+    """Kaplan–Meier of the censoring distribution on the grid, censorings after events.
+
+    ``G(g_j) = prod_{l<=j} (1 - c_l / (n_l - d_l - e_l))`` with ``c`` the
+    censorings, ``d`` and ``e`` the events of the cause and of the others at
+    ``g_l`` (R ``finegray()``'s convention: a censoring at a time happens after
+    the events at it). A factor whose risk set is empty is 1; the value is
+    kept above 0 (a curve reaching 0 leaves no later risk set to weigh).
+    """
+    remaining = at_risk - events - competing
+    with np.errstate(divide="ignore", invalid="ignore"):
+        factor = np.where(remaining > 0, 1.0 - censored / remaining, 1.0)
+    G = np.cumprod(factor)
+    return np.maximum(G, np.finfo(float).tiny)
+
+
+class FineGray:
+    """Federated Fine–Gray subdistribution hazards regression on a shared time grid.
+
+    Parameters
+    ----------
+    formula:
+        ``"Surv(time, status) ~ age + C(stage)"``: follow-up time and a status
+        column coded 0 = censored, 1, 2, ... = the cause that ended follow-up.
+    cause:
+        The cause whose subdistribution hazard is modelled; every other
+        positive code is a competing event.
+    grid, width, horizon:
+        The shared time grid (as for :class:`fedstats.KaplanMeier`).
+    ties:
+        ``"efron"`` (default, as R's ``coxph`` on ``finegray()`` rows) or ``"breslow"``.
+    robust:
+        ``True`` (default): robust (sandwich) standard errors over patients, as R
+        reports for Fine–Gray fits; ``False``: model-based (module docstring).
+    levels, missing, maxiter, tol:
+        As for :class:`fedstats.CoxPH`.
+    """
+
+    def __init__(
+        self,
+        formula: str,
+        *,
+        cause: int,
+        grid: Sequence[float] | np.ndarray | None = None,
+        width: float | None = None,
+        horizon: float | None = None,
+        ties: str = "efron",
+        levels: Mapping[str, Sequence[Level]] | None = None,
+        missing: str = "raise",
+        maxiter: int = 50,
+        tol: float = 1e-10,
+        robust: bool = True,
+    ) -> None:
+        if not isinstance(formula, str):
+            raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
+        if ties not in TIES:
+            raise StudyConfigurationError(f"ties must be one of {TIES}, got {ties!r}")
+        if missing not in ("raise", "drop"):
+            raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
+        if type(maxiter) is not int or maxiter < 1:
+            raise StudyConfigurationError(f"maxiter must be a positive integer, got {maxiter!r}")
+        if not 0 < tol < 1:
+            raise StudyConfigurationError(f"tol must be in (0, 1), got {tol!r}")
+        self.formula = formula
+        self.cause = checked_cause(cause)
+        self.grid = time_grid(grid, width, horizon)
+        self.ties = ties
+        self.levels = dict(levels or {})
+        self.missing = missing
+        self.maxiter = maxiter
+        self.tol = tol
+        if not isinstance(robust, bool):
+            raise StudyConfigurationError(f"robust must be True or False, got {robust!r}")
+        self.robust = robust
+
+    def __repr__(self) -> str:
+        return f"FineGray({self.formula!r}, cause={self.cause}, ties={self.ties!r})"
+
+    def agree(self, federation: Federation, analysis: str) -> DesignSpec:
+        """The survival design agreed with every site (levels of categorical covariates)."""
+        parsed = _checked_formula(self.formula, "survival", (), False, None)
+        fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in self.levels.items()}
+        unknown = sorted(set(fixed) - parsed.covariates)
+        if unknown:
+            raise FormulaError(f"levels were given for {unknown}, which the formula does not use")
+        replies, kinds = _described(federation, parsed, fixed, None, (), None, analysis)
+        agreed = _levels(parsed, fixed, kinds, replies)
+        overlap = sorted(parsed.outcome_variables & parsed.covariates)
+        if overlap:
+            raise FormulaError(f"{overlap} appear on both sides of the formula")
+        layout = design_columns(parsed, sorted(parsed.covariates), agreed)
+        columns = _columns(layout, self.formula, "survival", False, federation.sites)
+        return DesignSpec(
+            formula=self.formula,
+            outcome=parsed.outcome,
+            variables=tuple(sorted(parsed.outcome_variables | parsed.covariates)),
+            levels=agreed,
+            columns=tuple(columns),
+            site_intercepts=False,
+            sites=federation.sites,
+            missing=self.missing,
+            outcome_kind="survival",
+        )
+
+    def fit(
+        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+    ) -> FineGrayResults:
+        """Agree the design, compute the censoring weights, then Newton rounds (see the module).
+
+        ``secure_aggregation``: the coordinator sees only the sums over sites of every
+        round's reply (counts, weighted sums, the robust variance's cross-products); every
+        site must answer every round.
+        """
+        if not isinstance(federation, Federation):
+            raise StudyConfigurationError(
+                f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
+            )
+        started = datetime.now(UTC)
+        analysis = federation.new_analysis("fine_gray")
+        spec = self.agree(federation, analysis)
+        names, design = list(spec.columns), spec.to_wire()
+        p = len(names)
+
+        def request(
+            beta: np.ndarray, G: np.ndarray, task: str = TASK, **extra: np.ndarray
+        ) -> dict[str, Any]:
+            """Every field of the sites' replies, summed over sites."""
+            args = {"design": design, "cause": self.cause, "beta": beta, "grid": self.grid,
+                    "censoring": G, **extra}  # fmt: skip
+            return summed_replies(
+                federation, task, args, analysis=analysis, secure=secure_aggregation
+            )
+
+        if secure_aggregation is None:
+            first = federation.request(
+                TASK,
+                {"design": design, "cause": self.cause, "beta": np.zeros(p), "grid": self.grid,
+                 "censoring": np.ones(len(self.grid))},
+                analysis=analysis,
+            )  # fmt: skip
+            per_site = {
+                f: {s: round(float(np.sum(r[f]))) for s, r in first.items()}
+                for f in ("n_obs", "n_dropped", "d", "truncated")
+            }
+            summed = {f: sum(r[f] for r in first.values()) for f in ("at_risk", "d", "competing",
+                                                                      "censored")}  # fmt: skip
+        else:
+            summed = request(np.zeros(p), np.ones(len(self.grid)))
+            per_site = {
+                f: {"all sites": round(float(np.sum(summed[f])))}
+                for f in ("n_obs", "n_dropped", "d", "truncated")
+            }
+        counts = {f: np.rint(summed[f]) for f in ("at_risk", "d", "competing", "censored")}
+        if not counts["d"].any():
+            raise StudyConfigurationError(
+                f"no site could release an event of cause {self.cause} on this time grid (each "
+                "site's follow-up ends before its first interval with fewer than k patients in "
+                "a cell); use a coarser grid"
+            )
+        G = censoring_survival(
+            counts["at_risk"], counts["d"], counts["competing"], counts["censored"]
+        )
+
+        last: dict[str, GridSums] = {}
+
+        def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+            replies = request(beta, G)
+            sums = last["sums"] = GridSums(**{f: replies[f] for f in SUM_FIELDS})
+            result = grid_partial_likelihood(sums, beta, self.ties)
+            return result.loglik, result.score, result.information
+
+        beta = np.zeros(p)
+        state = evaluate(beta)
+        check_rank(state[2], names)
+        beta, state, converged, rounds, notes = self._newton(evaluate, beta, state, names)
+        if not converged and not notes:
+            message = f"Newton's method did not converge in {self.maxiter} rounds"
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+            notes.append(message)
+        site_counts = SiteCounts(
+            n_obs=per_site["n_obs"], n_dropped=per_site["n_dropped"], n_events=per_site["d"]
+        )
+        if note := site_counts.dropped_note():
+            notes.append(note)
+        truncated = per_site["truncated"]
+        notes += [
+            f"subdistribution hazards of cause {self.cause} (Fine & Gray 1999); patients with "
+            "a competing event stay at risk with censoring weights G(t-)/G(T-)",
+            f"one baseline across sites, on a grid of {len(self.grid)} points (times coarsened "
+            f"up to the next point); ties: {self.ties}",
+        ]
+        cov = inverse_information(state[2])
+        if self.robust:
+            sums = last["sums"]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
+                means = np.where(sums.S0[:, None] > 0, sums.S1 / sums.S0[:, None], 0.0)
+            meat = request(beta, G, ROBUST_TASK, hazard=hazard, means=means)["meat"]
+            cov = cov @ meat @ cov
+            rounds += 1
+            notes.append(
+                "robust (sandwich) standard errors over patients (Lin & Wei 1989), censoring "
+                "weights taken as known, as R's coxph on finegray() rows"
+            )
+        else:
+            notes.append("standard errors are model-based (inverse weighted information)")
+        if secure_aggregation is not None:
+            notes.append(secure_note(secure_aggregation, len(federation.sites)))
+        if any(truncated.values()):
+            notes.append(
+                "follow-up censored at each site's safe horizon; patients censored there: "
+                + ", ".join(f"{s}={n}" for s, n in truncated.items())
+            )
+        return FineGrayResults(
+            cause=self.cause,
+            censoring=G,
+            grid=self.grid,
+            names=names,
+            params=beta,
+            cov=cov,
+            interval_method=ROBUST_WALD if self.robust else WALD_INFORMATION,
+            llf=state[0],
+            converged=converged,
+            iterations=rounds,
+            provenance=Provenance.of_fit(federation, analysis, site_counts, rounds + 1, started),
+            notes=notes,
+            n_events=site_counts.n_events,
+            ties=self.ties,
+            strata=(),
+            design=design,
+        )
+
+    def _newton(self, evaluate, beta, state, names):  # type: ignore[no-untyped-def]
+        """Newton rounds from ``beta``, each step halved until the log partial likelihood does
+        not fall: ``(beta, its evaluation, converged, rounds, notes)``."""
+        loglik, score, information = state
+        notes: list[str] = []
+        rounds = 1
+        while rounds < self.maxiter + 1:
+            step = newton_step(information, score, names, first=False)
+            if step is None:
+                notes.append("the information matrix became singular; the fit stopped early")
+                return beta, state, False, rounds, notes
+            candidate = beta + step
+            for _ in range(_MAX_HALVINGS):
+                trial = evaluate(candidate)
+                rounds += 1
+                if trial[0] >= loglik - 1e-12 * (1 + abs(loglik)):
+                    break
+                step = step / 2
+                candidate = beta + step
+            small = np.max(np.abs(step)) <= self.tol * (1 + np.max(np.abs(candidate)))
+            beta, state = candidate, trial
+            loglik, score, information = state
+            if small:
+                return beta, state, True, rounds, notes
+        return beta, state, False, rounds, notes
+
+
+class FineGrayResults(CoxPHResults):
+    """Results of :class:`fedstats.FineGray`: log subdistribution hazard ratios.
+
+    ``llf`` is the weighted log partial likelihood; standard errors are
+    model-based (see :mod:`fedstats.models.fine_gray`). ``censoring_survival_``
+    is the pooled censoring curve ``G`` the weights came from.
+    """
+
+    model_name = "Federated Fine-Gray subdistribution hazards regression"
+
+    def __init__(self, *, cause: int, censoring: np.ndarray, grid: np.ndarray, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.cause = cause
+        self.grid = grid
+        self.censoring_survival_ = censoring
+
+    def subdistribution_hazard_ratios(self, alpha: float = 0.05):  # type: ignore[no-untyped-def]
+        """``exp(coef)`` with its Wald interval: columns ``hazard_ratio``, ``lower``, ``upper``."""
+        return self.hazard_ratios(alpha)
+
+    def _info(self) -> list[tuple[str, str]]:
+        info = super()._info()
+        info.insert(2, ("Cause", str(self.cause)))
+        return info
+
+    def _record_fields(self) -> dict[str, Any]:
+        return {**super()._record_fields(), "cause": self.cause}
