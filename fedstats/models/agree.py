@@ -70,8 +70,8 @@ def agree_design(
 ) -> Agreement:
     """Agree on the design with every site, then have each site build and validate it.
 
-    Two requests per site: ``describe`` (variable kinds and levels) and
-    ``prepare`` (build the agreed design; counts). Levels fixed by the
+    Two requests per site: ``describe`` (variable kinds and levels,
+    :func:`agreed_design`) and ``prepare`` (build the agreed design; counts). Levels fixed by the
     analyst in ``levels`` are used as given and not asked for. Under
     privacy (``dp``) sites list no levels — every categorical covariate's
     levels must be fixed by the study — and the counts are a charged, noisy
@@ -84,6 +84,41 @@ def agree_design(
     numeric column of frequency weights (:mod:`fedstats.site.weights`);
     ``exposure`` one of positive exposures whose log joins the offset.
     """
+    spec, layout = agreed_design(
+        federation,
+        formula,
+        analysis=analysis,
+        levels=levels,
+        site_intercepts=site_intercepts,
+        offset=offset,
+        missing=missing,
+        dp=dp,
+        outcome_kind=outcome_kind,
+        strata=strata,
+        weights=weights,
+        exposure=exposure,
+    )
+    return spec, layout
+
+
+def agreed_design(
+    federation: Federation,
+    formula: str,
+    *,
+    analysis: str,
+    levels: Mapping[str, Sequence[Level]] | None = None,
+    site_intercepts: bool = False,
+    offset: str | None = None,
+    missing: str = "raise",
+    dp: DpRequest | None = None,
+    outcome_kind: str = "binary",
+    strata: Sequence[str] = (),
+    weights: str | None = None,
+    exposure: str | None = None,
+) -> tuple[DesignSpec, DesignLayout]:
+    """The design agreed from the sites' ``describe`` replies, before any site builds it:
+    the first half of :func:`agree_design` (a model whose sites validate the design in
+    their own task, as Fine–Gray's, stops here)."""
     if missing not in ("raise", "drop"):
         raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
     strata = tuple(strata)
@@ -129,7 +164,7 @@ def agree_design(
         weights=weights,
         exposure=exposure,
     )
-    return Agreement(spec=spec, layout=layout, counts=_prepared(federation, spec, dp, analysis))
+    return spec, layout
 
 
 def _checked_formula(

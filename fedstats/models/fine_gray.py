@@ -51,14 +51,21 @@ import numpy as np
 
 from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
-from fedstats.models.agree import SiteCounts, _checked_formula, _columns, _described, _levels
+from fedstats.models.agree import SiteCounts, agreed_design
 from fedstats.models.cumulative_incidence import checked_cause
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
-from fedstats.models.newton import check_rank, inverse_information, newton_step
+from fedstats.models.newton import (
+    DECREMENT_TOL,
+    check_rank,
+    decrement_converged,
+    inverse_information,
+    newton_decrement,
+    newton_step,
+)
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import DesignSpec, Level, design_columns, normalise_level
+from fedstats.site.design import DesignSpec, Level
 from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
 _MAX_HALVINGS = 20
@@ -118,7 +125,7 @@ class FineGray:
         levels: Mapping[str, Sequence[Level]] | None = None,
         missing: str = "raise",
         maxiter: int = 50,
-        tol: float = 1e-10,
+        tol: float = DECREMENT_TOL,
         robust: bool = True,
     ) -> None:
         if not isinstance(formula, str):
@@ -148,29 +155,15 @@ class FineGray:
 
     def agree(self, federation: Federation, analysis: str) -> DesignSpec:
         """The survival design agreed with every site (levels of categorical covariates)."""
-        parsed = _checked_formula(self.formula, "survival", (), False, None)
-        fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in self.levels.items()}
-        unknown = sorted(set(fixed) - parsed.covariates)
-        if unknown:
-            raise FormulaError(f"levels were given for {unknown}, which the formula does not use")
-        replies, kinds = _described(federation, parsed, fixed, None, (), None, analysis)
-        agreed = _levels(parsed, fixed, kinds, replies)
-        overlap = sorted(parsed.outcome_variables & parsed.covariates)
-        if overlap:
-            raise FormulaError(f"{overlap} appear on both sides of the formula")
-        layout = design_columns(parsed, sorted(parsed.covariates), agreed)
-        columns = _columns(layout, self.formula, "survival", False, federation.sites)
-        return DesignSpec(
-            formula=self.formula,
-            outcome=parsed.outcome,
-            variables=tuple(sorted(parsed.outcome_variables | parsed.covariates)),
-            levels=agreed,
-            columns=tuple(columns),
-            site_intercepts=False,
-            sites=federation.sites,
+        spec, _ = agreed_design(
+            federation,
+            self.formula,
+            analysis=analysis,
+            levels=self.levels,
             missing=self.missing,
             outcome_kind="survival",
         )
+        return spec
 
     def fit(
         self, federation: Federation, secure_aggregation: SecureAggregation | None = None
@@ -306,11 +299,16 @@ class FineGray:
         loglik, score, information = state
         notes: list[str] = []
         rounds = 1
+        previous = np.inf
         while rounds < self.maxiter + 1:
             step = newton_step(information, score, names, first=False)
             if step is None:
                 notes.append("the information matrix became singular; the fit stopped early")
                 return beta, state, False, rounds, notes
+            decrement = newton_decrement(score, step)
+            if decrement_converged(decrement, previous, self.tol):
+                return beta, state, True, rounds, notes
+            previous = decrement
             candidate = beta + step
             for _ in range(_MAX_HALVINGS):
                 trial = evaluate(candidate)
@@ -319,11 +317,8 @@ class FineGray:
                     break
                 step = step / 2
                 candidate = beta + step
-            small = np.max(np.abs(step)) <= self.tol * (1 + np.max(np.abs(candidate)))
             beta, state = candidate, trial
             loglik, score, information = state
-            if small:
-                return beta, state, True, rounds, notes
         return beta, state, False, rounds, notes
 
 
