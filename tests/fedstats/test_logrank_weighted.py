@@ -14,7 +14,9 @@ counts are the pooled data's. The oracles:
 
 from __future__ import annotations
 
+import textwrap
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -344,3 +346,21 @@ def test_private_weights_are_refused_and_private_strata_need_their_levels(tmp_pa
     with pytest.raises(fedstats.StudyConfigurationError, match="strata_levels="):
         fedstats.logrank_test(fed, "days", "died", "arm", levels=[0, 1], strata="stage",
                               width=30, horizon=1500, privacy=privacy)  # fmt: skip
+
+
+def readme_snippet() -> str:
+    """The README's python block on stratified and weighted log-rank tests, unindented."""
+    readme = Path(__file__).resolve().parents[2] / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    section = text[text.index("- Stratified and weighted log-rank tests") :]
+    block = section[section.index("```python") + len("```python") : section.index("  ```\n")]
+    return textwrap.dedent(block)
+
+
+def test_the_readme_example_runs_and_releases_every_arrest(capsys):
+    namespace: dict = {}
+    exec(compile(readme_snippet(), "README.md:stratified log-rank", "exec"), namespace)
+    test, km = namespace["test"], namespace["km"]
+    assert test.observed.sum() == load_rossi().arrest.sum()  # no cell was cut
+    assert test.strata == ("wexp",) and test.test == "Fleming-Harrington (p=1, q=1)"
+    assert km.counts.weights == "n" and "stratified Fleming-Harrington" in capsys.readouterr().out
