@@ -364,3 +364,23 @@ def test_the_readme_example_runs_and_releases_every_arrest(capsys):
     assert test.observed.sum() == load_rossi().arrest.sum()  # no cell was cut
     assert test.strata == ("wexp",) and test.test == "Fleming-Harrington (p=1, q=1)"
     assert km.counts.weights == "n" and "stratified Fleming-Harrington" in capsys.readouterr().out
+
+
+def test_stratified_weighted_test_over_secure_aggregation_equals_the_clear_one(lung):
+    """Secure aggregation sums the strata-by-group counts (the coordinator sees only the
+    totals): the same test as in the clear, to the fixed-point precision of the sums."""
+    from fedstats.secagg.coordinator import SecureAggregation
+
+    weighted = lung.assign(w=np.random.default_rng(31).integers(1, 4, len(lung)))
+    options = {"grid": every_time(lung, "time"), "strata": "ecog", "weights": "w",
+               "weightings": "fleming-harrington", "p": 1.0, "q": 0.5}  # fmt: skip
+    clear = fedstats.logrank_test(
+        fedstats.Federation.in_process(split(weighted, 4), disclosure=OPEN),
+        "time", "status", "sex", **options,
+    )  # fmt: skip
+    fed = fedstats.Federation.in_process(split(weighted, 4), disclosure=OPEN)
+    hidden = fedstats.logrank_test(
+        fed, "time", "status", "sex", secure_aggregation=SecureAggregation(), **options
+    )
+    assert abs(hidden.statistic - clear.statistic) <= 1e-7
+    assert {"secagg.advertise", "secagg.unmask"} <= set(fed.inventory.to_frame()["task"])

@@ -25,6 +25,12 @@ the past of the counting process leaves the Kaplan–Meier estimate up to it
 unbiased (a stopping time; Andersen, Borgan, Gill & Keiding, 1993, IV.3); a
 grid too fine for the site's events ends its curves early, which the
 analyst sees in the truncation counts and cures with a coarser grid.
+
+A request may also split the counts by strata and weight them by a column of
+frequency weights; its arguments, the cells (stratum x group) and the checks
+those options need are in :mod:`fedstats.site.handlers.survival_cells`. With
+weights, the released counts are sums of weights while every rule above counts
+rows of positive weight (:func:`grid_counts`).
 """
 
 from __future__ import annotations
