@@ -210,15 +210,27 @@ def test_the_protocol_fixes_strata_and_weights_of_a_kaplan_meier_analysis(region
 
 # ------------------------------------------------------------------ hostile arguments
 
+
+def test_a_reply_too_large_for_the_request_limits_is_refused_before_any_row(region):
+    """Strata crossing into more cells than the limits allow: refused from the arguments."""
+    wide = [list(range(50)), list(range(50))]
+    reply = ask(Silo("s", region), strata=["pid", "stage"], strata_levels=wide)
+    assert refused(reply, kind="MalformedRequestError")
+    assert "cells" in reply["error"]["values"]["reason"]
+
+
 names = st.one_of(
     st.none(), st.sampled_from(["stage", "w", "pid", "time", "nope", ""]), st.integers()
 )
 levels = st.one_of(
     st.none(),
-    st.lists(st.one_of(st.sampled_from(["i", "ii", 0, 1]), st.floats(), st.text(max_size=3)),
-             max_size=4),
+    st.lists(
+        st.one_of(st.sampled_from(["i", "ii", 0, 1, 1.0]), st.floats(), st.text(max_size=3)),
+        max_size=4,
+    ),
+    st.just(["i", "i", "ii"]),
     st.integers(),
-)  # fmt: skip
+)
 
 
 @settings(
@@ -235,6 +247,9 @@ def test_hostile_strata_and_weights_get_a_typed_answer(region, strata, strata_le
     silo = Silo("s", region)
     args = {"strata": strata, "strata_levels": strata_levels, "weights": weights}
     reply = ask(silo, **args)
+    grouped = ask(silo, group="stage", levels=strata_levels, weights=weights)
+    if grouped["status"] == "error":
+        assert grouped["error"]["type"] != "InternalSiteError", grouped
     if reply["status"] == "error":
         assert reply["error"]["type"] != "InternalSiteError", reply
     else:

@@ -31,6 +31,14 @@ and weights are refused under privacy):
   row are refused); and each released weighted count must stand for at least
   ``k`` rows of positive weight, none of which carries more than ``1/k`` of it
   (:func:`fedstats.site.handlers.survival.grid_counts`).
+
+These are heuristics, like the rules they extend. What they do not see: two
+weights columns with the same rows of positive weight whose values differ on
+one row (weighted counts of the one minus the other give that row's at-risk
+indicator and event, scaled); weighted minus unweighted counts, which are the
+counts of the rows whose weight is not 1 (at least ``k_cell`` of them, by the
+mode rule, but possibly fewer than ``k``). An approved protocol naming the
+analysis's ``weights`` column is the guarantee (:mod:`fedstats.site.protocol`).
 """
 
 from __future__ import annotations
@@ -44,7 +52,12 @@ import pandas as pd
 
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.site.cell_rules import check_groups, column_problem
-from fedstats.site.handlers.design import as_agreed_categorical, checked_group_levels
+from fedstats.site.design import normalise_level
+from fedstats.site.handlers.design import (
+    MAX_GROUPS,
+    as_agreed_categorical,
+    checked_group_levels,
+)
 from fedstats.site.task import SiteContext
 from fedstats.site.weights import check_weight_dominance
 
@@ -127,7 +140,7 @@ def read_counts_request(args: dict[str, Any]) -> CountsRequest:
         raise _malformed("'time' and 'event' name columns; 'group' too, or null")
     if args.get("sparse_events", "end") not in ("end", "defer"):
         raise _malformed("'sparse_events' must be 'end' or 'defer'")
-    levels = [] if group is None else checked_group_levels(args.get("levels"), 1)
+    levels = [] if group is None else _distinct(checked_group_levels(args.get("levels"), 1))
     strata = args.get("strata")
     strata_levels = args.get("strata_levels")
     if strata is None and strata_levels is None:
@@ -143,7 +156,7 @@ def read_counts_request(args: dict[str, Any]) -> CountsRequest:
             f"'strata' names 1 to {MAX_STRATA} columns and 'strata_levels' lists the agreed "
             "levels of each, or both are null"
         )
-    checked_levels = tuple(checked_group_levels(levels_, 1) for levels_ in strata_levels)
+    checked_levels = tuple(_distinct(checked_group_levels(each, 1)) for each in strata_levels)
     weights = args.get("weights")
     if not (weights is None or _is_name(weights)):
         raise _malformed("'weights' names a column of frequency weights, or is null")
@@ -162,19 +175,13 @@ def read_counts_request(args: dict[str, Any]) -> CountsRequest:
         weights=weights,
         defer=args.get("sparse_events") == "defer",
     )
-    if request.n_cells > MAX_CELLS:
+    if request.n_cells > MAX_CELLS or request.n_cells * len(grid) > MAX_GROUPS * MAX_GRID:
         raise _malformed(
-            f"{request.n_cells} cells (strata times groups) is more than the {MAX_CELLS} a "
-            "request may split its counts into"
+            f"{request.n_cells} cells (strata times groups) on {len(grid)} grid points is more "
+            f"than a request may ask for (at most {MAX_CELLS} cells and "
+            f"{MAX_GROUPS * MAX_GRID:,} cell-points)"
         )
     return request
-
-
-def cell_codes(ctx: SiteContext, request: CountsRequest, data: pd.DataFrame) -> np.ndarray:
-    """Each row's cell, ``stratum * n_groups + group`` (every row has one: a value outside
-    the agreed levels is refused with :class:`~fedstats.errors.UnknownLevelError`)."""
-    group = group_codes(ctx, request, data)
-    return stratum_codes(ctx, request, data) * request.n_groups + group
 
 
 def group_codes(ctx: SiteContext, request: CountsRequest, data: pd.DataFrame) -> np.ndarray:
@@ -249,6 +256,16 @@ def refuse_private_weights(request: CountsRequest) -> None:
             "privacy: a row moves each count by its weight, which the noise for one patient "
             "does not cover; ask for unweighted private counts, or exact weighted ones"
         )
+
+
+def _distinct(levels: list) -> list:
+    """``levels`` if they are distinct (1 and 1.0 are one level) and none is NaN."""
+    normalised = [normalise_level(v) for v in levels]
+    if any(isinstance(v, float) and math.isnan(v) for v in normalised) or len(
+        set(normalised)
+    ) != len(normalised):
+        raise _malformed("a column's levels must be distinct values, none of them NaN")
+    return levels
 
 
 def _is_name(value: Any) -> bool:
