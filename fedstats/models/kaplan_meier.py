@@ -33,6 +33,7 @@ as curves ending early.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,32 @@ class GridCounts:
     fixed_seed: dict[str, bool] | None = None
     """Under record-level privacy: whether each site's noise came from a fixed seed (as the
     site reported it; fixed noise gives no privacy)."""
+    strata: tuple[str, ...] = ()
+    """The strata columns, when the counts are stratified."""
+    strata_levels: tuple[tuple[Level, ...], ...] = ()
+    """Each stratum's levels of the strata columns, in the order of the counts' rows: row
+    ``s * len(groups) + g`` holds group ``g`` of stratum ``s``."""
+    weights: str | None = None
+    """The column of frequency weights the counts sum, when weighted."""
+
+    @property
+    def n_strata(self) -> int:
+        return max(len(self.strata_levels), 1)
+
+    def by_stratum(self, array: np.ndarray) -> np.ndarray:
+        """``array`` (``... x cells x grid``) as ``... x strata x groups x grid``."""
+        shape = array.shape
+        return array.reshape(*shape[:-2], self.n_strata, len(self.groups), shape[-1])
+
+    def cell_labels(self) -> list[str]:
+        """A name for each row of the counts: the group, or ``stratum / group``."""
+        if not self.strata:
+            return [str(g) for g in self.groups]
+        return [
+            f"{', '.join(f'{c}={v}' for c, v in zip(self.strata, levels, strict=True))} / {g}"
+            for levels in self.strata_levels
+            for g in self.groups
+        ]
 
 
 def time_grid(
@@ -121,54 +148,103 @@ def grid_counts(
     privacy: RecordDP | None = None,
     sparse_events: str = "end",
     secure: SecureAggregation | None = None,
+    strata: Sequence[str] = (),
+    strata_levels: Sequence[Sequence[Level]] | None = None,
+    weights: str | None = None,
 ) -> GridCounts:
-    """Agree group levels, then collect and sum every site's counts on the grid.
+    """Agree group (and strata) levels, then collect and sum every site's counts on the grid.
 
-    With ``secure``, the sums come by secure aggregation: the coordinator
+    With ``strata``, the counts come per stratum (the crossing of the strata
+    columns' levels) and group; a stratum is a value of a column, so it spans
+    sites and its counts add across them. With ``weights``, the counts are
+    sums of a column of frequency weights (exact releases only). With
+    ``secure``, the sums come by secure aggregation: the coordinator
     learns the pooled counts only; under privacy each site adds its share
     of one central noise (:mod:`fedstats.secagg.coordinator`).
     """
+    if privacy is not None and weights is not None:
+        raise StudyConfigurationError(
+            f"frequency weights ({weights!r}) cannot be used under differential privacy: a "
+            "row would move each count by its weight, which the noise for one patient does not "
+            "cover; drop weights= or privacy="
+        )
     groups: tuple[Level, ...] = ()
     if group is not None:
-        if privacy is not None and levels is None:
-            raise StudyConfigurationError(
-                f"under differential privacy the levels of {group!r} must be given (levels=[...], "
-                "from the study specification): sites do not release levels"
-            )
-        groups = _group_levels(federation, group, levels, analysis)
+        groups = _levels_for(federation, group, levels, analysis, privacy, "levels")
+    strata = tuple(strata)
+    if strata_levels is not None and len(strata_levels) != len(strata):
+        raise StudyConfigurationError("strata_levels= lists the levels of each strata column")
+    agreed_strata = tuple(
+        _levels_for(
+            federation, column, None if strata_levels is None else strata_levels[i], analysis,
+            privacy, "strata_levels",
+        )
+        for i, column in enumerate(strata)
+    )  # fmt: skip
     if sparse_events not in ("end", "defer"):
         raise StudyConfigurationError(
             f"sparse_events must be 'end' or 'defer', got {sparse_events!r}"
         )
-    args = {"time": time, "event": event, "group": group, "levels": list(groups), "grid": grid}
+    args: dict[str, Any] = {
+        "time": time, "event": event, "group": group, "levels": list(groups), "grid": grid,
+    }  # fmt: skip
+    if strata:
+        args["strata"] = list(strata)
+        args["strata_levels"] = [list(levels) for levels in agreed_strata]
+    if weights is not None:
+        args["weights"] = weights
     if sparse_events != "end":
         args["sparse_events"] = sparse_events
+    layout = {
+        "groups": groups if group is not None else ("all",),
+        "strata": strata,
+        "strata_levels": tuple(itertools.product(*agreed_strata)) if strata else (),
+        "weights": weights,
+    }
     if privacy is not None:
-        return _private_counts(federation, args, privacy, analysis, secure)
-    labels = groups if group is not None else ("all",)
+        return _private_counts(federation, args, privacy, analysis, secure, layout)
     sites = len(federation.sites)
     if secure is not None:
         total = summed_replies(federation, TASK, args, analysis=analysis, secure=secure)
+        rounded = np.rint if weights is None else np.asarray
         return GridCounts(
             grid=grid,
-            groups=labels,
-            at_risk=np.rint(total["at_risk"]),
-            events=np.rint(total["events"]),
+            at_risk=rounded(total["at_risk"]),
+            events=rounded(total["events"]),
             truncated={"all sites": round(total["truncated"])},
             n_obs={"all sites": round(total["n_obs"])},
             sites=sites,
             secure=True,
+            **layout,
         )
     replies = federation.request(TASK, args, analysis=analysis)
     return GridCounts(
         grid=grid,
-        groups=labels,
         at_risk=sum(r["at_risk"] for r in replies.values()),
         events=sum(r["events"] for r in replies.values()),
         truncated={s: int(r["truncated"]) for s, r in replies.items()},
         n_obs={s: int(r["n_obs"]) for s, r in replies.items()},
         sites=sites,
+        **layout,
     )
+
+
+def _levels_for(
+    federation: Federation,
+    column: str,
+    levels: Sequence[Level] | None,
+    analysis: str,
+    privacy: RecordDP | None,
+    argument: str,
+) -> tuple[Level, ...]:
+    """A grouping or strata column's levels: given, or agreed with the sites (not under
+    privacy, where sites release no levels)."""
+    if privacy is not None and levels is None:
+        raise StudyConfigurationError(
+            f"under differential privacy the levels of {column!r} must be given ({argument}=, "
+            "from the study specification): sites do not release levels"
+        )
+    return _group_levels(federation, column, levels, analysis)
 
 
 def _private_counts(
@@ -177,6 +253,7 @@ def _private_counts(
     privacy: RecordDP,
     analysis: str,
     secure: SecureAggregation | None,
+    layout: dict[str, Any],
 ) -> GridCounts:
     """Noisy deaths and censorings from every site, summed, then made consistent.
 
@@ -210,7 +287,6 @@ def _private_counts(
     at_risk, events, censored = _consistent_counts(events, censored)
     return GridCounts(
         grid=args["grid"],
-        groups=tuple(args["levels"]) if args["group"] is not None else ("all",),
         at_risk=at_risk,
         events=events,
         truncated={},
@@ -223,6 +299,7 @@ def _private_counts(
         censored=censored,
         noises=noises,
         noise_variance=float(sigma) ** 2 * noises,
+        **layout,
     )
 
 
@@ -279,6 +356,14 @@ class KaplanMeier:
         ``row_norm`` do not apply), charged to its ledger. The intervals then
         add the noise's variance (see the module docstring), and a curve the
         noise dominates raises :class:`~fedstats.PrivacyUtilityWarning`.
+    weights:
+        A column of frequency weights (finite, >= 0): each row stands for
+        ``w`` patients, so the numbers at risk and of events are sums of
+        weights and the curve and Greenwood's variance are those of the rows
+        repeated ``w`` times (lifelines' ``KaplanMeierFitter.fit(weights=)``).
+        Sites check the column (:mod:`fedstats.site.handlers.survival_cells`):
+        every released sum stands for at least ``k`` rows of positive weight,
+        none dominating it. Exact fits only.
     """
 
     def __init__(
@@ -294,9 +379,12 @@ class KaplanMeier:
         alpha: float = 0.05,
         privacy: RecordDP | None = None,
         sparse_events: str = "end",
+        weights: str | None = None,
     ) -> None:
         if privacy is not None and not isinstance(privacy, RecordDP):
             raise StudyConfigurationError("privacy must be a fedstats.RecordDP")
+        if weights is not None and not (isinstance(weights, str) and weights):
+            raise StudyConfigurationError("weights= names a column of frequency weights")
         if not 0 < alpha < 1:
             raise StudyConfigurationError(f"alpha must be in (0, 1), got {alpha}")
         self.time, self.event, self.group = time, event, group
@@ -305,6 +393,7 @@ class KaplanMeier:
         self.alpha = alpha
         self.privacy = privacy
         self.sparse_events = sparse_events
+        self.weights = weights
 
     def fit(
         self, federation: Federation, secure_aggregation: SecureAggregation | None = None
@@ -327,6 +416,7 @@ class KaplanMeier:
             privacy=self.privacy,
             sparse_events=self.sparse_events,
             secure=secure_aggregation,
+            weights=self.weights,
         )
         result = KaplanMeierResults(counts, self.alpha, seed=federation.noise_seed)
         warn(result.utility_warnings, stacklevel=3)  # the caller of fit
@@ -521,7 +611,13 @@ class KaplanMeierResults:
                 *secure,
             ]
         cut = ", ".join(f"{s}={n}" for s, n in counts.truncated.items() if n)
+        weighted = (
+            [f"frequency weights {counts.weights!r}: at risk and events are sums of weights"]
+            if counts.weights is not None
+            else []
+        )
         return [
+            *weighted,
             *secure,
             *(
                 [
@@ -665,7 +761,7 @@ def _released_censorings(counts: GridCounts) -> np.ndarray:
     """The summed censorings behind ``counts``: as released, else ``n_k - n_{k+1} - d_k``."""
     if counts.censored is not None:
         return counts.censored
-    after = np.concatenate([counts.at_risk[:, 1:], np.zeros((len(counts.groups), 1))], axis=1)
+    after = np.concatenate([counts.at_risk[:, 1:], np.zeros((len(counts.at_risk), 1))], axis=1)
     return np.maximum(counts.at_risk - after - counts.events, 0.0)
 
 
@@ -702,7 +798,8 @@ def _dominated_curves_warnings(shares: pd.DataFrame) -> list[str]:
 def empty_groups_warnings(counts: GridCounts) -> list[str]:
     """A warning naming each group whose summed noisy number at risk at the first grid point
     is at most 0 (every noisy death and censoring of the group clipped to 0)."""
-    empty = [str(g) for g, n in zip(counts.groups, counts.at_risk[:, 0], strict=True) if n <= 0]
+    labels = counts.cell_labels()
+    empty = [g for g, n in zip(labels, counts.at_risk[:, 0], strict=True) if n <= 0]
     if not empty:
         return []
     return [

@@ -8,6 +8,16 @@ pooled numbers at risk ``n_gk`` and events ``d_gk`` at grid point ``k``
 statistic ``(O - E)' V^- (O - E)`` on ``G - 1`` degrees of freedom (the first
 ``G - 1`` groups).
 
+Weighted tests (Wilcoxon, Tarone–Ware, Fleming–Harrington) put a weight
+``w_k`` on each grid point: ``sum_k w_k (d_gk - n_gk d_k / n_k)`` and
+``w_k^2`` in ``V`` (:mod:`fedstats.models.logrank_weights`). A stratified
+test computes ``O - E`` and ``V`` within each stratum (the weights too:
+Fleming–Harrington's ``S`` is the stratum's) and sums them over strata
+before the quadratic form (R's ``survdiff(... + strata(x))``, statsmodels'
+``survdiff(strata=)``). A stratum is a value of a column, so its counts add
+across sites. With frequency ``weights`` the counts are sums of weights: the
+test of the rows repeated ``w`` times.
+
 Under record-level privacy the counts carry Gaussian noise, which adds to
 ``O - E`` a variance that ``V`` does not hold: a test that ignored it would
 reject equal survival far more often than its level says. The noise's
@@ -25,13 +35,14 @@ covariance across draws. The statistic is then
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fedstats.errors import StudyConfigurationError
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import (
     BOOTSTRAP_DRAWS,
@@ -41,6 +52,7 @@ from fedstats.models.kaplan_meier import (
     noisy_count_draws,
     time_grid,
 )
+from fedstats.models.logrank_weights import Weighting
 from fedstats.models.privacy import RecordDP
 from fedstats.models.summary import render_html, render_text
 from fedstats.models.utility import NOISE_DOMINATES, dominated_names, noise_shares, warn
@@ -74,6 +86,14 @@ class LogRankResult:
     utility_warnings: list[str] = field(default_factory=list)
     """What makes this private test misleading, in plain words
     (:class:`~fedstats.PrivacyUtilityWarning`); empty when nothing does."""
+    test: str = "log-rank"
+    """Which test of the weighted family, in words (e.g. ``Tarone-Ware``)."""
+    strata: tuple[str, ...] = ()
+    """The strata columns of a stratified test."""
+    difference: pd.Series | None = None
+    """Per group, the (weighted, summed over strata) ``O - E`` the statistic is built on."""
+    weights: str | None = None
+    """The column of frequency weights the counts sum, when weighted."""
 
     @property
     def noise_dominated(self) -> bool:
@@ -82,12 +102,16 @@ class LogRankResult:
 
     def _table(self) -> pd.DataFrame:
         table = pd.DataFrame({"observed": self.observed, "expected": self.expected})
+        if self.difference is not None and self.test != "log-rank":
+            table["weighted O - E"] = self.difference
         if self.noise_share is not None:
             table["noise share"] = self.noise_share
         return table
 
     def _info(self) -> list[tuple[str, str]]:
         return [
+            *([("Strata", ", ".join(self.strata))] if self.strata else []),
+            *([("Frequency weights", self.weights)] if self.weights else []),
             ("Chi-squared", f"{self.statistic:.4g}"),
             ("Degrees of freedom", str(self.dof)),
             ("p-value", f"{self.p_value:.4g}"),
@@ -102,10 +126,14 @@ class LogRankResult:
 
     def summary(self) -> str:
         """The statistic, its p-value and the observed and expected events by group, as text."""
-        return render_text("Federated log-rank test", self._info(), self._table(), self._notes())
+        return render_text(self._title(), self._info(), self._table(), self._notes())
 
     def _repr_html_(self) -> str:
-        return render_html("Federated log-rank test", self._info(), self._table(), self._notes())
+        return render_html(self._title(), self._info(), self._table(), self._notes())
+
+    def _title(self) -> str:
+        stratified = "stratified " if self.strata else ""
+        return f"Federated {stratified}{self.test} test"
 
 
 def logrank_test(
@@ -115,6 +143,12 @@ def logrank_test(
     group: str,
     *,
     levels: Sequence[Level] | None = None,
+    strata: str | Sequence[str] | None = None,
+    strata_levels: Mapping[str, Sequence[Level]] | None = None,
+    weightings: str | None = None,
+    p: float | None = None,
+    q: float | None = None,
+    weights: str | None = None,
     grid: Sequence[float] | np.ndarray | None = None,
     width: float | None = None,
     horizon: float | None = None,
@@ -123,13 +157,28 @@ def logrank_test(
     secure_aggregation: SecureAggregation | None = None,
     draws: int = BOOTSTRAP_DRAWS,
 ) -> LogRankResult:
-    """The log-rank test of ``group``'s levels on the shared grid (see the module docstring).
+    """The (weighted, stratified) log-rank test of ``group``'s levels on the shared grid.
+
+    See the module docstring. ``strata`` names one column or several (their
+    levels crossed); their levels are agreed with the sites, or given in
+    ``strata_levels`` (a mapping from column to levels; required under
+    privacy). ``weightings`` is ``None`` (log-rank), ``"wilcoxon"``,
+    ``"tarone-ware"`` or ``"fleming-harrington"`` with exponents ``p`` and
+    ``q`` (default 0), as in lifelines' ``multivariate_logrank_test``.
+    ``weights`` names a column of frequency weights (exact tests only).
 
     Under ``privacy`` the noise's covariance is added to the test's (a parametric bootstrap
-    of ``draws`` draws seeded by the federation's ``noise_seed``), and each of the result's
+    of ``draws`` draws seeded by the federation's ``noise_seed``, every weight recomputed
+    from each draw's counts), and each of the result's
     :attr:`~LogRankResult.utility_warnings` is raised as a
     :class:`~fedstats.PrivacyUtilityWarning`.
     """
+    weighting = Weighting.of(weightings, p, q)
+    columns = _strata_columns(strata)
+    if strata_levels is not None and set(strata_levels) != set(columns):
+        raise StudyConfigurationError(
+            f"strata_levels= gives the levels of every strata column {list(columns)}, no other"
+        )
     counts = grid_counts(
         federation,
         time=time,
@@ -141,22 +190,33 @@ def logrank_test(
         privacy=privacy,
         sparse_events=sparse_events,
         secure=secure_aggregation,
+        strata=columns,
+        strata_levels=None if strata_levels is None else [strata_levels[c] for c in columns],
+        weights=weights,
     )
-    difference, covariance = _observed_minus_expected(counts.at_risk, counts.events)
+    at_risk, events = counts.by_stratum(counts.at_risk), counts.by_stratum(counts.events)
+    difference, covariance = _observed_minus_expected(at_risk, events, weighting)
+    plain, _ = _observed_minus_expected(at_risk, events, Weighting())
     groups = list(counts.groups)
-    observed = counts.events.sum(axis=1)
+    observed = events.sum(axis=(0, 2))
     result = {
         "observed": pd.Series(observed, index=groups, name="observed"),
-        "expected": pd.Series(observed - difference, index=groups, name="expected"),
+        "expected": pd.Series(observed - plain, index=groups, name="expected"),
+        "difference": pd.Series(difference, index=groups, name="O - E"),
         "grid": counts.grid,
         "dof": len(groups) - 1,
+        "test": weighting.describe(),
+        "strata": columns,
+        "weights": weights,
     }
     if counts.noise_variance is None:
         statistic = _chi_squared(difference, covariance)
         return LogRankResult(
             statistic=statistic, p_value=float(stats.chi2.sf(statistic, len(groups) - 1)), **result
         )
-    noise = _noise_covariance(counts, draws, np.random.default_rng(federation.noise_seed))
+    noise = _noise_covariance(
+        counts, draws, np.random.default_rng(federation.noise_seed), weighting
+    )
     statistic = _chi_squared(difference, covariance + noise)
     share = noise_shares(covariance, noise)
     warnings = [*_dominated_warnings(groups, share), *empty_groups_warnings(counts)]
@@ -171,30 +231,50 @@ def logrank_test(
     )
 
 
+def _strata_columns(strata: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``strata=`` as a tuple of distinct column names (empty: unstratified)."""
+    if strata is None:
+        return ()
+    columns = (strata,) if isinstance(strata, str) else tuple(strata)
+    if not columns or not all(isinstance(c, str) and c for c in columns):
+        raise StudyConfigurationError("strata= names a column, or a list of columns")
+    if len(set(columns)) != len(columns):
+        raise StudyConfigurationError(f"strata= names a column twice: {list(columns)}")
+    return columns
+
+
 def _observed_minus_expected(
-    at_risk: np.ndarray, events: np.ndarray
+    at_risk: np.ndarray, events: np.ndarray, weighting: Weighting
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``O - E`` per group and its hypergeometric covariance ``V`` (see the module
-    docstring); grid points with nobody at risk are skipped. Stacks of counts
-    (``... x groups x grid points``) give stacks of results."""
+    """Weighted ``O - E`` per group and its hypergeometric covariance ``V``, each summed over
+    strata (see the module docstring); grid points with nobody at risk add nothing.
+
+    The counts are ``... x strata x groups x grid points``; stacks of counts (leading axes,
+    e.g. bootstrap draws) give stacks of results.
+    """
     total_n = at_risk.sum(axis=-2, keepdims=True)
     total_d = events.sum(axis=-2, keepdims=True)
+    weight = weighting.weights(total_n, total_d)
     with np.errstate(divide="ignore", invalid="ignore"):
         share = np.where(total_n > 0, at_risk / total_n, 0.0)
-        weight = np.where(total_n > 1, total_d * (total_n - total_d) / (total_n - 1), 0.0)
-    difference = (events - share * total_d).sum(axis=-1)
-    weighted = share * weight
-    covariance = np.einsum("...gk,gh->...gh", weighted, np.eye(at_risk.shape[-2])) - np.einsum(
-        "...gk,...hk->...gh", weighted, share
+        spread = np.where(total_n > 1, total_d * (total_n - total_d) / (total_n - 1), 0.0)
+    difference = (weight * (events - share * total_d)).sum(axis=(-3, -1))
+    weighted = share * spread * weight**2
+    covariance = np.einsum("...sgk,gh->...gh", weighted, np.eye(at_risk.shape[-2])) - np.einsum(
+        "...sgk,...shk->...gh", weighted, share
     )
     return difference, covariance
 
 
-def _noise_covariance(counts: GridCounts, draws: int, rng: np.random.Generator) -> np.ndarray:
+def _noise_covariance(
+    counts: GridCounts, draws: int, rng: np.random.Generator, weighting: Weighting
+) -> np.ndarray:
     """The covariance the privacy noise adds to ``O - E``: its covariance over ``draws``
-    replays of the noisy counts."""
+    replays of the noisy counts (the weights recomputed from each replay)."""
     at_risk, events = noisy_count_draws(counts, draws, rng)
-    differences, _ = _observed_minus_expected(at_risk, events)
+    differences, _ = _observed_minus_expected(
+        counts.by_stratum(at_risk), counts.by_stratum(events), weighting
+    )
     return np.cov(differences, rowvar=False).reshape(len(counts.groups), len(counts.groups))
 
 

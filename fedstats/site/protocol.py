@@ -38,6 +38,7 @@ The file::
     outcome = "Surv(time, death)"
     groups = ["arm"]
     time_grid = [0, 30, 60, 90, 180, 365]
+    # strata = ["stage"]            # a stratified log-rank test; weights = "n" for weighted counts
 
     [[protocol.analysis]]
     name = "infection rates"
@@ -308,7 +309,14 @@ def read_request(site: str, task: str, args: dict[str, Any]) -> Request:
     """The model, outcome, terms, strata and group a request asks for."""
     if task in ("survival.counts", "competing.counts"):
         time, event, group = args.get("time"), args.get("event"), args.get("group")
-        return Request(task=task, outcome=f"Surv({time}, {event})", group=_name_or_none(group))
+        strata = args.get("strata")
+        return Request(
+            task=task,
+            outcome=f"Surv({time}, {event})",
+            group=_name_or_none(group),
+            strata=frozenset(str(s) for s in strata) if isinstance(strata, list) else frozenset(),
+            weights=_name_or_none(args.get("weights")),
+        )
     try:
         spec = DesignSpec.from_wire(args.get("design"))
         parsed = parse_formula(spec.formula)
@@ -363,6 +371,12 @@ def _mismatch(analysis: Analysis, request: Request) -> tuple[str, str] | None:
         if request.exposure != analysis.exposure:
             approved = analysis.exposure or "none"
             return str(request.exposure), f"the approved exposure is {approved}"
+    if analysis.model == "kaplan_meier":
+        if request.strata != analysis.strata:
+            odd = sorted(request.strata ^ analysis.strata)[0]
+            return odd, f"the approved strata are {sorted(analysis.strata) or 'none'}"
+        if request.weights != analysis.weights:
+            return str(request.weights), f"the approved weights are {analysis.weights or 'none'}"
     if request.group is not None and request.group not in analysis.groups:
         approved = sorted(analysis.groups) or "none"
         return request.group, f"grouping by {request.group!r} is not approved (groups: {approved})"

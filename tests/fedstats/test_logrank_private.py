@@ -43,7 +43,7 @@ def test_private_logrank_holds_its_level_where_ignoring_the_noise_does_not(tmp_p
             private.append(result.p_value)
             shares.append(result.noise_share.iloc[0])
             with monkeypatch.context() as patch:  # the same noise, its variance left out
-                patch.setattr(logrank, "_noise_covariance", lambda c, d, rng: np.zeros((2, 2)))
+                patch.setattr(logrank, "_noise_covariance", lambda c, d, rng, w: np.zeros((2, 2)))
                 naive.append(private_test(frames, books, epsilon=1.0, seed=5000 + i).p_value)
     private_rate = np.mean(np.array(private) < LEVEL)
     naive_rate = np.mean(np.array(naive) < LEVEL)

@@ -25,6 +25,12 @@ the past of the counting process leaves the Kaplan–Meier estimate up to it
 unbiased (a stopping time; Andersen, Borgan, Gill & Keiding, 1993, IV.3); a
 grid too fine for the site's events ends its curves early, which the
 analyst sees in the truncation counts and cures with a coarser grid.
+
+A request may also split the counts by strata and weight them by a column of
+frequency weights; its arguments, the cells (stratum x group) and the checks
+those options need are in :mod:`fedstats.site.handlers.survival_cells`. With
+weights, the released counts are sums of weights while every rule above counts
+rows of positive weight (:func:`grid_counts`).
 """
 
 from __future__ import annotations
@@ -36,23 +42,34 @@ import pandas as pd
 
 from fedstats.errors import (
     InconsistentColumnError,
-    MalformedRequestError,
     MissingColumnError,
     MissingValuesError,
     NonBinaryOutcomeError,
 )
 from fedstats.schema import Array, Number
-from fedstats.site.handlers.design import as_agreed_categorical, checked_group_levels
+from fedstats.site.handlers.survival_cells import (
+    MAX_GRID,
+    CountsRequest,
+    check_exact_cells,
+    checked_grid,
+    grid_problem,
+    group_codes,
+    read_counts_request,
+    refuse_private_weights,
+    stratum_codes,
+)
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+from fedstats.site.weights import frequency_weights
 
-MAX_GRID = 5_000
 TASK = "survival.counts"
+
+__all__ = ["MAX_GRID", "TASK", "checked_grid", "counts", "grid_counts", "grid_problem"]
 
 
 def counts_schema(args: dict[str, Any]) -> dict:
-    grid, _, _, _, levels = _arguments(args)
-    shape = (max(len(levels), 1), len(grid))
+    request = read_counts_request(args)
+    shape = (request.n_cells, len(request.grid))
     if args.get("dp") is not None:
         return {"events": Array(shape), "censored": Array(shape)}
     return {
@@ -64,75 +81,67 @@ def counts_schema(args: dict[str, Any]) -> dict:
 
 
 def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
-    """At-risk and event counts per group and grid point, under the rules above."""
-    grid, time_name, event_name, group_name, levels = _arguments(args)
-    if not ctx.private(args):
-        require_study_grid(ctx, time_name, event_name, grid, task=TASK)
+    """At-risk and event counts (sums of weights, when weighted) per cell and grid point,
+    under the rules above and those of :mod:`fedstats.site.handlers.survival_cells`."""
+    request = read_counts_request(args)
+    private = ctx.private(args)
+    if private:
+        refuse_private_weights(request)
+    else:
+        require_study_grid(ctx, request.time, request.event, request.grid, task=TASK)
     frame = ctx.frame
-    needed = [time_name, event_name] + ([group_name] if group_name else [])
-    for column in needed:
+    for column in request.columns():
         if column not in frame.columns:
             raise MissingColumnError(site=ctx.name, column=column)
-    data = frame[needed]
+    data = frame[request.columns()]
     missing = data.isna().sum()
     if missing.any():
         column = str(missing[missing > 0].index[0])
         raise MissingValuesError(site=ctx.name, column=column, count=int(missing[column]))
-    time = pd.to_numeric(data[time_name], errors="coerce").to_numpy(np.float64, na_value=np.nan)
+    time, event = _follow_up(ctx, request, data)
+    groups = group_codes(ctx, request, data)
+    strata = stratum_codes(ctx, request, data)
+    cells = strata * request.n_groups + groups
+    if private:
+        events, censored = leaving_counts(time, event, cells, request.n_cells, request.grid)
+        return TaskReply({"events": events, "censored": censored}, contributors=len(time))
+    weights = (
+        None
+        if request.weights is None
+        else frequency_weights(ctx.name, data[request.weights], request.weights)
+    )
+    check_exact_cells(ctx, request, task=TASK, groups=groups, strata=strata, weights=weights)
+    at_risk, events, truncated = grid_counts(
+        time, event, cells, request.n_cells, request.grid, ctx.policy.min_count,
+        defer=request.defer, common_horizon=request.split, weights=weights,
+        k_share=ctx.policy.k_cell,
+    )  # fmt: skip
+    contributors = len(time) if weights is None else int(np.count_nonzero(weights))
+    return TaskReply(
+        {"at_risk": at_risk, "events": events, "truncated": truncated, "n_obs": len(time)},
+        contributors=contributors,
+    )
+
+
+def _follow_up(
+    ctx: SiteContext, request: CountsRequest, data: pd.DataFrame
+) -> tuple[np.ndarray, np.ndarray]:
+    """The follow-up times (finite, >= 0) and event flags (0/1), checked."""
+    time = pd.to_numeric(data[request.time], errors="coerce").to_numpy(np.float64, na_value=np.nan)
     bad = ~np.isfinite(time) | (time < 0)
     if bad.any():
         raise InconsistentColumnError(
             site=ctx.name,
-            column=time_name,
+            column=request.time,
             reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
         )
-    raw = data[event_name]
+    raw = data[request.event]
     event = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
     event = event.to_numpy(np.float64, na_value=np.nan)
     other = int((~np.isin(event, (0.0, 1.0))).sum())
     if other:
-        raise NonBinaryOutcomeError(site=ctx.name, column=event_name, count=other)
-    if group_name:
-        agreed = as_agreed_categorical(ctx.name, group_name, data[group_name], tuple(levels))
-        group = np.asarray(agreed.codes, dtype=np.int64)
-    else:
-        group = np.zeros(len(time), dtype=np.int64)
-    n_groups = max(len(levels), 1)
-    if ctx.private(args):
-        events, censored = leaving_counts(time, event.astype(bool), group, n_groups, grid)
-        return TaskReply({"events": events, "censored": censored}, contributors=len(time))
-    at_risk, events, truncated = grid_counts(
-        time, event.astype(bool), group, n_groups, grid, ctx.policy.min_count,
-        defer=args.get("sparse_events") == "defer", common_horizon=group_name is not None,
-    )  # fmt: skip
-    return TaskReply(
-        {"at_risk": at_risk, "events": events, "truncated": truncated, "n_obs": len(time)},
-        contributors=len(time),
-    )
-
-
-def grid_problem(grid: object) -> str | None:
-    """Why ``grid`` is not a time grid (1 to MAX_GRID increasing, finite times >= 0), or None."""
-    if (
-        isinstance(grid, np.ndarray)
-        and grid.ndim == 1
-        and 1 <= len(grid) <= MAX_GRID
-        and np.issubdtype(grid.dtype, np.number)
-        and np.isfinite(grid).all()
-        and (np.diff(grid) > 0).all()
-        and grid[0] >= 0
-    ):
-        return None
-    return f"the grid must be 1 to {MAX_GRID} increasing, finite times >= 0"
-
-
-def checked_grid(args: dict[str, Any]) -> np.ndarray:
-    """The request's ``grid``, checked, as float64."""
-    grid = args.get("grid")
-    problem = grid_problem(grid)
-    if problem is not None:
-        raise MalformedRequestError(site=None, task=None, reason=problem)
-    return np.asarray(grid, dtype=np.float64)
+        raise NonBinaryOutcomeError(site=ctx.name, column=request.event, count=other)
+    return time, event.astype(bool)
 
 
 def coarsen(time: np.ndarray, event: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,6 +162,8 @@ def grid_counts(
     *,
     defer: bool = False,
     common_horizon: bool = False,
+    weights: np.ndarray | None = None,
+    k_share: int = 1,
 ) -> tuple[np.ndarray, np.ndarray, int]:
     """``(at_risk, events, truncated)`` per group and grid point, each group cut at its horizon.
 
@@ -164,15 +175,23 @@ def grid_counts(
     curve minus the groups gives back no group's deaths more finely than
     released, and a group whose released deaths at a point are 1 to ``k - 1``
     ends every curve there.
-    ``truncated`` counts the patients still followed after their group's
-    horizon (all of a group's patients when no grid point qualifies); a
+    ``truncated`` counts the patients (rows of positive weight) still followed
+    after their group's horizon (all of a group's patients when no grid point qualifies); a
     count of 1 to ``k - 1`` is released as ``k`` (:func:`protected_count`). With
     ``common_horizon`` every group is cut where the first one must end
     (groups without patients aside), so no group's cells after that point can
     be had from an ungrouped curve minus the other groups (secondary
     suppression; :mod:`fedstats.site.survival_grid`).
+
+    With frequency ``weights`` the released counts are sums of weights (the
+    counts of the rows repeated ``w_i`` times), while the horizon still counts
+    *rows of positive weight*: every released non-zero sum stands for at least
+    ``k`` of them, and no single row carries more than ``1 / k_share`` of it
+    (the (1, k) dominance rule, Hundepool et al. 2012, §4.2.2), at risk or
+    among the deaths.
     """
     coarse, event = coarsen(time, event, grid)
+    counted = np.ones(len(time), dtype=bool) if weights is None else weights > 0
     at_risk = np.zeros((n_groups, len(grid)))
     events = np.zeros((n_groups, len(grid)))
     parts = []
@@ -181,43 +200,96 @@ def grid_counts(
         # One schedule for every group, the ungrouped curve's: the groups' released deaths then
         # sum to the ungrouped release at every point, so nothing follows from a difference.
         shared_release = deferred_points(
-            np.bincount(coarse[event], minlength=len(grid)).astype(np.float64), k
+            np.bincount(coarse[event & counted], minlength=len(grid)).astype(np.float64), k
         )
     for g in range(n_groups):
         mine = group == g
         point = coarse.copy()
         if defer:
-            died = np.bincount(coarse[mine & event], minlength=len(grid)).astype(np.float64)
-            release = deferred_points(died, k) if shared_release is None else shared_release
+            died = np.bincount(coarse[mine & event & counted], minlength=len(grid))
+            release = (
+                deferred_points(died.astype(np.float64), k)
+                if shared_release is None
+                else shared_release
+            )
             moved = mine & event
             point[moved] = np.where(release[coarse[moved]] >= 0, release[coarse[moved]],
                                     len(grid))  # fmt: skip
         kept = point < len(grid)  # deaths never released stay at risk to the end, then cut
-        starts = np.bincount(np.minimum(point[mine], len(grid) - 1), minlength=len(grid))
-        risk = np.cumsum(starts[::-1])[::-1].astype(np.float64)
-        died = np.bincount(point[mine & event & kept], minlength=len(grid)).astype(np.float64)
-        horizon = safe_horizon(risk, died, k)
+        rows = mine & counted
+        risk, died = _risk_and_deaths(point, rows, event & kept, len(grid), None)
+        dominated = None
+        if weights is not None:
+            dominated = _dominated(point, rows, event & kept, len(grid), weights, k_share)
+            risk_sum, died_sum = _risk_and_deaths(point, rows, event & kept, len(grid), weights)
+        else:
+            risk_sum, died_sum = risk, died
+        horizon = safe_horizon(risk, died, k, dominated=dominated)
         if defer:  # end before deaths that were never released
-            unreleased = mine & event & ~kept
+            unreleased = rows & event & ~kept
             if unreleased.any():
                 horizon = min(horizon, int(coarse[unreleased].min()) - 1)
-        if not (mine & ((point > horizon) | ~kept)).any():
+        if not (rows & ((point > horizon) | ~kept)).any():
             horizon = len(grid) - 1  # nothing cut: every cell of this group is safe
-        parts.append((mine, point, kept, risk, died, horizon))
+        parts.append((rows, point, kept, risk_sum, died_sum, horizon))
     if common_horizon and parts:
         shared = (
-            min(horizon for mine, *_, horizon in parts if mine.any())
+            min(horizon for rows, *_, horizon in parts if rows.any())
             if any(p[0].any() for p in parts)
             else len(grid) - 1
         )
         parts = [(*p[:5], min(p[5], shared)) for p in parts]
     truncated = 0
-    for g, (mine, point, kept, risk, died, horizon) in enumerate(parts):
-        truncated += int((mine & ((point > horizon) | ~kept)).sum())
+    for g, (rows, point, kept, risk, died, horizon) in enumerate(parts):
+        truncated += int((rows & ((point > horizon) | ~kept)).sum())
         if horizon >= 0:
             at_risk[g, : horizon + 1] = risk[: horizon + 1]
             events[g, : horizon + 1] = died[: horizon + 1]
     return at_risk, events, protected_count(truncated, k)
+
+
+def _risk_and_deaths(
+    point: np.ndarray,
+    rows: np.ndarray,
+    died: np.ndarray,
+    length: int,
+    weights: np.ndarray | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Numbers (or weight sums) at risk and of deaths of ``rows`` at each grid point."""
+    last = np.minimum(point, length - 1)
+    starts = np.bincount(
+        last[rows], weights=None if weights is None else weights[rows], minlength=length
+    )
+    risk = np.cumsum(starts[::-1])[::-1].astype(np.float64)
+    here = rows & died
+    deaths = np.bincount(
+        point[here], weights=None if weights is None else weights[here], minlength=length
+    )
+    return risk, deaths.astype(np.float64)
+
+
+def _dominated(
+    point: np.ndarray,
+    rows: np.ndarray,
+    died: np.ndarray,
+    length: int,
+    weights: np.ndarray,
+    k: int,
+) -> np.ndarray:
+    """Grid points where one row carries more than ``1/k`` of the weight at risk or of the
+    weight of the deaths."""
+    last = np.minimum(point, length - 1)
+    heaviest_leaving = np.zeros(length)
+    np.maximum.at(heaviest_leaving, last[rows], weights[rows])
+    heaviest_at_risk = np.maximum.accumulate(heaviest_leaving[::-1])[::-1]
+    heaviest_death = np.zeros(length)
+    here = rows & died
+    np.maximum.at(heaviest_death, point[here], weights[here])
+    risk, deaths = _risk_and_deaths(point, rows, died, length, weights)
+    slack = 1 + 1e-12
+    return ((risk > 0) & (heaviest_at_risk * k > risk * slack)) | (
+        (deaths > 0) & (heaviest_death * k > deaths * slack)
+    )
 
 
 def protected_count(count: int, k: int) -> int:
@@ -259,7 +331,7 @@ def counts_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
     at risk are their reverse cumulative sums, post-processing at the
     coordinator.
     """
-    _arguments(args)
+    refuse_private_weights(read_counts_request(args))
     return [NoisyGroup(("events", "censored"), l2_sensitivity=1.0)]
 
 
@@ -277,35 +349,27 @@ def leaving_counts(
     return events, censored
 
 
-def safe_horizon(risk: np.ndarray, died: np.ndarray, k: int, *, leavers: bool = False) -> int:
+def safe_horizon(
+    risk: np.ndarray,
+    died: np.ndarray,
+    k: int,
+    *,
+    leavers: bool = False,
+    dominated: np.ndarray | None = None,
+) -> int:
     """The last grid index up to which every released count stands for 0 or >= k patients.
 
     Checked at each grid point ``j``: the number at risk and the number of
     events; with ``leavers``, also the number leaving the risk set before the
     next point (``risk_j - risk_{j+1}``, events and censored), for releases
     of risk-set *sums* of covariates, whose difference would otherwise give
-    the covariates of a few patients. -1 if no grid point qualifies.
+    the covariates of a few patients; with ``dominated``, the points where one
+    row dominates a weighted count are unsafe too. -1 if no grid point qualifies.
     """
     small = lambda counts: (counts > 0) & (counts < k)  # noqa: E731
     unsafe = small(died) | (risk < k)
+    if dominated is not None:
+        unsafe |= dominated
     if leavers:
         unsafe |= small(risk - np.append(risk[1:], 0.0))
     return int(np.argmax(unsafe)) - 1 if unsafe.any() else len(risk) - 1
-
-
-def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, list]:
-    grid = checked_grid(args)
-    names = [args.get("time"), args.get("event")]
-    group = args.get("group")
-    if not all(isinstance(n, str) and n for n in names) or not (
-        group is None or (isinstance(group, str) and group)
-    ):
-        raise MalformedRequestError(
-            site=None, task=None, reason="'time' and 'event' name columns; 'group' too, or null"
-        )
-    if args.get("sparse_events", "end") not in ("end", "defer"):
-        raise MalformedRequestError(
-            site=None, task=None, reason="'sparse_events' must be 'end' or 'defer'"
-        )
-    levels = [] if group is None else checked_group_levels(args.get("levels"), 1)
-    return grid, names[0], names[1], group, levels
