@@ -98,7 +98,7 @@ def agree_design(
         weights=weights,
         exposure=exposure,
     )
-    return spec, layout
+    return Agreement(spec=spec, layout=layout, counts=_prepared(federation, spec, dp, analysis))
 
 
 def agreed_design(
