@@ -56,7 +56,7 @@ from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import Level
+from fedstats.site.design import Level, counting_outcome
 from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 from fedstats.site.private_release import DpRequest
 
@@ -145,6 +145,12 @@ class CoxPH:
             )
         if cluster is not None and not (isinstance(cluster, str) and cluster):
             raise StudyConfigurationError("cluster must name a column")
+        self.counting = counting_outcome(_outcome_of(formula)) is not None
+        if self.counting and (robust or cluster is not None):
+            raise StudyConfigurationError(
+                "robust standard errors are not offered for Surv(start, stop, event) yet: they "
+                "would sum score residuals per patient across rows"
+            )
         self.robust = bool(robust) or cluster is not None
         self.cluster = cluster
         self.formula = formula
@@ -201,6 +207,12 @@ class CoxPH:
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
             )
         if privacy is not None:
+            if self.counting:
+                raise StudyConfigurationError(
+                    "the private Cox fit clips each row as one patient's contribution, which "
+                    "does not hold for Surv(start, stop, event) (several rows per patient); fit "
+                    "it exactly, or privately with one row per patient"
+                )
             if not isinstance(privacy, RecordDP):
                 raise StudyConfigurationError(
                     "Cox fits take privacy=fedstats.RecordDP(...) (record-level DP at every site)"
@@ -391,7 +403,7 @@ class CoxPH:
                 + ", ".join(f"{s}={n}" for s, n in truncated.items())
             )
         with np.errstate(divide="ignore", invalid="ignore"):
-            hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
+            hazard = np.where(sums.S0 > 0, sums.d_weighted / sums.S0, 0.0)
         cumulative = np.cumsum(hazard)
         cumulative[sums.S0 <= 0] = np.nan
         return pd.DataFrame(
@@ -436,6 +448,11 @@ def concordance_index(result: CoxPHResults, federation: Federation) -> float:
     """
     if result.design is None:
         raise ValueError("this result carries no design to evaluate")
+    if counting_outcome(result.design["outcome"]) is not None:
+        raise StudyConfigurationError(
+            "Harrell's C compares patients' follow-up times, one row each; it is not offered for "
+            f"{result.design['outcome']}, whose patients may have several rows"
+        )
     replies = federation.request(
         CONCORDANCE_TASK,
         {"design": result.design, "beta": result.params.to_numpy()},
@@ -447,3 +464,8 @@ def concordance_index(result: CoxPHResults, federation: Federation) -> float:
     if comparable == 0:
         raise ValueError("no comparable pair at any site (no events?)")
     return float((concordant + tied / 2) / comparable)
+
+
+def _outcome_of(formula: str) -> str:
+    """The left-hand side of ``formula`` as written (the grammar reads it again at ``fit``)."""
+    return formula.split("~", 1)[0].strip()
