@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.errors import FormulaError, ProtocolError, StudyConfigurationError
-from fedstats.site.design import DesignSpec, parse_formula, survival_outcome
+from fedstats.site.design import DesignSpec, counting_outcome, parse_formula, survival_outcome
 
 MODELS = ("logistic", "cox", "kaplan_meier", "deep")
 PRIVACY = ("exact", "dp")
@@ -116,7 +116,10 @@ class Analysis:
 
     @property
     def survival(self) -> tuple[str, str] | None:
-        return survival_outcome(self.outcome)
+        """``(time, event)`` of a survival outcome (``(stop, event)`` of
+        ``Surv(start, stop, event)``, whose time grid is the stops')."""
+        counting = counting_outcome(self.outcome)
+        return survival_outcome(self.outcome) if counting is None else counting[1:]
 
 
 @dataclass(frozen=True)
@@ -399,7 +402,8 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
             raise StudyConfigurationError(f"{where}: {error}") from None
         if (model == "cox") != (parsed.outcome_factor is None):
             raise StudyConfigurationError(
-                f"{where}: a cox analysis, and only a cox analysis, has a Surv(time, event) outcome"
+                f"{where}: a cox analysis, and only a cox analysis, has a Surv(time, event) or "
+                "Surv(start, stop, event) outcome"
             )
         outcome = parsed.outcome
         terms = frozenset(term_name(t) for t in parsed.terms)
