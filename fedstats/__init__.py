@@ -54,6 +54,8 @@ _PUBLIC: dict[str, str] = {
     "LogRankResult": "fedstats.models.logrank",
     "logrank_test": "fedstats.models.logrank",
     "LogisticRegression": "fedstats.models.logistic",
+    "GLM": "fedstats.models.glm",
+    "GLMResults": "fedstats.models.glm_results",
     "ClientDP": "fedstats.models.privacy",
     "PrivacyAccount": "fedstats.models.privacy",
     "RecordDP": "fedstats.models.privacy",
@@ -80,6 +82,8 @@ if TYPE_CHECKING:
     from fedstats.models.client_dp import DPFedAvg
     from fedstats.models.cox import CoxPH, concordance_index
     from fedstats.models.federation import Federation
+    from fedstats.models.glm import GLM
+    from fedstats.models.glm_results import GLMResults
     from fedstats.models.heterogeneity import (
         HeterogeneityResults,
         SurvivalHeterogeneity,
@@ -117,6 +121,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "GLM",
     "BudgetExceededError",
     "ClientDP",
     "CodecError",
@@ -134,6 +139,7 @@ __all__ = [
     "FedstatsWarning",
     "FingerprintMismatchError",
     "FormulaError",
+    "GLMResults",
     "HeterogeneityResults",
     "InconsistentColumnError",
     "InvalidReplyError",

@@ -67,6 +67,8 @@ def agree_design(
     dp: DpRequest | None = None,
     outcome_kind: str = "binary",
     strata: Sequence[str] = (),
+    weights: str | None = None,
+    exposure: str | None = None,
 ) -> Agreement:
     """Agree on the design with every site, then have each site build and validate it.
 
@@ -80,17 +82,34 @@ def agree_design(
     A survival design (``outcome_kind="survival"``) has the outcome
     ``Surv(time, event)``, no intercept (the baseline hazard takes its place:
     categorical covariates keep their reference coding, then the intercept
-    column is dropped) and optional ``strata`` columns.
+    column is dropped) and optional ``strata`` columns. ``weights`` names a
+    numeric column of frequency weights (:mod:`fedstats.site.weights`);
+    ``exposure`` one of positive exposures whose log joins the offset.
     """
     if missing not in ("raise", "drop"):
         raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
     strata = tuple(strata)
     parsed = _checked_formula(formula, outcome_kind, strata, site_intercepts, offset)
+    if weights is not None and dp is not None:
+        raise StudyConfigurationError(
+            "a differentially private fit takes no frequency weights: its noise is calibrated "
+            "to rows that count once"
+        )
+    for role in (weights, exposure):
+        if role is None:
+            continue
+        if not isinstance(role, str) or not role:
+            raise StudyConfigurationError(f"weights and exposure name columns, got {role!r}")
+        roles = parsed.outcome_variables | parsed.covariates | set(strata)
+        if role in roles or [offset, weights, exposure].count(role) > 1:
+            raise FormulaError(f"the column {role!r} has two roles in the model")
     fixed = {k: tuple(normalise_level(v) for v in vals) for k, vals in (levels or {}).items()}
     unknown_fixed = sorted(set(fixed) - parsed.covariates)
     if unknown_fixed:
         raise FormulaError(f"levels were given for {unknown_fixed}, which the formula does not use")
-    replies, kinds = _described(federation, parsed, fixed, offset, strata, dp, analysis)
+    replies, kinds = _described(
+        federation, parsed, fixed, offset, strata, dp, analysis, (weights, exposure)
+    )
     agreed = _levels(parsed, fixed, kinds, replies)
     overlap = sorted(parsed.outcome_variables & parsed.covariates)
     if overlap:
@@ -109,6 +128,8 @@ def agree_design(
         missing=missing,
         outcome_kind=outcome_kind,
         strata=strata,
+        weights=weights,
+        exposure=exposure,
     )
     return Agreement(spec=spec, layout=layout, counts=_prepared(federation, spec, dp, analysis))
 
@@ -135,6 +156,8 @@ def _checked_formula(
             raise FormulaError(f"strata {clash} may not also appear in the formula")
     elif strata:
         raise StudyConfigurationError("only survival models have strata")
+    elif survival_outcome(parsed.outcome) is not None:
+        raise FormulaError(f"{parsed.outcome} is a survival outcome: fit it with CoxPH")
     return parsed
 
 
@@ -146,6 +169,7 @@ def _described(
     strata: tuple[str, ...],
     dp: DpRequest | None,
     analysis: str,
+    numeric: tuple[str | None, ...] = (),
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Each site's ``describe`` reply and the kinds of the variables the sites agree on.
 
@@ -153,9 +177,8 @@ def _described(
     levels must be fixed by the study.
     """
     wrapped = set(parsed.wrapped)
-    asked = sorted(
-        parsed.outcome_variables | parsed.covariates | ({offset} if offset else set()) | set(strata)
-    )
+    numeric_roles = {v for v in (offset, *numeric) if v}
+    asked = sorted(parsed.outcome_variables | parsed.covariates | numeric_roles | set(strata))
     survival = survival_outcome(parsed.outcome)
     counting = counting_outcome(parsed.outcome)
     # follow-up times have no levels to list
@@ -165,7 +188,8 @@ def _described(
         {
             "variables": asked,
             "levels_for": sorted(wrapped - set(fixed)),
-            "levels_known": sorted(set(fixed) | set(strata) | times),  # these stay at sites
+            # these stay at sites
+            "levels_known": sorted(set(fixed) | set(strata) | times | numeric_roles),
             "list_levels": dp is None,
         },
         analysis=analysis,
@@ -194,6 +218,9 @@ def _described(
             )
     if offset and kinds[offset] != "numeric":
         raise FormulaError(f"the offset {offset!r} must be a numeric column")
+    for column in numeric:
+        if column and kinds[column] != "numeric":
+            raise FormulaError(f"the column {column!r} must be numeric (weights or exposure)")
     return replies, kinds
 
 

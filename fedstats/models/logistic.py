@@ -9,12 +9,11 @@ the estimate equals the pooled maximum-likelihood estimate (Wu et al.,
 JAMIA 2012, "Grid Binary LOgistic REgression (GLORE)"; DataSHIELD ``ds.glm``,
 Gaye et al., Int J Epidemiol 2014).
 
-Convergence: stop when ``max_j |step_j| <= tol * (1 + max_j |beta_j|)``.
-With Newton's quadratic convergence the reported coefficients
-``beta + step`` are then within ``O(|step|^2)`` of the MLE; standard errors
-use the information at the last evaluated point (relative error
-``O(|step|)``) and the log-likelihood adds the quadratic model's predicted
-gain ``g^T step / 2``.
+Convergence: on the Newton decrement ``g^T H^-1 g``, which does not depend
+on the covariates' scales (:mod:`fedstats.models.newton`). The reported
+coefficients are ``beta + step``, within ``O(|step|^2)`` of the MLE; standard
+errors use the information at the last evaluated point, and the
+log-likelihood adds the quadratic model's predicted gain ``g^T step / 2``.
 """
 
 from __future__ import annotations
@@ -25,18 +24,19 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from fedstats.errors import (
-    ConvergenceWarning,
-    FormulaError,
-    PerfectSeparationError,
-    SeparationWarning,
-    StudyConfigurationError,
-)
+from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
-from fedstats.models.newton import inverse_information, newton_step
+from fedstats.models.newton import (
+    DECREMENT_TOL,
+    decrement_converged,
+    inverse_information,
+    newton_decrement,
+    newton_step,
+)
 from fedstats.models.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.models.results import LogisticRegressionResults, Provenance
+from fedstats.models.separation import QuasiSeparation, check_perfect_separation
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import Level
 from fedstats.site.private_release import DpRequest
@@ -61,7 +61,8 @@ class LogisticRegression:
         ``"raise"`` refuses missing values; ``"drop"`` fits complete cases and
         reports the dropped count per site.
     maxiter, tol:
-        Newton iterations allowed and the relative step tolerance.
+        Newton iterations allowed, and the Newton decrement ``g^T H^-1 g`` below
+        which the fit has converged (:mod:`fedstats.models.newton`).
 
     Examples
     --------
@@ -78,7 +79,7 @@ class LogisticRegression:
         levels: Mapping[str, Sequence[Level]] | None = None,
         missing: str = "raise",
         maxiter: int = 50,
-        tol: float = 1e-10,
+        tol: float = DECREMENT_TOL,
     ) -> None:
         if not isinstance(formula, str):
             raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
@@ -105,7 +106,7 @@ class LogisticRegression:
         offset: str | None = None,
         missing: str = "raise",
         maxiter: int = 50,
-        tol: float = 1e-10,
+        tol: float = DECREMENT_TOL,
     ) -> LogisticRegression:
         """The array interface: an outcome column and numeric covariate columns, no formula."""
         if isinstance(covariates, str) or not covariates:
@@ -179,8 +180,8 @@ class LogisticRegression:
         beta = np.zeros(len(names))
         converged = False
         notes: list[str] = []
-        previous_llf = -np.inf
-        flat_rounds = 0
+        separation = QuasiSeparation()
+        previous = np.inf
         rounds = 0
         for rounds in range(1, self.maxiter + 1):
             sums = summed_replies(
@@ -192,35 +193,21 @@ class LogisticRegression:
             )
             gradient, hessian, llf = sums["gradient"], sums["hessian"], float(sums["loglik"])
             # summed 0/1 flags: every site all extreme, or any site with an extreme patient
-            if round(sums["all_extreme"]) == len(federation.sites):
-                raise PerfectSeparationError(
-                    "perfect separation: the covariates predict every patient's outcome exactly, "
-                    "so the maximum likelihood estimate does not exist; remove or combine the "
-                    "separating covariates or use a penalised model"
-                )
+            check_perfect_separation(sums["all_extreme"], len(federation.sites))
             step = newton_step(hessian, gradient, names, first=rounds == 1)
             if step is None:
                 notes.append("the information matrix became singular; the fit stopped early")
                 break
-            new_beta = beta + step
-            if np.max(np.abs(step)) <= self.tol * (1 + np.max(np.abs(new_beta))):
+            decrement = newton_decrement(gradient, step)
+            if decrement_converged(decrement, previous, self.tol):
                 converged = True
                 llf += 0.5 * float(gradient @ step)
-                beta = new_beta
+                beta = beta + step
                 break
-            any_extreme = round(sums["any_extreme"]) > 0
-            flat_rounds = flat_rounds + 1 if any_extreme and abs(llf - previous_llf) < 1e-9 else 0
-            previous_llf = llf
-            beta = new_beta
-            if flat_rounds >= 2:
-                diverging = [names[j] for j in np.argsort(-np.abs(step))[:3]]
-                message = (
-                    "quasi-complete separation: the log-likelihood no longer improves while "
-                    f"coefficients {diverging} keep growing; they are not identified. "
-                    "Combine sparse categories or use a penalised model."
-                )
-                warnings.warn(message, SeparationWarning, stacklevel=2)
-                notes.append(message)
+            previous = decrement
+            beta = beta + step
+            if separation.separated(llf, sums["any_extreme"]):
+                notes.append(QuasiSeparation.warn(step, names))
                 break
         if not converged and not notes:
             message = f"Newton's method did not converge in {self.maxiter} rounds"

@@ -48,10 +48,12 @@ WIRE_FIELDS = (
     "missing",
     "outcome_kind",
     "strata",
+    "weights",
+    "exposure",
 )
 """The fields of a design on the wire (:meth:`DesignSpec.to_wire`), in order."""
 
-OUTCOME_KINDS = ("binary", "survival")
+OUTCOME_KINDS = ("binary", "survival", "count", "continuous")
 _SURV = re.compile(r"^\s*Surv\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
 
 
@@ -99,11 +101,17 @@ class DesignSpec:
     offset: name of a numeric offset column, or ``None``.
     missing: ``"raise"`` (refuse rows with missing values) or ``"drop"``
         (complete cases; the dropped count is reported per site).
-    outcome_kind: ``"binary"`` (0/1 outcome) or ``"survival"``
-        (``Surv(time, event)``: follow-up time and 0/1 event indicator; or
-        ``Surv(start, stop, event)``: one interval of follow-up per row).
+    outcome_kind: ``"binary"`` (0/1 outcome), ``"count"`` (a number ``>= 0``,
+        e.g. cases, for a Poisson model), ``"continuous"`` (any finite number,
+        for a Gaussian model) or ``"survival"`` (``Surv(time, event)``:
+        follow-up time and 0/1 event indicator; or ``Surv(start, stop, event)``:
+        one interval of follow-up per row).
     strata: columns whose combined values stratify a survival model within
         each site (a site is always its own stratum or strata).
+    weights: name of a column of frequency weights (:mod:`fedstats.site.weights`),
+        or ``None``.
+    exposure: name of a column of positive exposures (person-time) whose log
+        joins the offset (a Poisson rate model), or ``None``.
     """
 
     formula: str
@@ -117,6 +125,8 @@ class DesignSpec:
     missing: str = "raise"
     outcome_kind: str = "binary"
     strata: tuple[str, ...] = ()
+    weights: str | None = None
+    exposure: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -131,6 +141,8 @@ class DesignSpec:
             "missing": self.missing,
             "outcome_kind": self.outcome_kind,
             "strata": list(self.strata),
+            "weights": self.weights,
+            "exposure": self.exposure,
         }
 
     @classmethod
@@ -155,6 +167,9 @@ class DesignSpec:
             raise ValueError("site_intercepts must be a boolean")
         if wire["offset"] is not None and not isinstance(wire["offset"], str):
             raise ValueError("offset must be a column name or null")
+        for key in ("weights", "exposure"):
+            if wire[key] is not None and not isinstance(wire[key], str):
+                raise ValueError(f"{key} must be a column name or null")
         if wire["missing"] not in ("raise", "drop"):
             raise ValueError("missing must be 'raise' or 'drop'")
         if wire["outcome_kind"] not in OUTCOME_KINDS:
@@ -180,6 +195,8 @@ class DesignSpec:
             missing=wire["missing"],
             outcome_kind=wire["outcome_kind"],
             strata=tuple(wire["strata"]),
+            weights=wire["weights"],
+            exposure=wire["exposure"],
         )
 
     @property

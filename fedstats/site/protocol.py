@@ -26,7 +26,7 @@ The file::
 
     [[protocol.analysis]]
     name = "risk model"
-    model = "logistic"              # logistic | cox | kaplan_meier | deep
+    model = "logistic"              # logistic | glm | cox | kaplan_meier | deep
     formula = "disease ~ age + C(sex) + chol + C(cp)"
     max_rounds = 50                 # exact requests of this analysis
     privacy = "exact"               # "exact" (exact or private) or "dp" (private only)
@@ -38,9 +38,18 @@ The file::
     groups = ["arm"]
     time_grid = [0, 30, 60, 90, 180, 365]
 
+    [[protocol.analysis]]
+    name = "infection rates"
+    model = "glm"
+    family = "poisson"              # binomial | poisson | gaussian
+    formula = "infections ~ C(ward) + age"
+    exposure = "patient_days"       # its log joins the linear predictor
+    weights = "n_patients"          # frequency weights, when the model takes them
+
 A request matches an analysis when its model kind, outcome and set of terms
 (interactions order-free; the intercept aside) equal the analysis's, its
-strata and offset are the analysis's, and its group (fairness, Kaplan–Meier)
+strata, offset, exposure, weights (and a GLM's family) are the analysis's, and its
+group (fairness, Kaplan–Meier)
 or cluster (robust Cox variance) is one of the analysis's ``groups``.
 ``time_grid`` fixes the survival grid of the outcome for exact Kaplan–Meier
 and pooled-Cox requests (:mod:`fedstats.site.survival_grid`); ``networks`` lists
@@ -63,12 +72,14 @@ import numpy as np
 from fedstats.errors import FormulaError, ProtocolError, StudyConfigurationError
 from fedstats.site.design import DesignSpec, counting_outcome, parse_formula, survival_outcome
 
-MODELS = ("logistic", "cox", "kaplan_meier", "deep")
+MODELS = ("logistic", "glm", "cox", "kaplan_meier", "deep")
+FAMILIES = ("binomial", "poisson", "gaussian")
 PRIVACY = ("exact", "dp")
 
 TASK_MODELS: dict[str, tuple[str, ...]] = {
-    "prepare": ("logistic", "cox", "deep"),
+    "prepare": ("logistic", "glm", "cox", "deep"),
     "logistic.summaries": ("logistic",),
+    "glm.summaries": ("glm", "logistic"),
     "fairness.summaries": ("logistic",),
     "cox.summaries": ("cox",),
     "cox.grid_summaries": ("cox",),
@@ -94,6 +105,9 @@ _ANALYSIS_KEYS = {
     "max_rounds",
     "privacy",
     "networks",
+    "family",
+    "weights",
+    "exposure",
 }
 _PROTOCOL_KEYS = {"title", "approved_by", "approved_on", "dp_exploration", "analysis"}
 
@@ -113,6 +127,10 @@ class Analysis:
     max_rounds: int | None = None
     privacy: str = "exact"
     networks: frozenset[str] = frozenset()
+    family: str | None = None
+    """A GLM's family (a logistic analysis is the binomial one)."""
+    weights: str | None = None
+    exposure: str | None = None
 
     @property
     def survival(self) -> tuple[str, str] | None:
@@ -133,6 +151,9 @@ class Request:
     offset: str | None = None
     group: str | None = None
     network: str | None = None
+    family: str | None = None
+    weights: str | None = None
+    exposure: str | None = None
 
     def describe(self) -> str:
         rhs = " + ".join(sorted(self.terms)) if self.terms is not None else "curves"
@@ -292,6 +313,9 @@ def read_request(site: str, task: str, args: dict[str, Any]) -> Request:
         offset=spec.offset,
         group=_name_or_none(args.get("cluster" if task == "cox.robust" else "group")),
         network=_name_or_none(args.get("model")),
+        family=_name_or_none(args.get("family")) if task == "glm.summaries" else None,
+        weights=spec.weights,
+        exposure=spec.exposure,
     )
 
 
@@ -316,6 +340,14 @@ def _mismatch(analysis: Analysis, request: Request) -> tuple[str, str] | None:
             return odd, f"the approved strata are {sorted(analysis.strata) or 'none'}"
         if request.offset != analysis.offset:
             return str(request.offset), f"the approved offset is {analysis.offset or 'none'}"
+        if request.weights != analysis.weights:
+            return str(request.weights), f"the approved weights are {analysis.weights or 'none'}"
+        if request.exposure != analysis.exposure:
+            approved = analysis.exposure or "none"
+            return str(request.exposure), f"the approved exposure is {approved}"
+        approved_family = "binomial" if analysis.model == "logistic" else analysis.family
+        if request.family is not None and request.family != approved_family:
+            return request.family, f"the approved family is {approved_family}"
     if request.group is not None and request.group not in analysis.groups:
         approved = sorted(analysis.groups) or "none"
         return request.group, f"grouping by {request.group!r} is not approved (groups: {approved})"
@@ -413,6 +445,15 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
     offset = entry.get("offset")
     if offset is not None and not isinstance(offset, str):
         raise StudyConfigurationError(f"{where}: 'offset' must name a column")
+    weights, exposure = entry.get("weights"), entry.get("exposure")
+    for key, value in (("weights", weights), ("exposure", exposure)):
+        if value is not None and not isinstance(value, str):
+            raise StudyConfigurationError(f"{where}: {key!r} must name a column")
+    family = entry.get("family")
+    if (model == "glm") != (family is not None) or (family is not None and family not in FAMILIES):
+        raise StudyConfigurationError(
+            f"{where}: a glm analysis, and only a glm analysis, names its family: one of {FAMILIES}"
+        )
     max_rounds = entry.get("max_rounds")
     if max_rounds is not None and not (type(max_rounds) is int and max_rounds >= 1):
         raise StudyConfigurationError(f"{where}: 'max_rounds' must be a positive integer")
@@ -444,6 +485,9 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
         max_rounds=max_rounds,
         privacy=privacy,
         networks=networks,
+        family=family,
+        weights=weights,
+        exposure=exposure,
     )
 
 

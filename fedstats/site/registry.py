@@ -16,6 +16,7 @@ from fedstats.site.handlers import cox_private as cox_private_site
 from fedstats.site.handlers import design as site_design
 from fedstats.site.handlers import fairness as fairness_site
 from fedstats.site.handlers import fingerprint as fingerprint_site
+from fedstats.site.handlers import glm as glm_site
 from fedstats.site.handlers import logistic as logistic_site
 from fedstats.site.handlers import survival as survival_site
 from fedstats.site.task import OptionalTasks, Task, TaskRegistry
@@ -51,6 +52,12 @@ REGISTRY = TaskRegistry(
             schema=logistic_site.summaries_schema,
             description="logistic score, information and log-likelihood at given coefficients",
             private_release=logistic_site.summaries_private_release,
+        ),
+        Task(
+            name=glm_site.TASK,
+            handler=glm_site.summaries,
+            schema=glm_site.summaries_schema,
+            description="GLM score, information, log-likelihood and fit sums of one family",
         ),
         Task(
             name="cox.summaries",

@@ -257,7 +257,7 @@ def test_a_protocol_file_edited_after_approval_is_refused(tmp_path: Path):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (('model = "logistic"', 'model = "glm"'), "'model' must be one of"),
+        (('model = "logistic"', 'model = "random_forest"'), "'model' must be one of"),
         (("max_rounds = 40", "max_rounds = 0"), "max_rounds"),
         (('privacy = "dp"', 'privacy = "maybe"'), "'privacy'"),
         (('+ chol"', '+ I(chol.__class__)"'), "risk model"),

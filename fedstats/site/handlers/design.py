@@ -44,6 +44,7 @@ from fedstats.site.disclosure import check_levels, check_saturation
 from fedstats.site.formula_grammar import Factor, Indicator, evaluate
 from fedstats.site.patient_rows import patient_release_sets
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+from fedstats.site.weights import check_weight_dominance, frequency_weights
 
 MAX_LEVELS_ON_WIRE = 1000
 _CACHE_SIZE = 4
@@ -69,6 +70,9 @@ class SiteDesign:
     entry: np.ndarray | None = None
     """Entry times of a ``Surv(start, stop, event)`` design (``time`` holds the stops): each row
     is at risk on ``(entry, time]``; ``None`` for ``Surv(time, event)``."""
+    weights: np.ndarray | None = None
+    """Frequency weights of the design's rows (:mod:`fedstats.site.weights`); ``None``: each
+    row counts once. Rows of weight 0 stay in the design and add 0 to every sum."""
 
     @property
     def n_obs(self) -> int:
@@ -155,15 +159,46 @@ def prepare_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
 
 def prepare(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """Build and validate the agreed design; report the site's counts."""
-    design = site_design(ctx, spec_from_args(args))
+    spec = spec_from_args(args)
+    design = site_design(ctx, spec)
     return TaskReply(
-        {"n_obs": design.n_obs, "n_dropped": design.n_dropped, "n_events": int(design.y.sum())},
+        {"n_obs": design.n_obs, "n_dropped": design.n_dropped, "n_events": events(spec, design)},
         contributors=design.n_obs,
     )
 
 
+def events(spec: DesignSpec, design: SiteDesign) -> float:
+    """The events a site reports: patients with the outcome or event, or the total count of a
+    count outcome (a Poisson model's cases); none for a measurement."""
+    if spec.outcome_kind == "continuous":
+        return 0
+    total = float(design.y.sum())
+    return int(total) if total.is_integer() else total
+
+
 def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
     """The site's design for ``spec``, built once and cached under the spec's key."""
+    if spec.outcome_kind in ("count", "continuous") and not ctx.exact:
+        raise DisclosureError(
+            site=ctx.name,
+            task=None,
+            reason=(
+                f"no differentially private release is offered for a {spec.outcome_kind} "
+                "outcome: it has no bound, so one patient's influence has none either"
+            ),
+            rule="privacy-required",
+        )
+    if spec.weights is not None and not ctx.exact:
+        raise DisclosureError(
+            site=ctx.name,
+            task=None,
+            reason=(
+                "a differentially private release takes no frequency weights: its noise is "
+                "calibrated to rows that count once, and a weight would multiply one "
+                "patient's influence"
+            ),
+            rule="privacy-required",
+        )
     cache: OrderedDict = ctx.cache.setdefault("designs", OrderedDict())
     key = spec.key
     if key in cache:
@@ -188,7 +223,13 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     """
     site, frame = ctx.name, ctx.frame
     parsed = _checked_formula(spec)
-    needed = list(spec.variables) + ([spec.offset] if spec.offset else []) + list(spec.strata)
+    needed = (
+        list(spec.variables)
+        + ([spec.offset] if spec.offset else [])
+        + list(spec.strata)
+        + ([spec.weights] if spec.weights else [])
+        + ([spec.exposure] if spec.exposure else [])
+    )
     for var in needed:
         if var not in frame.columns:
             raise MissingColumnError(site=site, column=var)
@@ -218,8 +259,10 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     if survival:
         time, y, entry = _survival_outcome(site, spec, data)
         stratum = _strata_codes(data, spec.strata)
-    else:
+    elif spec.outcome_kind == "binary":
         y = _binary_outcome(site, spec.outcome, parsed, data, raw, collect)
+    else:
+        y = _numeric_outcome(site, spec, parsed, data, raw, collect)
     values = {}
     for factor in parsed.factors:
         if factor.kind == "expression":
@@ -265,6 +308,11 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             raise InconsistentColumnError(
                 site=site, column=spec.offset, reason="must be a finite numeric offset"
             )
+    if spec.exposure:
+        offset = (0.0 if offset is None else offset) + _log_exposure(site, data[spec.exposure])
+    weights = None
+    if spec.weights:
+        weights = frequency_weights(site, data[spec.weights], spec.weights)
     varying = int((X != 0).any(axis=0).sum())
     if saturation:  # off only for replies of a few counts whatever the design (concordance)
         check_saturation(
@@ -280,6 +328,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         stratum=stratum,
         rows=positions,
         indicators=tuple(indicators),
+        weights=weights,
     )
     if ctx.exact:
         check_exact_release(ctx, spec, design)
@@ -319,7 +368,14 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         if spec.outcome_kind == "survival"
         else f"the outcome {spec.outcome!r}"
     )
-    check_groups(policy, site=site, task=None, what=what, codes=design.y)
+    if spec.outcome_kind in ("binary", "survival"):
+        check_groups(policy, site=site, task=None, what=what, codes=design.y)
+    else:  # a count or a measurement: the mode and dominance rules of a design column
+        check_columns(policy, site=site, task=None, names=[spec.outcome], X=design.y[:, None])
+    if design.weights is not None and spec.weights:
+        check_weight_dominance(
+            policy, site=site, task=None, column=spec.weights, weights=design.weights
+        )
     if design.stratum is not None and spec.strata:
         check_groups(policy, site=site, task=None, what="the strata", codes=design.stratum)
     n, rows = len(ctx.frame), design.rows
@@ -332,6 +388,8 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         return full
 
     sets = [("the design's rows", over_frame(np.ones(design.n_obs, bool)))]
+    if design.weights is not None:
+        sets.append((f"the rows of positive {spec.weights}", over_frame(design.weights > 0)))
     sets += [(term, over_frame(mask)) for term, mask in design.indicators]
     for j in varying:
         column = design.X[:, j]
@@ -473,6 +531,49 @@ def _binary_outcome(
     return y
 
 
+def _log_exposure(site: str, values: pd.Series) -> np.ndarray:
+    """``log(exposure)``: every exposure a finite number ``> 0`` (person-time at risk)."""
+    exposure = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(exposure) | (exposure <= 0)
+    if bad.any():
+        raise InconsistentColumnError(
+            site=site,
+            column=str(values.name),
+            reason=f"has {int(bad.sum())} exposures that are not finite numbers > 0",
+        )
+    return np.log(exposure)
+
+
+def _numeric_outcome(
+    site: str,
+    spec: DesignSpec,
+    parsed: ParsedFormula,
+    data: pd.DataFrame,
+    raw: pd.DataFrame,
+    collect: Indicator,
+) -> np.ndarray:
+    """A count (finite, ``>= 0``; not 0 for every row) or a measurement (finite)."""
+    factor = parsed.outcome_factor
+    if factor is None or factor.kind == "column":
+        values = raw[spec.outcome]
+        values = values.astype("float64") if values.dtype == bool else values
+        y = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    else:
+        y = _evaluated(site, factor, raw, collect)
+    count = spec.outcome_kind == "count"
+    bad = ~np.isfinite(y) | ((y < 0) if count else False)
+    if bad.any():
+        what = "counts (finite numbers >= 0)" if count else "finite numbers"
+        raise InconsistentColumnError(
+            site=site,
+            column=spec.outcome,
+            reason=f"has {int(bad.sum())} values that are not {what}",
+        )
+    if count and not y.any():
+        raise NoEventsError(site=site, column=spec.outcome, outcome_value=0)
+    return y
+
+
 def _evaluated(site: str, factor: Factor, raw: pd.DataFrame, collect: Indicator) -> np.ndarray:
     """An expression factor's values on the design's rows (the site's own evaluator)."""
     try:
@@ -512,6 +613,14 @@ def _checked_formula(spec: DesignSpec) -> ParsedFormula:
         raise MalformedRequestError(
             site=None, task=None, reason="the design's strata also appear in its formula"
         )
+    for role in (spec.weights, spec.exposure):
+        others = [spec.offset, spec.weights, spec.exposure]
+        if role is not None and (
+            role in variables or others.count(role) > 1 or role in spec.strata
+        ):
+            raise MalformedRequestError(
+                site=None, task=None, reason=f"the design's column {role!r} has two roles"
+            )
     if unknown or (spec.offset is not None and spec.offset in variables):
         raise MalformedRequestError(
             site=None, task=None, reason="the design's levels or offset do not match its formula"

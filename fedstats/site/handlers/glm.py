@@ -1,0 +1,130 @@
+"""Site side of a generalised linear model: score, information and fit sums of one family.
+
+For a family with its canonical link (binomial–logit, Poisson–log,
+Gaussian–identity), design ``X``, outcome ``y``, frequency weights ``w``
+(1 without weights), offset ``o`` and coefficients ``beta``, with
+``eta = X beta + o`` and ``mu = g^{-1}(eta)``, a site returns
+
+* the score ``X^T W (y - mu)``, ``W = diag(w)``,
+* the (unit-scale) information ``X^T diag(w V(mu)) X``, ``V`` the family's
+  variance function (for a canonical link observed and expected information
+  agree, so Newton's method is IRLS; McCullagh & Nelder, *Generalized Linear
+  Models*, 2nd ed., 1989, §2.5),
+* ``loglik``: ``sum w l(y; mu)`` at unit scale (statsmodels' ``loglike_obs``;
+  for the Gaussian family the coordinator profiles the scale out instead),
+* ``deviance`` ``sum w d(y; mu)``, Pearson's ``sum w (y - mu)^2 / V(mu)`` and
+  the weight total ``sum w`` (the dispersion ``phi`` of a Gaussian or
+  quasi-Poisson fit is Pearson's statistic over ``sum w - p``),
+* for the binomial family, two separation flags (every / any fitted
+  probability within ``1e-10`` of 0 or 1).
+
+All are sums over rows, so the coordinator's totals are the pooled
+quantities and the fit equals pooled IRLS (DataSHIELD ``ds.glm``, Gaye et al.,
+Int J Epidemiol 2014). The family's link, variance and log-likelihood are
+statsmodels' (:mod:`statsmodels.genmod.families`).
+
+What a coordinator could ask beyond the model: the outcome kind fixes what
+the site accepts (0/1 for binomial, a count ``>= 0`` for Poisson, a finite
+measurement for Gaussian), checked by the site when it builds the design; a
+count or measurement outcome is held to the mode and dominance rules of a
+design column; the weights to :mod:`fedstats.site.weights`; the family must
+match the design's outcome kind; and no private release exists for an
+unbounded outcome (refused in :func:`~fedstats.site.handlers.design.site_design`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from statsmodels.genmod import families
+
+from fedstats.errors import MalformedRequestError
+from fedstats.schema import Array, Number
+from fedstats.site.design import DesignSpec
+from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
+from fedstats.site.task import SiteContext, TaskReply
+
+TASK = "glm.summaries"
+EXTREME_PROBABILITY = 1e-10
+
+FAMILY_OUTCOMES = {"binomial": "binary", "poisson": "count", "gaussian": "continuous"}
+"""Each family and the outcome kind its design must have."""
+
+
+def family_named(name: str) -> families.Family:
+    """statsmodels' family of that name, with its canonical link."""
+    return {
+        "binomial": families.Binomial,
+        "poisson": families.Poisson,
+        "gaussian": families.Gaussian,
+    }[name]()
+
+
+def summaries_schema(args: dict[str, Any]) -> dict:
+    spec = spec_from_args(args)
+    checked_family(args, spec)
+    p = spec.n_params
+    return {
+        "gradient": Array((p,)),
+        "hessian": Array((p, p)),
+        "loglik": Number(),
+        "deviance": Number(),
+        "pearson": Number(),
+        "weight_total": Number(),
+        "all_extreme": Number(),
+        "any_extreme": Number(),
+    }
+
+
+def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
+    spec = spec_from_args(args)
+    family = family_named(checked_family(args, spec))
+    beta = checked_beta(ctx.name, args, spec.n_params)
+    design = site_design(ctx, spec)
+    X, y = design.X, design.y
+    w = np.ones(len(y)) if design.weights is None else design.weights
+    eta = X @ beta
+    if design.offset is not None:
+        eta = eta + design.offset
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        mu = family.link.inverse(eta)
+        variance = family.variance(mu)
+        residual = y - mu
+        gradient = X.T @ (w * residual)
+        hessian = X.T @ (X * (w * variance)[:, None])
+        loglik = float(np.sum(w * family.loglike_obs(y, mu, scale=1.0)))
+        deviance = float(family.deviance(y, mu, freq_weights=w))
+        pearson = float(np.sum(w * residual**2 / variance))
+    extreme = np.zeros(len(y), dtype=bool)
+    if isinstance(family, families.Binomial):
+        extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
+    return TaskReply(
+        {
+            "gradient": gradient,
+            "hessian": hessian,
+            "loglik": loglik,
+            "deviance": deviance,
+            "pearson": pearson,
+            "weight_total": float(w.sum()),
+            "all_extreme": bool(extreme.all()),
+            "any_extreme": bool(extreme.any()),
+        },
+        contributors=design.n_obs,
+    )
+
+
+def checked_family(args: dict[str, Any], spec: DesignSpec) -> str:
+    """The request's family, which must be one offered and match the design's outcome kind."""
+    family = args.get("family")
+    if family not in FAMILY_OUTCOMES:
+        raise MalformedRequestError(
+            site=None, task=TASK, reason=f"'family' must be one of {sorted(FAMILY_OUTCOMES)}"
+        )
+    if FAMILY_OUTCOMES[family] != spec.outcome_kind:
+        raise MalformedRequestError(
+            site=None,
+            task=TASK,
+            reason=f"a {family} model needs a {FAMILY_OUTCOMES[family]} outcome design",
+        )
+    return family
