@@ -73,6 +73,14 @@ class CoxPH:
         ``"Surv(time, event) ~ age + sex + C(stage)"``: follow-up time (not
         negative) and event indicator (0/1) columns, then covariates as for
         :class:`fedstats.LogisticRegression`. No intercept is estimated.
+        ``"Surv(start, stop, event) ~ ..."``: the counting-process form
+        (Andersen & Gill, Ann Stat 1982), one row per interval
+        ``(start, stop]`` of a patient's follow-up with the covariates it had
+        then; a patient with time-varying covariates has several rows (the
+        sites' frames index each row by its patient), and ``start > 0`` is
+        delayed entry. A row is at risk at ``t`` when ``start < t <= stop``.
+        Not with ``robust``, ``cluster``, ``privacy`` or
+        :func:`concordance_index`, which read one row as one patient.
     strata:
         ``"site"`` (default): one baseline hazard per site. A list of
         columns: one per combination of their values within each site
@@ -90,6 +98,13 @@ class CoxPH:
         Breslow-type score residuals ``U`` summed over clusters (Lin & Wei,
         JASA 1989): each patient (``robust=True``) or each value of the
         ``cluster`` column, within sites. Stratified models only.
+    weights:
+        A column of frequency weights (finite, ``>= 0``): row ``i`` counts as
+        ``w_i`` patients in every risk set and event, Breslow's and Efron's
+        partial likelihoods as R's ``coxph(weights=)`` and lifelines'
+        ``weights_col`` define them (Efron's ``d`` tied events take their mean
+        weight, so with Efron ties a weighted event row is one event, not
+        ``w_i`` tied ones). Not with ``robust``, ``cluster`` or ``privacy``.
     levels, missing, maxiter, tol:
         As for :class:`fedstats.LogisticRegression`.
 
@@ -115,6 +130,7 @@ class CoxPH:
         horizon: float | None = None,
         robust: bool = False,
         cluster: str | None = None,
+        weights: str | None = None,
     ) -> None:
         if not isinstance(formula, str):
             raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
@@ -151,6 +167,14 @@ class CoxPH:
                 "robust standard errors are not offered for Surv(start, stop, event) yet: they "
                 "would sum score residuals per patient across rows"
             )
+        if weights is not None and (robust or cluster is not None):
+            raise StudyConfigurationError(
+                "robust standard errors are not offered with frequency weights yet: the score "
+                "residuals would need the weights too"
+            )
+        if weights is not None and not (isinstance(weights, str) and weights):
+            raise StudyConfigurationError("weights must name a column of frequency weights")
+        self.weights = weights
         self.robust = bool(robust) or cluster is not None
         self.cluster = cluster
         self.formula = formula
@@ -180,6 +204,7 @@ class CoxPH:
             outcome_kind="survival",
             strata=self.strata,
             dp=dp,
+            weights=self.weights,
         )
 
     def fit(
@@ -207,6 +232,11 @@ class CoxPH:
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
             )
         if privacy is not None:
+            if self.weights is not None:
+                raise StudyConfigurationError(
+                    "a private Cox fit takes no frequency weights: its noise is calibrated to one "
+                    "patient per row"
+                )
             if self.counting:
                 raise StudyConfigurationError(
                     "the private Cox fit clips each row as one patient's contribution, which "
@@ -254,6 +284,8 @@ class CoxPH:
             message = f"Newton's method did not converge in {self.maxiter} rounds"
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
             notes.append(message)
+        if self.weights:
+            notes.append(f"frequency weights {self.weights!r}")
         if self.penalizer:
             notes.append(
                 f"ridge penalty {self.penalizer:g} x n / 2 x ||beta||^2 on the coefficients; "

@@ -93,7 +93,7 @@ def _sorted(ctx: SiteContext, args: dict[str, Any]) -> tuple[SortedSurvival, int
         design.y,
         design.stratum,
         entry=design.entry,
-        case_weights=getattr(design, "weights", None),
+        case_weights=design.weights,
     )
     cache[spec.key] = data, count_patients(ctx, design.rows, design.n_obs)
     while len(cache) > _CACHE_SIZE:
@@ -216,7 +216,7 @@ def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     design = site_design(ctx, spec)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
-    weights = getattr(design, "weights", None)
+    weights = design.weights
     coarse, entry, event, truncated = _coarsened(
         ctx, design.time, design.y.astype(bool), grid, entry=design.entry
     )
@@ -268,19 +268,11 @@ def _coarsened(
         coarse, event = np.where(empty, -1, coarse), event & ~empty
     used = coarse >= 0
     risk = np.cumsum(np.bincount(coarse[used], minlength=len(grid))[::-1])[::-1]
-    if start is not None:
-        later = used & (start >= 0)
-        entering = np.bincount(start[later], minlength=len(grid))
-        risk = risk - np.cumsum(entering[::-1])[::-1]
     died = np.bincount(coarse[event], minlength=len(grid)).astype(np.float64)
-    horizon = safe_horizon(risk.astype(np.float64), died, ctx.policy.min_count, leavers=True)
-    if start is not None:  # the net change of the risk set hides neither leavers nor entrants
-        small = lambda counts: (counts > 0) & (counts < ctx.policy.min_count)  # noqa: E731
-        leaving = small(np.bincount(coarse[used], minlength=len(grid)))
-        if leaving.any():
-            horizon = min(horizon, int(np.argmax(leaving)) - 1)
-        if small(entering).any():
-            horizon = min(horizon, int(np.argmax(small(entering))))
+    if start is None:
+        horizon = safe_horizon(risk.astype(np.float64), died, ctx.policy.min_count, leavers=True)
+    else:
+        horizon = _counting_horizon(risk, died, coarse[used], start[used], ctx.policy.min_count)
     late = used & (coarse > horizon)
     truncated = protected_count(int(late.sum()), ctx.policy.min_count)
     if horizon < 0:
@@ -291,6 +283,29 @@ def _coarsened(
         late &= ~gone
     coarse = np.where(late, horizon, coarse)
     return coarse, start, event & ~late, truncated
+
+
+def _counting_horizon(
+    reaching: np.ndarray, died: np.ndarray, stop: np.ndarray, start: np.ndarray, k: int
+) -> int:
+    """The safe horizon of ``Surv(start, stop, event)`` rows on the grid (-1: none).
+
+    As :func:`~fedstats.site.handlers.survival.safe_horizon` with leavers,
+    except that nobody at risk is safe (before the first entry, nobody is),
+    and that the rows entering at a point, which join the next point's risk
+    set, are 0 or at least ``k`` too: a risk-set sum then changes by the
+    leavers less the entrants, each a sum over ``k`` rows or none.
+    ``reaching`` counts, per point, the rows whose stop is at or after it;
+    ``stop`` and ``start`` are the rows' grid indices (-1: entered before the
+    first point).
+    """
+    n_points = len(died)
+    small = lambda counts: (counts > 0) & (counts < k)  # noqa: E731
+    entering = np.bincount(start[start >= 0], minlength=n_points)
+    at_risk = reaching - np.cumsum(entering[::-1])[::-1]
+    unsafe = small(died) | small(at_risk) | small(np.bincount(stop, minlength=n_points))
+    unsafe[1:] |= small(entering[:-1])  # entrants at j join at j + 1: end at j
+    return int(np.argmax(unsafe)) - 1 if unsafe.any() else n_points - 1
 
 
 # ------------------------------------------------------------------ concordance
@@ -371,7 +386,14 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 
 
 def _one_row_per_patient(spec: DesignSpec, why: str) -> None:
-    """Refuse a ``Surv(start, stop, event)`` design in a task that reads one row as one patient."""
+    """Refuse a ``Surv(start, stop, event)`` design, or frequency weights, in a task that reads
+    one row as one patient."""
+    if spec.weights is not None:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason=f"this task reads one row as one patient ({why}): it takes no frequency weights",
+        )
     if counting_outcome(spec.outcome) is not None:
         raise MalformedRequestError(
             site=None,
