@@ -18,9 +18,13 @@ The federations are split over at least three sites, patients never split.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from lifelines import CoxPHFitter, CoxTimeVaryingFitter
 from lifelines.datasets import load_rossi, load_stanford_heart_transplants
 from statsmodels.duration.hazard_regression import PHReg
@@ -33,6 +37,7 @@ from fedstats.errors import (
     StudyConfigurationError,
 )
 from fedstats.site import codec
+from fedstats.site.design import DesignSpec
 
 TOL = 1e-6
 OPEN = fedstats.DisclosurePolicy(min_count=1)
@@ -427,3 +432,57 @@ def test_sites_refuse_one_row_per_patient_tasks_for_the_counting_form(stanford, 
     assert reply["status"] == "error"
     assert reply["error"]["type"] == MalformedRequestError.__name__
     assert "one row as one patient" in reply["error"]["values"]["reason"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.floats(-5, 20), st.sampled_from([np.inf, -np.inf])),
+            st.floats(0.01, 20),
+        ),
+        min_size=12,
+        max_size=12,
+    )
+)
+def test_any_start_column_is_answered_or_refused_with_the_count_of_bad_rows(intervals):
+    """Start and stop columns read from a site's frame, whatever they hold: the site builds the
+    design when every start is finite, >= 0 and before its stop, and otherwise refuses with an
+    InconsistentColumnError naming the column and how many rows are bad."""
+    start, stop = (np.array(v, dtype=float) for v in zip(*intervals, strict=True))
+    frame = pd.DataFrame({"start": start, "stop": stop, "event": [0, 1] * 6, "x": np.arange(12.0)})
+    spec = DesignSpec(
+        formula="Surv(start, stop, event) ~ x",
+        outcome="Surv(start, stop, event)",
+        variables=("event", "start", "stop", "x"),
+        levels={},
+        columns=("x",),
+        site_intercepts=False,
+        sites=("s",),
+        outcome_kind="survival",
+    )
+    silo = fedstats.Silo("s", frame, policy=OPEN)
+    reply = codec.decode(
+        silo.handle(codec.encode({"task": "prepare", "args": {"design": spec.to_wire()}}))
+    )
+    not_a_time = ~np.isfinite(start) | (start < 0)
+    if not_a_time.any():
+        assert reply["error"]["type"] == "InconsistentColumnError"
+        assert reply["error"]["values"]["column"] == "start"
+        assert f"has {int(not_a_time.sum())} " in reply["error"]["values"]["reason"]
+    elif (start >= stop).any():
+        assert reply["error"]["type"] == "InconsistentColumnError"
+        assert f"has {int((start >= stop).sum())} rows" in reply["error"]["values"]["reason"]
+    else:
+        assert reply["status"] == "ok" and reply["result"]["n_obs"] == 12
+
+
+def test_the_readme_example_runs_as_printed():
+    """The README's "Time-varying covariates and delayed entry" example, executed."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = text.split("### Time-varying covariates and delayed entry", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    hazard = namespace["cox"].hazard_ratios()
+    assert list(hazard.index) == ["age", "year", "surgery", "transplant"]
