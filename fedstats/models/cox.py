@@ -31,9 +31,11 @@ with ``n`` patients, the objective of statsmodels'
 coefficients of standardised covariates instead); the reported covariance is
 the inverse penalised information.
 
-Convergence: as for logistic regression (:mod:`fedstats.models.logistic`), stop when
-``max_j |step_j| <= tol (1 + max_j |beta_j|)``; the partial likelihood is
-concave, and a step that lowers it is halved (at most 20 times).
+Convergence: on the Newton decrement ``g^T H^-1 g`` of the penalised
+objective, which does not depend on the covariates' scales
+(:mod:`fedstats.models.newton`); the partial likelihood is concave, and a step
+that lowers it is halved (at most 20 times). The estimate is the last
+evaluated point, so its information and log partial likelihood are its own.
 """
 
 from __future__ import annotations
@@ -51,7 +53,14 @@ from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfiguration
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
-from fedstats.models.newton import check_rank, inverse_information, newton_step
+from fedstats.models.newton import (
+    DECREMENT_TOL,
+    check_rank,
+    decrement_converged,
+    inverse_information,
+    newton_decrement,
+    newton_step,
+)
 from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn
@@ -124,7 +133,7 @@ class CoxPH:
         levels: Mapping[str, Sequence[Level]] | None = None,
         missing: str = "raise",
         maxiter: int = 50,
-        tol: float = 1e-10,
+        tol: float = DECREMENT_TOL,
         grid: Sequence[float] | np.ndarray | None = None,
         width: float | None = None,
         horizon: float | None = None,
@@ -375,11 +384,16 @@ class CoxPH:
         objective, score, information, _ = state
         notes: list[str] = []
         rounds = 1
+        previous = np.inf
         while rounds < self.maxiter + 1:
             step = newton_step(information, score, names, first=False)
             if step is None:
                 notes.append("the information matrix became singular; the fit stopped early")
                 return beta, state, False, rounds, notes
+            decrement = newton_decrement(score, step)
+            if decrement_converged(decrement, previous, self.tol):
+                return beta, state, True, rounds, notes
+            previous = decrement
             candidate = beta + step
             for _ in range(_MAX_HALVINGS):
                 trial = evaluate(candidate)
@@ -388,11 +402,8 @@ class CoxPH:
                     break
                 step = step / 2
                 candidate = beta + step
-            small = np.max(np.abs(step)) <= self.tol * (1 + np.max(np.abs(candidate)))
             beta, state = candidate, trial
             objective, score, information, _ = state
-            if small:
-                return beta, state, True, rounds, notes
         return beta, state, False, rounds, notes
 
     def _robust(

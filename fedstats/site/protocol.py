@@ -74,6 +74,9 @@ from fedstats.site.design import DesignSpec, counting_outcome, parse_formula, su
 
 MODELS = ("logistic", "glm", "cox", "kaplan_meier", "deep")
 FAMILIES = ("binomial", "poisson", "gaussian")
+KIND_FAMILIES = {"binary": "binomial", "count": "poisson", "continuous": "gaussian"}
+"""The GLM family a design's outcome kind implies (the site checks a request's family
+against its design's outcome kind, :func:`fedstats.site.handlers.glm.checked_family`)."""
 PRIVACY = ("exact", "dp")
 
 TASK_MODELS: dict[str, tuple[str, ...]] = {
@@ -313,7 +316,7 @@ def read_request(site: str, task: str, args: dict[str, Any]) -> Request:
         offset=spec.offset,
         group=_name_or_none(args.get("cluster" if task == "cox.robust" else "group")),
         network=_name_or_none(args.get("model")),
-        family=_name_or_none(args.get("family")) if task == "glm.summaries" else None,
+        family=KIND_FAMILIES.get(spec.outcome_kind),
         weights=spec.weights,
         exposure=spec.exposure,
     )
@@ -338,6 +341,9 @@ def _mismatch(analysis: Analysis, request: Request) -> tuple[str, str] | None:
         if request.strata != analysis.strata:
             odd = sorted(request.strata ^ analysis.strata)[0]
             return odd, f"the approved strata are {sorted(analysis.strata) or 'none'}"
+        approved_family = "binomial" if analysis.model == "logistic" else analysis.family
+        if request.family is not None and request.family != approved_family:
+            return request.family, f"the approved family is {approved_family}"
         if request.offset != analysis.offset:
             return str(request.offset), f"the approved offset is {analysis.offset or 'none'}"
         if request.weights != analysis.weights:
@@ -345,9 +351,6 @@ def _mismatch(analysis: Analysis, request: Request) -> tuple[str, str] | None:
         if request.exposure != analysis.exposure:
             approved = analysis.exposure or "none"
             return str(request.exposure), f"the approved exposure is {approved}"
-        approved_family = "binomial" if analysis.model == "logistic" else analysis.family
-        if request.family is not None and request.family != approved_family:
-            return request.family, f"the approved family is {approved_family}"
     if request.group is not None and request.group not in analysis.groups:
         approved = sorted(analysis.groups) or "none"
         return request.group, f"grouping by {request.group!r} is not approved (groups: {approved})"

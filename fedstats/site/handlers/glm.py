@@ -92,7 +92,8 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         variance = family.variance(mu)
         residual = y - mu
         gradient = X.T @ (w * residual)
-        hessian = X.T @ (X * (w * variance)[:, None])
+        weighted = X * np.sqrt(w * variance)[:, None]
+        hessian = weighted.T @ weighted  # A^T A: one symmetric rank-k update (BLAS syrk)
         loglik = float(np.sum(w * family.loglike_obs(y, mu, scale=1.0)))
         deviance = float(family.deviance(y, mu, freq_weights=w))
         pearson = float(np.sum(w * residual**2 / variance))
