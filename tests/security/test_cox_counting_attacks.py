@@ -23,9 +23,10 @@ import pandas as pd
 import pytest
 
 import fedstats
-from fedstats.errors import ConvergenceWarning, DisclosureError
+from fedstats.errors import ConvergenceWarning, DisclosureError, ProtocolError
 from fedstats.site import codec
 from fedstats.site.design import DesignSpec
+from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo
 
 DEFAULT = fedstats.DisclosurePolicy()
@@ -200,3 +201,41 @@ def test_a_private_request_for_the_counting_form_is_refused_at_the_site():
     )
     assert reply["status"] == "error" and reply["error"]["type"] == "MalformedRequestError"
     assert "several rows" in reply["error"]["values"]["reason"]
+
+
+# ------------------------------------------------------------------------- approved protocol
+COUNTING_PROTOCOL = """
+[protocol]
+title = "time-varying exposure"
+
+[[protocol.analysis]]
+name = "exposure"
+model = "cox"
+formula = "Surv(start, stop, event) ~ x"
+weights = "n"
+time_grid = [2.0, 4.0, 6.0, 8.0, 10.0]
+"""
+
+
+def test_a_protocol_approves_one_counting_outcome_its_weights_and_its_grid():
+    """The approved analysis is answered (stratified, and pooled on its grid); another start
+    column, no weights, or another grid is refused before any row is read."""
+    frame = patients(n=300).assign(n=1.0)
+    frame["start2"] = frame["start"]
+    approved = Protocol.from_toml(COUNTING_PROTOCOL)
+    assert approved.survival_grid("stop", "event") is not None
+    federation = fedstats.Federation.in_process({"s": frame}, protocols={"s": approved})
+    formula = "Surv(start, stop, event) ~ x"
+    fedstats.CoxPH(formula, weights="n").fit(federation)
+    fedstats.CoxPH(formula, weights="n", strata=None, grid=[2.0, 4.0, 6.0, 8.0, 10.0]).fit(
+        federation
+    )
+    for model in (
+        fedstats.CoxPH("Surv(start2, stop, event) ~ x", weights="n"),
+        fedstats.CoxPH(formula),
+    ):
+        with pytest.raises(ProtocolError):
+            model.fit(federation)
+    with pytest.raises(DisclosureError) as info:
+        fedstats.CoxPH(formula, weights="n", strata=None, grid=[3.0, 6.0]).fit(federation)
+    assert info.value.rule == "grid"
