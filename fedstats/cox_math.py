@@ -276,9 +276,7 @@ class GridSums:
     ``d`` (K) event counts; ``S0`` (K), ``S1`` (K x p), ``S2`` (K x p x p) sums of
     ``w, w x, w x x'`` over the risk set ``{t* >= g_j}`` (``{start* < g_j <= stop*}``
     for ``Surv(start, stop, event)``); ``E0, E1, E2`` the same over the events at
-    ``g_j``; ``x_events`` (p) the sum of ``x`` over all events; ``d_weighted`` (K)
-    the events' summed frequency weights (``d`` without weights). With weights
-    ``v``, every sum counts a row ``v`` times (``w = v exp(x' beta)``).
+    ``g_j``; ``x_events`` (p) the sum of ``x`` over all events.
     """
 
     d: np.ndarray
@@ -289,7 +287,24 @@ class GridSums:
     E1: np.ndarray
     E2: np.ndarray
     x_events: np.ndarray
+
+    @property
+    def weighted_events(self) -> np.ndarray:
+        """The events' summed frequency weights per grid point (``d`` without weights)."""
+        return self.d
+
+
+@dataclass(frozen=True)
+class WeightedGridSums(GridSums):
+    """:class:`GridSums` with frequency weights ``v``: every sum counts a row ``v`` times
+    (``w = v exp(x' beta)``), ``d`` counts the event rows of positive weight (Efron's tied
+    events) and ``d_weighted`` (K) their summed weights."""
+
     d_weighted: np.ndarray
+
+    @property
+    def weighted_events(self) -> np.ndarray:
+        return self.d_weighted
 
 
 def grid_sums(
@@ -301,8 +316,8 @@ def grid_sums(
     *,
     entry: np.ndarray | None = None,
     case_weights: np.ndarray | None = None,
-) -> GridSums:
-    """One site's :class:`GridSums` at ``beta`` for rows whose times sit at grid index ``coarse``.
+) -> WeightedGridSums:
+    """One site's :class:`WeightedGridSums` at ``beta`` for rows at grid index ``coarse``.
 
     ``entry``: for ``Surv(start, stop, event)``, each row's coarsened start
     (-1: from the first point on); the row is at risk at the points
@@ -333,7 +348,7 @@ def grid_sums(
         S1 = S1 - np.cumsum(L1[::-1], axis=0)[::-1]
         S2 = S2 - np.cumsum(L2[::-1], axis=0)[::-1]
     x_events = v[event] @ X[event]
-    return GridSums(d.astype(np.float64), S0, S1, S2, E0, E1, E2, x_events, d_weighted)
+    return WeightedGridSums(d.astype(np.float64), S0, S1, S2, E0, E1, E2, x_events, d_weighted)
 
 
 def _sums_by_point(
@@ -371,7 +386,7 @@ def grid_partial_likelihood(sums: GridSums, beta: np.ndarray, ties: str) -> Part
     pair = np.repeat(np.arange(len(points)), d)
     within = np.arange(len(pair)) - np.repeat(np.cumsum(d) - d, d)
     f = within / d[pair] if ties == "efron" else np.zeros(len(pair))
-    m = (sums.d_weighted[points] / d)[pair]
+    m = (sums.weighted_events[points] / d)[pair]
     den = sums.S0[points][pair] - f * sums.E0[points][pair]
     per_point = lambda values: np.bincount(pair, weights=m * values, minlength=len(points))  # noqa: E731
     inv, f_inv = per_point(1 / den), per_point(f / den)

@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
+from fedstats.cox_math import TIES, GridSums, WeightedGridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
@@ -446,7 +446,7 @@ class CoxPH:
                 + ", ".join(f"{s}={n}" for s, n in truncated.items())
             )
         with np.errstate(divide="ignore", invalid="ignore"):
-            hazard = np.where(sums.S0 > 0, sums.d_weighted / sums.S0, 0.0)
+            hazard = np.where(sums.S0 > 0, sums.weighted_events / sums.S0, 0.0)
         cumulative = np.cumsum(hazard)
         cumulative[sums.S0 <= 0] = np.nan
         return pd.DataFrame(
@@ -468,13 +468,13 @@ class CoxPH:
         known (reported as ``"all sites"``).
         """
         args = {"design": design, "beta": beta, "grid": self.grid}
-        fields = GridSums.__dataclass_fields__
+        fields = WeightedGridSums.__dataclass_fields__
         if secure is not None:
             total = summed_replies(federation, GRID_TASK, args, analysis=analysis, secure=secure)
-            sums = GridSums(**{f: total[f] for f in fields})
+            sums = WeightedGridSums(**{f: total[f] for f in fields})
             return sums, {"all sites": round(total["truncated"])}
         replies = federation.request(GRID_TASK, args, analysis=analysis)
-        sums = GridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
+        sums = WeightedGridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
         return sums, {s: int(r["truncated"]) for s, r in replies.items()}
 
 
