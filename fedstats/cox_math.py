@@ -50,7 +50,12 @@ class PartialLikelihood:
 class SortedSurvival:
     """One site's rows sorted by stratum, then time, with the positions of event times.
 
-    Built once per design; every Newton round reuses it.
+    Built once per design; every Newton round reuses it. For
+    ``Surv(start, stop, event)`` (``entry`` given) a row is at risk at ``t``
+    when ``start < t <= stop``: the risk set at an event time is the rows whose
+    stop is not before it (a suffix of the sorted rows) less those whose start
+    is not before it (a suffix of the rows sorted by start). Frequency weights
+    ``v`` (``case_weights``) make every row count ``v`` times.
     """
 
     X: np.ndarray  # n x p, sorted
@@ -61,14 +66,70 @@ class SortedSurvival:
     tie_events: np.ndarray  # per event time: d_j
     event_group: np.ndarray  # per event row: the index of its event time
     order: np.ndarray  # sorted row r is the design's row order[r]
+    case_weights: np.ndarray | None = None  # per sorted row; None: every row counts once
+    late: Entries | None = None  # delayed entries (Surv(start, stop, event)); None: none
+
+    @property
+    def tie_weights(self) -> np.ndarray:
+        """Per event time: the summed frequency weights of its events (``d_j`` unweighted)."""
+        if self.case_weights is None:
+            return self.tie_events.astype(np.float64)
+        rows = np.flatnonzero(self.event)
+        return np.bincount(
+            self.event_group, weights=self.case_weights[rows], minlength=len(self.tie_events)
+        )
+
+
+@dataclass(frozen=True)
+class Entries:
+    """Where delayed entries leave each event time's risk set, for ``Surv(start, stop, event)``.
+
+    ``by_start`` lists the sorted rows in (stratum, start) order; the rows of an
+    event time's stratum whose start is not before it are
+    ``by_start[first[j]:last[j]]``. ``passed[i]`` is one past the last event
+    time of row ``i``'s stratum at or before its start (``stratum_first[i]`` its
+    stratum's first): the event times whose risk sets row ``i`` has not yet
+    joined are ``stratum_first[i]:passed[i]``.
+    """
+
+    by_start: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    passed: np.ndarray
+    stratum_first: np.ndarray
+
+    def suffix(self, values: np.ndarray) -> np.ndarray:
+        """Per event time: the sum of ``values`` (per sorted row) over the rows not yet entered."""
+        total = np.zeros((len(values) + 1, *values.shape[1:]))
+        total[:-1] = np.cumsum(values[self.by_start][::-1], axis=0)[::-1]
+        return total[self.first] - total[self.last]
+
+    def before(self, per_event_time: np.ndarray) -> np.ndarray:
+        """Per sorted row: the sum of ``per_event_time`` over the event times before its entry."""
+        running = np.concatenate(([0.0], np.cumsum(per_event_time)))
+        return running[self.passed] - running[self.stratum_first]
 
 
 def sort_survival(
-    X: np.ndarray, time: np.ndarray, event: np.ndarray, stratum: np.ndarray
+    X: np.ndarray,
+    time: np.ndarray,
+    event: np.ndarray,
+    stratum: np.ndarray,
+    *,
+    entry: np.ndarray | None = None,
+    case_weights: np.ndarray | None = None,
 ) -> SortedSurvival:
-    """Sort rows by (stratum, time) and index the event times of every stratum."""
+    """Sort rows by (stratum, time) and index the event times of every stratum.
+
+    ``entry``: the start times of ``Surv(start, stop, event)`` (``time`` holds
+    the stops). ``case_weights``: frequency weights ``>= 0``; an event row of
+    weight 0 is no event (it changes no count, Efron's ``d_j`` included).
+    """
+    event = np.asarray(event).astype(bool)
+    if case_weights is not None:
+        event = event & (case_weights > 0)
     order = np.lexsort((time, stratum))
-    X, time, event, stratum = X[order], time[order], event[order].astype(bool), stratum[order]
+    X, time, event, stratum = X[order], time[order], event[order], stratum[order]
     n = len(time)
     new_group = np.ones(n, dtype=bool)
     new_group[1:] = (stratum[1:] != stratum[:-1]) | (time[1:] != time[:-1])
@@ -78,16 +139,53 @@ def sort_survival(
     event_groups = np.flatnonzero(events_per_group > 0)
     renumber = np.full(len(group_start), -1)
     renumber[event_groups] = np.arange(len(event_groups))
+    risk_start = group_start[event_groups]
     return SortedSurvival(
         X=np.ascontiguousarray(X),
         time=time,
         event=event,
         stratum=stratum,
-        risk_start=group_start[event_groups],
+        risk_start=risk_start,
         tie_events=events_per_group[event_groups].astype(np.int64),
         event_group=renumber[group_of_row[event]],
         order=order,
+        case_weights=None if case_weights is None else case_weights[order].astype(np.float64),
+        late=None if entry is None else _entries(entry[order], time, stratum, risk_start),
     )
+
+
+def _entries(
+    start: np.ndarray, stop: np.ndarray, stratum: np.ndarray, risk_start: np.ndarray
+) -> Entries:
+    """Index the delayed entries of rows sorted by (stratum, stop) (see :class:`Entries`).
+
+    Times within a stratum are compared through one integer key,
+    ``stratum * (m + 1) + rank`` over the ``m`` distinct times, so every search
+    is one ``searchsorted`` over all strata.
+    """
+    times = np.unique(np.concatenate((start, stop)))
+    span = len(times) + 1
+    key = lambda s, t: s.astype(np.int64) * span + np.searchsorted(times, t)  # noqa: E731
+    by_start = np.lexsort((start, stratum))
+    start_keys = key(stratum[by_start], start[by_start])
+    event_stratum, event_time = stratum[risk_start], stop[risk_start]
+    event_keys = key(event_stratum, event_time)
+    first = np.searchsorted(start_keys, event_keys, side="left")  # start >= t_j
+    last = np.searchsorted(start_keys, key(event_stratum, times[-1]), side="right")
+    passed = np.searchsorted(event_keys, key(stratum, start), side="right")  # t_j <= start
+    stratum_first = np.searchsorted(event_keys, key(stratum, times[:1].repeat(len(stratum))))
+    return Entries(by_start, first, last, passed, stratum_first)
+
+
+def risk_set_sizes(data: SortedSurvival) -> np.ndarray:
+    """Per event time: how many rows (of positive weight) its risk set holds."""
+    counted = (
+        np.ones(len(data.time)) if data.case_weights is None else (data.case_weights > 0) * 1.0
+    )
+    sizes = _reverse_cumsum_by_stratum(counted, data.stratum)[data.risk_start]
+    if data.late is not None:
+        sizes = sizes - data.late.suffix(counted)
+    return np.round(sizes).astype(np.int64)
 
 
 def partial_likelihood(data: SortedSurvival, beta: np.ndarray, ties: str) -> PartialLikelihood:
@@ -100,41 +198,52 @@ def partial_likelihood(data: SortedSurvival, beta: np.ndarray, ties: str) -> Par
         return PartialLikelihood(0.0, np.zeros(p), np.zeros((p, p)))
     eta = X @ beta
     eta = eta - _stratum_max(eta, stratum)
-    w = np.exp(eta)
+    v = np.ones(n) if data.case_weights is None else data.case_weights
+    w = v * np.exp(eta)
     # Sums over {rows at or after r within r's stratum}: reverse cumulative sums, restarted
-    # at each stratum's end.
+    # at each stratum's end; less the rows not yet entered (Surv(start, stop, event)).
     S0_rows = _reverse_cumsum_by_stratum(w, stratum)
     S1_rows = _reverse_cumsum_by_stratum(w[:, None] * X, stratum)
     S0 = S0_rows[data.risk_start]
     S1 = S1_rows[data.risk_start]
+    if data.late is not None:
+        S0 = S0 - data.late.suffix(w)
+        S1 = S1 - data.late.suffix(w[:, None] * X)
     d = data.tie_events
     event_rows = np.flatnonzero(data.event)
     group = data.event_group
     E0 = np.bincount(group, weights=w[event_rows], minlength=len(d))
     E1 = np.zeros((len(d), p))
     np.add.at(E1, group, w[event_rows, None] * X[event_rows])
-    # One (event time, l) pair per event: f_l = l / d_j for Efron, 0 for Breslow.
+    # One (event time, l) pair per event: f_l = l / d_j for Efron, 0 for Breslow. Each pair
+    # counts the mean weight of its tied events (R's coxph and lifelines with case weights).
     pair_group = np.repeat(np.arange(len(d)), d)
     if ties == "efron":
         within = np.arange(len(pair_group)) - np.repeat(np.cumsum(d) - d, d)
         fraction = within / d[pair_group]
     else:
         fraction = np.zeros(len(pair_group))
+    mean_weight = (data.tie_weights / d)[pair_group]
     denominator = S0[pair_group] - fraction * E0[pair_group]
     numerator = S1[pair_group] - fraction[:, None] * E1[pair_group]
     a = numerator / denominator[:, None]
-    loglik = float(eta[event_rows].sum() - np.log(denominator).sum())
-    score = X[event_rows].sum(axis=0) - a.sum(axis=0)
-    # c_i: sum of 1/den over the pairs whose risk set holds row i (risk sets are suffixes
-    # of the stratum, so a cumulative sum over event times, in time order, per stratum).
-    inverse = np.bincount(pair_group, weights=1.0 / denominator, minlength=len(d))
-    own_fraction = np.bincount(pair_group, weights=fraction / denominator, minlength=len(d))
+    loglik = float(v[event_rows] @ eta[event_rows] - mean_weight @ np.log(denominator))
+    score = v[event_rows] @ X[event_rows] - mean_weight @ a
+    # c_i: sum of m/den over the pairs whose risk set holds row i (risk sets are suffixes
+    # of the stratum, so a cumulative sum over event times, in time order, per stratum,
+    # less the event times before the row's entry).
+    inverse = np.bincount(pair_group, weights=mean_weight / denominator, minlength=len(d))
+    own_fraction = np.bincount(
+        pair_group, weights=mean_weight * fraction / denominator, minlength=len(d)
+    )
     at_time = np.zeros(n)
     np.add.at(at_time, data.risk_start, inverse)
     reach = _cumsum_by_stratum(at_time, stratum)
+    if data.late is not None:
+        reach = reach - data.late.before(inverse)
     c = w * reach
     c[event_rows] -= w[event_rows] * own_fraction[group]
-    information = (X * c[:, None]).T @ X - a.T @ a
+    information = (X * c[:, None]).T @ X - a.T @ (mean_weight[:, None] * a)
     return PartialLikelihood(loglik, score, information)
 
 
@@ -165,8 +274,9 @@ class GridSums:
     """Risk-set and tied-event sums per grid point (a site's, or their total over sites).
 
     ``d`` (K) event counts; ``S0`` (K), ``S1`` (K x p), ``S2`` (K x p x p) sums of
-    ``w, w x, w x x'`` over the risk set ``{t* >= g_j}``; ``E0, E1, E2`` the same
-    over the events at ``g_j``; ``x_events`` (p) the sum of ``x`` over all events.
+    ``w, w x, w x x'`` over the risk set ``{t* >= g_j}`` (``{start* < g_j <= stop*}``
+    for ``Surv(start, stop, event)``); ``E0, E1, E2`` the same over the events at
+    ``g_j``; ``x_events`` (p) the sum of ``x`` over all events.
     """
 
     d: np.ndarray
@@ -178,14 +288,41 @@ class GridSums:
     E2: np.ndarray
     x_events: np.ndarray
 
+    @property
+    def weighted_events(self) -> np.ndarray:
+        """The events' summed frequency weights per grid point (``d`` without weights)."""
+        return self.d
+
+
+@dataclass(frozen=True)
+class WeightedGridSums(GridSums):
+    """:class:`GridSums` with frequency weights ``v``: every sum counts a row ``v`` times
+    (``w = v exp(x' beta)``), ``d`` counts the event rows of positive weight (Efron's tied
+    events) and ``d_weighted`` (K) their summed weights."""
+
+    d_weighted: np.ndarray
+
+    @property
+    def weighted_events(self) -> np.ndarray:
+        return self.d_weighted
+
 
 def grid_sums(
-    X: np.ndarray, coarse: np.ndarray, event: np.ndarray, beta: np.ndarray, n_points: int
-) -> GridSums:
-    """One site's :class:`GridSums` at ``beta`` for rows whose times sit at grid index ``coarse``.
+    X: np.ndarray,
+    coarse: np.ndarray,
+    event: np.ndarray,
+    beta: np.ndarray,
+    n_points: int,
+    *,
+    entry: np.ndarray | None = None,
+    case_weights: np.ndarray | None = None,
+) -> WeightedGridSums:
+    """One site's :class:`WeightedGridSums` at ``beta`` for rows at grid index ``coarse``.
 
-    ``w = exp(x' beta)`` without a shift: sites' sums are added, so they must
-    share one scale.
+    ``entry``: for ``Surv(start, stop, event)``, each row's coarsened start
+    (-1: from the first point on); the row is at risk at the points
+    ``entry < j <= coarse``. ``case_weights``: frequency weights. ``w = v exp(x' beta)``
+    without a shift: sites' sums are added, so they must share one scale.
     """
     with np.errstate(over="raise"):
         try:
@@ -194,14 +331,24 @@ def grid_sums(
             raise ValueError(
                 "the linear predictor overflows exp(); rescale the covariates"
             ) from None
+    v = np.ones(len(w)) if case_weights is None else case_weights
+    w = v * w
     S0, S1, S2 = _sums_by_point(X, w, coarse, n_points)
     E0, E1, E2 = _sums_by_point(X[event], w[event], coarse[event], n_points)
-    d = np.bincount(coarse[event], minlength=n_points).astype(np.float64)
-    # risk sets are suffixes of the grid: reverse cumulative sums
+    d = np.bincount(coarse[event], weights=(v[event] > 0) * 1.0, minlength=n_points)
+    d_weighted = np.bincount(coarse[event], weights=v[event], minlength=n_points)
+    # risk sets are suffixes of the grid: reverse cumulative sums (less the rows entering later)
     S0 = np.cumsum(S0[::-1])[::-1]
     S1 = np.cumsum(S1[::-1], axis=0)[::-1]
     S2 = np.cumsum(S2[::-1], axis=0)[::-1]
-    return GridSums(d, S0, S1, S2, E0, E1, E2, X[event].sum(axis=0))
+    if entry is not None:
+        later = entry >= 0
+        L0, L1, L2 = _sums_by_point(X[later], w[later], entry[later], n_points)
+        S0 = S0 - np.cumsum(L0[::-1])[::-1]
+        S1 = S1 - np.cumsum(L1[::-1], axis=0)[::-1]
+        S2 = S2 - np.cumsum(L2[::-1], axis=0)[::-1]
+    x_events = v[event] @ X[event]
+    return WeightedGridSums(d.astype(np.float64), S0, S1, S2, E0, E1, E2, x_events, d_weighted)
 
 
 def _sums_by_point(
@@ -234,16 +381,18 @@ def grid_partial_likelihood(sums: GridSums, beta: np.ndarray, ties: str) -> Part
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
     points = np.flatnonzero(sums.d > 0)
     d = np.round(sums.d[points]).astype(np.int64)
-    # one (point, l) pair per event: f = l / d (Efron) or 0 (Breslow)
+    # one (point, l) pair per event: f = l / d (Efron) or 0 (Breslow), counting the events'
+    # mean frequency weight m (1 without weights)
     pair = np.repeat(np.arange(len(points)), d)
     within = np.arange(len(pair)) - np.repeat(np.cumsum(d) - d, d)
     f = within / d[pair] if ties == "efron" else np.zeros(len(pair))
+    m = (sums.weighted_events[points] / d)[pair]
     den = sums.S0[points][pair] - f * sums.E0[points][pair]
-    per_point = lambda values: np.bincount(pair, weights=values, minlength=len(points))  # noqa: E731
+    per_point = lambda values: np.bincount(pair, weights=m * values, minlength=len(points))  # noqa: E731
     inv, f_inv = per_point(1 / den), per_point(f / den)
     inv2, f_inv2, ff_inv2 = per_point(1 / den**2), per_point(f / den**2), per_point(f * f / den**2)
     S1, E1 = sums.S1[points], sums.E1[points]
-    loglik = float(beta @ sums.x_events - np.log(den).sum())
+    loglik = float(beta @ sums.x_events - m @ np.log(den))
     score = sums.x_events - S1.T @ inv + E1.T @ f_inv
     information = (
         np.einsum("j,jab->ab", inv, sums.S2[points])

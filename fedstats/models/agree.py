@@ -14,7 +14,9 @@ from fedstats.site.design import (
     DesignSpec,
     Level,
     ParsedFormula,
+    counting_outcome,
     design_columns,
+    is_survival,
     normalise_level,
     parse_formula,
     survival_outcome,
@@ -177,9 +179,10 @@ def _checked_formula(
     """The parsed formula, refused when its outcome, strata or intercepts do not fit the model."""
     parsed = parse_formula(formula)
     if outcome_kind == "survival":
-        if survival_outcome(parsed.outcome) is None:
+        if not is_survival(parsed.outcome):
             raise FormulaError(
-                f"a survival model's outcome is Surv(time, event), got {parsed.outcome!r}"
+                "a survival model's outcome is Surv(time, event) or Surv(start, stop, event), "
+                f"got {parsed.outcome!r}"
             )
         if site_intercepts or offset:
             raise FormulaError("survival models take neither site intercepts nor an offset")
@@ -212,7 +215,9 @@ def _described(
     numeric_roles = {v for v in (offset, *numeric) if v}
     asked = sorted(parsed.outcome_variables | parsed.covariates | numeric_roles | set(strata))
     survival = survival_outcome(parsed.outcome)
-    times = {survival[0]} if survival else set()  # a follow-up time has no levels to list
+    counting = counting_outcome(parsed.outcome)
+    # follow-up times have no levels to list
+    times = {survival[0]} if survival else set(counting[:2]) if counting else set()
     replies = federation.request(
         "describe",
         {

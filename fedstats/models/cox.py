@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
+from fedstats.cox_math import TIES, GridSums, WeightedGridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
@@ -65,7 +65,7 @@ from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import Level
+from fedstats.site.design import Level, counting_outcome
 from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 from fedstats.site.private_release import DpRequest
 
@@ -82,6 +82,14 @@ class CoxPH:
         ``"Surv(time, event) ~ age + sex + C(stage)"``: follow-up time (not
         negative) and event indicator (0/1) columns, then covariates as for
         :class:`fedstats.LogisticRegression`. No intercept is estimated.
+        ``"Surv(start, stop, event) ~ ..."``: the counting-process form
+        (Andersen & Gill, Ann Stat 1982), one row per interval
+        ``(start, stop]`` of a patient's follow-up with the covariates it had
+        then; a patient with time-varying covariates has several rows (the
+        sites' frames index each row by its patient), and ``start > 0`` is
+        delayed entry. A row is at risk at ``t`` when ``start < t <= stop``.
+        Not with ``robust``, ``cluster``, ``privacy`` or
+        :func:`concordance_index`, which read one row as one patient.
     strata:
         ``"site"`` (default): one baseline hazard per site. A list of
         columns: one per combination of their values within each site
@@ -99,6 +107,13 @@ class CoxPH:
         Breslow-type score residuals ``U`` summed over clusters (Lin & Wei,
         JASA 1989): each patient (``robust=True``) or each value of the
         ``cluster`` column, within sites. Stratified models only.
+    weights:
+        A column of frequency weights (finite, ``>= 0``): row ``i`` counts as
+        ``w_i`` patients in every risk set and event, Breslow's and Efron's
+        partial likelihoods as R's ``coxph(weights=)`` and lifelines'
+        ``weights_col`` define them (Efron's ``d`` tied events take their mean
+        weight, so with Efron ties a weighted event row is one event, not
+        ``w_i`` tied ones). Not with ``robust``, ``cluster`` or ``privacy``.
     levels, missing, maxiter, tol:
         As for :class:`fedstats.LogisticRegression`.
 
@@ -124,6 +139,7 @@ class CoxPH:
         horizon: float | None = None,
         robust: bool = False,
         cluster: str | None = None,
+        weights: str | None = None,
     ) -> None:
         if not isinstance(formula, str):
             raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
@@ -154,6 +170,20 @@ class CoxPH:
             )
         if cluster is not None and not (isinstance(cluster, str) and cluster):
             raise StudyConfigurationError("cluster must name a column")
+        self.counting = counting_outcome(_outcome_of(formula)) is not None
+        if self.counting and (robust or cluster is not None):
+            raise StudyConfigurationError(
+                "robust standard errors are not offered for Surv(start, stop, event) yet: they "
+                "would sum score residuals per patient across rows"
+            )
+        if weights is not None and (robust or cluster is not None):
+            raise StudyConfigurationError(
+                "robust standard errors are not offered with frequency weights yet: the score "
+                "residuals would need the weights too"
+            )
+        if weights is not None and not (isinstance(weights, str) and weights):
+            raise StudyConfigurationError("weights must name a column of frequency weights")
+        self.weights = weights
         self.robust = bool(robust) or cluster is not None
         self.cluster = cluster
         self.formula = formula
@@ -183,6 +213,7 @@ class CoxPH:
             outcome_kind="survival",
             strata=self.strata,
             dp=dp,
+            weights=self.weights,
         )
 
     def fit(
@@ -210,6 +241,17 @@ class CoxPH:
                 f"fit() needs a fedstats.Federation, got {type(federation).__name__}"
             )
         if privacy is not None:
+            if self.weights is not None:
+                raise StudyConfigurationError(
+                    "a private Cox fit takes no frequency weights: its noise is calibrated to one "
+                    "patient per row"
+                )
+            if self.counting:
+                raise StudyConfigurationError(
+                    "the private Cox fit clips each row as one patient's contribution, which "
+                    "does not hold for Surv(start, stop, event) (several rows per patient); fit "
+                    "it exactly, or privately with one row per patient"
+                )
             if not isinstance(privacy, RecordDP):
                 raise StudyConfigurationError(
                     "Cox fits take privacy=fedstats.RecordDP(...) (record-level DP at every site)"
@@ -251,6 +293,8 @@ class CoxPH:
             message = f"Newton's method did not converge in {self.maxiter} rounds"
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
             notes.append(message)
+        if self.weights:
+            notes.append(f"frequency weights {self.weights!r}")
         if self.penalizer:
             notes.append(
                 f"ridge penalty {self.penalizer:g} x n / 2 x ||beta||^2 on the coefficients; "
@@ -402,7 +446,7 @@ class CoxPH:
                 + ", ".join(f"{s}={n}" for s, n in truncated.items())
             )
         with np.errstate(divide="ignore", invalid="ignore"):
-            hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
+            hazard = np.where(sums.S0 > 0, sums.weighted_events / sums.S0, 0.0)
         cumulative = np.cumsum(hazard)
         cumulative[sums.S0 <= 0] = np.nan
         return pd.DataFrame(
@@ -424,13 +468,13 @@ class CoxPH:
         known (reported as ``"all sites"``).
         """
         args = {"design": design, "beta": beta, "grid": self.grid}
-        fields = GridSums.__dataclass_fields__
+        fields = WeightedGridSums.__dataclass_fields__
         if secure is not None:
             total = summed_replies(federation, GRID_TASK, args, analysis=analysis, secure=secure)
-            sums = GridSums(**{f: total[f] for f in fields})
+            sums = WeightedGridSums(**{f: total[f] for f in fields})
             return sums, {"all sites": round(total["truncated"])}
         replies = federation.request(GRID_TASK, args, analysis=analysis)
-        sums = GridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
+        sums = WeightedGridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
         return sums, {s: int(r["truncated"]) for s, r in replies.items()}
 
 
@@ -447,6 +491,11 @@ def concordance_index(result: CoxPHResults, federation: Federation) -> float:
     """
     if result.design is None:
         raise ValueError("this result carries no design to evaluate")
+    if counting_outcome(result.design["outcome"]) is not None:
+        raise StudyConfigurationError(
+            "Harrell's C compares patients' follow-up times, one row each; it is not offered for "
+            f"{result.design['outcome']}, whose patients may have several rows"
+        )
     replies = federation.request(
         CONCORDANCE_TASK,
         {"design": result.design, "beta": result.params.to_numpy()},
@@ -458,3 +507,8 @@ def concordance_index(result: CoxPHResults, federation: Federation) -> float:
     if comparable == 0:
         raise ValueError("no comparable pair at any site (no events?)")
     return float((concordant + tied / 2) / comparable)
+
+
+def _outcome_of(formula: str) -> str:
+    """The left-hand side of ``formula`` as written (the grammar reads it again at ``fit``)."""
+    return formula.split("~", 1)[0].strip()

@@ -65,7 +65,7 @@ from fedstats.models.newton import (
 )
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import DesignSpec, Level
+from fedstats.site.design import DesignSpec, Level, counting_outcome, parse_formula
 from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
 _MAX_HALVINGS = 20
@@ -155,6 +155,11 @@ class FineGray:
 
     def agree(self, federation: Federation, analysis: str) -> DesignSpec:
         """The survival design agreed with every site (levels of categorical covariates)."""
+        if counting_outcome(parse_formula(self.formula).outcome) is not None:
+            raise FormulaError(
+                "Fine-Gray takes Surv(time, status): one row per patient, status 0 for censored "
+                "or the cause; the counting-process form Surv(start, stop, event) is not offered"
+            )
         spec, _ = agreed_design(
             federation,
             self.formula,

@@ -57,10 +57,32 @@ OUTCOME_KINDS = ("binary", "survival", "count", "continuous")
 _SURV = re.compile(r"^\s*Surv\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,\s*([A-Za-z_][A-Za-z0-9_]*)\s*\)\s*$")
 
 
+_NAME = r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*"
+_SURV_COUNTING = re.compile(rf"^\s*Surv\({_NAME},{_NAME},{_NAME}\)\s*$")
+
+
 def survival_outcome(outcome: str) -> tuple[str, str] | None:
     """``(time, event)`` of a ``Surv(time, event)`` outcome, else ``None``."""
     match = _SURV.match(outcome)
     return (match.group(1), match.group(2)) if match else None
+
+
+def counting_outcome(outcome: str) -> tuple[str, str, str] | None:
+    """``(start, stop, event)`` of a counting-process ``Surv(start, stop, event)`` outcome.
+
+    Each row is an interval ``(start, stop]`` of one patient's follow-up with
+    covariates constant on it, ending in an event or not (Andersen & Gill,
+    *Annals of Statistics* 1982; R's ``Surv(start, stop, event)``): several
+    rows per patient carry time-varying covariates, and ``start > 0`` is
+    delayed entry (left truncation). ``None`` for any other outcome.
+    """
+    match = _SURV_COUNTING.match(outcome)
+    return (match.group(1), match.group(2), match.group(3)) if match else None
+
+
+def is_survival(outcome: str) -> bool:
+    """Whether ``outcome`` is ``Surv(time, event)`` or ``Surv(start, stop, event)``."""
+    return survival_outcome(outcome) is not None or counting_outcome(outcome) is not None
 
 
 @dataclass(frozen=True)
@@ -82,7 +104,8 @@ class DesignSpec:
     outcome_kind: ``"binary"`` (0/1 outcome), ``"count"`` (a number ``>= 0``,
         e.g. cases, for a Poisson model), ``"continuous"`` (any finite number,
         for a Gaussian model) or ``"survival"`` (``Surv(time, event)``:
-        follow-up time and 0/1 event indicator).
+        follow-up time and 0/1 event indicator; or ``Surv(start, stop, event)``:
+        one interval of follow-up per row).
     strata: columns whose combined values stratify a survival model within
         each site (a site is always its own stratum or strata).
     weights: name of a column of frequency weights (:mod:`fedstats.site.weights`),
@@ -151,9 +174,11 @@ class DesignSpec:
             raise ValueError("missing must be 'raise' or 'drop'")
         if wire["outcome_kind"] not in OUTCOME_KINDS:
             raise ValueError(f"outcome_kind must be one of {OUTCOME_KINDS}")
-        survival = survival_outcome(wire["outcome"])
-        if (wire["outcome_kind"] == "survival") != (survival is not None):
-            raise ValueError("a survival design's outcome is Surv(time, event), and only its")
+        if (wire["outcome_kind"] == "survival") != is_survival(wire["outcome"]):
+            raise ValueError(
+                "a survival design's outcome is Surv(time, event) or Surv(start, stop, event), "
+                "and only its"
+            )
         if wire["strata"] and wire["outcome_kind"] != "survival":
             raise ValueError("only survival designs have strata")
         if not wire["columns"]:
@@ -244,9 +269,11 @@ def parse_formula(formula: str) -> ParsedFormula:
     if len(lhs_terms) != 1 or len(lhs_terms[0].factors) != 1:
         raise FormulaError(f"the formula's left-hand side must be one outcome, got {parsed.lhs}")
     outcome = str(lhs_terms[0])
-    survival = survival_outcome(outcome)
+    survival = survival_outcome(outcome) or counting_outcome(outcome)
     outcome_factor: Factor | None = None
     if survival is not None:  # Surv() is read by name, not evaluated
+        if len(set(survival)) != len(survival):
+            raise FormulaError(f"{outcome} names one column twice; each part is its own column")
         outcome_vars = set(survival)
     else:
         lhs = lhs_terms[0].factors[0]

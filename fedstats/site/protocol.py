@@ -72,7 +72,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.errors import FormulaError, ProtocolError, StudyConfigurationError
-from fedstats.site.design import DesignSpec, parse_formula, survival_outcome
+from fedstats.site.design import DesignSpec, counting_outcome, parse_formula, survival_outcome
 
 MODELS = (
     "logistic",
@@ -153,7 +153,10 @@ class Analysis:
 
     @property
     def survival(self) -> tuple[str, str] | None:
-        return survival_outcome(self.outcome)
+        """``(time, event)`` of a survival outcome (``(stop, event)`` of
+        ``Surv(start, stop, event)``, whose time grid is the stops')."""
+        counting = counting_outcome(self.outcome)
+        return survival_outcome(self.outcome) if counting is None else counting[1:]
 
 
 @dataclass(frozen=True)
@@ -464,7 +467,12 @@ def _analysis(entry: Any, index: int, source: str) -> Analysis:
         if (model in ("cox", "fine_gray")) != (parsed.outcome_factor is None):
             raise StudyConfigurationError(
                 f"{where}: a cox or fine_gray analysis, and only those, has a Surv(time, event) "
-                "outcome"
+                "outcome (a cox analysis also Surv(start, stop, event))"
+            )
+        if model == "fine_gray" and counting_outcome(parsed.outcome) is not None:
+            raise StudyConfigurationError(
+                f"{where}: a fine_gray analysis has a Surv(time, status) outcome, not the "
+                "counting-process form"
             )
         outcome = parsed.outcome
         terms = frozenset(term_name(t) for t in parsed.terms)

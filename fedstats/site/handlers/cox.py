@@ -23,14 +23,21 @@ from fedstats.cox_math import (
     concordance_counts,
     grid_sums,
     partial_likelihood,
+    risk_set_sizes,
     score_residuals,
     sort_survival,
 )
-from fedstats.errors import MalformedRequestError, MissingColumnError, MissingValuesError
+from fedstats.errors import (
+    DisclosureError,
+    MalformedRequestError,
+    MissingColumnError,
+    MissingValuesError,
+)
 from fedstats.schema import Array, Number
-from fedstats.site.design import survival_outcome
+from fedstats.site.design import DesignSpec, counting_outcome, survival_outcome
 from fedstats.site.handlers.design import build_design, checked_beta, site_design, spec_from_args
 from fedstats.site.handlers.survival import checked_grid, coarsen, protected_count, safe_horizon
+from fedstats.site.patient_rows import count_patients
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import SiteContext, TaskReply
 
@@ -52,19 +59,26 @@ def summaries_schema(args: dict[str, Any]) -> dict:
 
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
-    """Log partial likelihood, score (``gradient``) and information (``hessian``) at ``beta``."""
+    """Log partial likelihood, score (``gradient``) and information (``hessian``) at ``beta``.
+
+    For ``Surv(start, stop, event)`` an exact reply also needs every event
+    time's risk set to hold at least ``k`` patients (:func:`_check_risk_sets`).
+    """
     spec = spec_from_args(args)
     beta = checked_beta(ctx.name, args, spec.n_params)
-    data = _sorted(ctx, args)
+    data, patients = _sorted(ctx, args)
+    if ctx.exact:
+        _check_counting_request(ctx, spec, task="cox.summaries")
+        _check_risk_sets(ctx, spec, data)
     result = partial_likelihood(data, beta, args["ties"])
     return TaskReply(
         {"gradient": result.score, "hessian": result.information, "loglik": result.loglik},
-        contributors=len(data.time),
+        contributors=patients,
     )
 
 
-def _sorted(ctx: SiteContext, args: dict[str, Any]) -> SortedSurvival:
-    """The site's survival design, sorted once per design and cached."""
+def _sorted(ctx: SiteContext, args: dict[str, Any]) -> tuple[SortedSurvival, int]:
+    """The site's survival design, sorted once per design and cached, and its patients."""
     spec = spec_from_args(args)
     cache: OrderedDict = ctx.cache.setdefault("survival", OrderedDict())
     if spec.key in cache:
@@ -73,16 +87,84 @@ def _sorted(ctx: SiteContext, args: dict[str, Any]) -> SortedSurvival:
     design = site_design(ctx, spec)
     if design.time is None or design.stratum is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
-    data = sort_survival(design.X, design.time, design.y, design.stratum)
-    cache[spec.key] = data
+    data = sort_survival(
+        design.X,
+        design.time,
+        design.y,
+        design.stratum,
+        entry=design.entry,
+        case_weights=design.weights,
+    )
+    cache[spec.key] = data, count_patients(ctx, design.rows, design.n_obs)
     while len(cache) > _CACHE_SIZE:
         cache.popitem(last=False)
-    return data
+    return cache[spec.key]
+
+
+def _check_counting_request(ctx: SiteContext, spec: DesignSpec, *, task: str) -> None:
+    """Pin the entry column of an exact ``Surv(start, stop, event)`` request.
+
+    The attack: two fits of one outcome whose start columns differ on a few
+    rows differ only in those rows' risk-set terms, so their difference is a
+    function of a few patients. The first start column a site answers about
+    for ``(stop, event)`` is the study's (kept with the differencing guard, as
+    the time grid of :mod:`fedstats.site.survival_grid`); another start column
+    for that outcome is refused (:class:`~fedstats.errors.DisclosureError`,
+    rule ``entry``). The approved protocol fixes it when it names the outcome.
+    """
+    counting = counting_outcome(spec.outcome)
+    if counting is None or ctx.protocol is not None:  # a protocol admitted this outcome exactly
+        return
+    start, stop, event = counting
+    asked = np.frombuffer(start.encode(), dtype=np.uint8).astype(np.float64)
+    pinned = ctx.guard.study_grid(f"entry|{stop}|{event}", asked)
+    if not np.array_equal(pinned, asked):
+        study = bytes(pinned.astype(np.uint8)).decode()
+        raise DisclosureError(
+            site=ctx.name,
+            task=task,
+            reason=(
+                f"this site's study enters patients of Surv(·, {stop}, {event}) at {study!r}, "
+                f"the first start column it answered about; an exact request with another "
+                f"({start!r}) could be differenced against it. Use {study!r}, or ask for a "
+                "private release"
+            ),
+            rule="entry",
+        )
+
+
+def _check_risk_sets(ctx: SiteContext, spec: DesignSpec, data: SortedSurvival) -> None:
+    """Refuse an exact ``Surv(start, stop, event)`` reply with a risk set of 1 to ``k - 1``.
+
+    The attack: a start column the coordinator picks (any numeric column
+    earlier than the stop) can leave one patient, or two, at risk at an event
+    time; that time's term of the score, ``x_i - S1/S0``, is then a function of
+    those patients' covariates alone. So every event time's risk set must hold
+    ``k`` patients at least (a patient's intervals never overlap, so rows at
+    risk are patients). Risk sets of ``Surv(time, event)`` are the suffixes of
+    the time order and are not checked here (a model of its own, whose cells
+    the cell rules check).
+    """
+    if data.late is None:
+        return
+    k = ctx.policy.k_cell
+    sizes = risk_set_sizes(data)
+    if sizes.size and int(sizes.min()) < k:
+        raise DisclosureError(
+            site=ctx.name,
+            task="cox.summaries",
+            reason=(
+                f"at {int((sizes < k).sum())} event times fewer than {k} patients are at risk "
+                f"in {spec.outcome} (start < t <= stop), so those terms would describe single "
+                "patients; check the start column, or fit the pooled model on a coarser grid"
+            ),
+            rule="cells",
+        )
 
 
 # ------------------------------------------------------------------ pooled baseline (time grid)
 GRID_TASK = "cox.grid_summaries"
-_GRID_FIELDS = ("d", "S0", "S1", "S2", "E0", "E1", "E2", "x_events")
+_GRID_FIELDS = ("d", "S0", "S1", "S2", "E0", "E1", "E2", "x_events", "d_weighted")
 
 
 def grid_summaries_schema(args: dict[str, Any]) -> dict:
@@ -108,6 +190,7 @@ def grid_summaries_schema(args: dict[str, Any]) -> dict:
         "E1": Array((K, p)),
         "E2": Array((K, p, p)),
         "x_events": Array((p,)),
+        "d_weighted": Array((K,)),
         "truncated": Number(),
     }
 
@@ -124,43 +207,105 @@ def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     spec = spec_from_args(args)
     beta = checked_beta(ctx.name, args, spec.n_params)
     grid = checked_grid(args)
-    names = survival_outcome(spec.outcome)
+    counting = counting_outcome(spec.outcome)
+    names = survival_outcome(spec.outcome) if counting is None else counting[1:]
     if names is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
     require_study_grid(ctx, names[0], names[1], grid, task=GRID_TASK)
+    _check_counting_request(ctx, spec, task=GRID_TASK)
     design = site_design(ctx, spec)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
-    coarse, event, truncated = _coarsened(ctx, design.time, design.y.astype(bool), grid)
+    weights = design.weights
+    coarse, entry, event, truncated = _coarsened(
+        ctx, design.time, design.y.astype(bool), grid, entry=design.entry
+    )
+    kept = coarse >= 0
     try:
-        sums = grid_sums(design.X[coarse >= 0], coarse[coarse >= 0], event[coarse >= 0], beta,
-                         len(grid))  # fmt: skip
+        sums = grid_sums(
+            design.X[kept],
+            coarse[kept],
+            event[kept],
+            beta,
+            len(grid),
+            entry=None if entry is None else entry[kept],
+            case_weights=None if weights is None else weights[kept],
+        )
     except ValueError as error:
         raise MalformedRequestError(site=ctx.name, task=None, reason=str(error)) from None
     payload: dict[str, Any] = {name: getattr(sums, name) for name in _GRID_FIELDS}
     payload["truncated"] = truncated
-    return TaskReply(payload, contributors=len(design.time))
+    return TaskReply(payload, contributors=count_patients(ctx, design.rows, design.n_obs))
 
 
 def _coarsened(
-    ctx: SiteContext, time: np.ndarray, event: np.ndarray, grid: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, int]:
-    """Grid index of each row (-1: dropped), its event flag, and the patients censored early
-    (1 to ``k - 1`` released as ``k``: :func:`~fedstats.site.handlers.survival.protected_count`).
+    ctx: SiteContext,
+    time: np.ndarray,
+    event: np.ndarray,
+    grid: np.ndarray,
+    *,
+    entry: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, int]:
+    """Grid index of each row's stop (-1: dropped) and start (``None`` for ``Surv(time, event)``),
+    its event flag, and the patients censored early (1 to ``k - 1`` released as ``k``:
+    :func:`~fedstats.site.handlers.survival.protected_count`).
 
-    Rows after the safe horizon are censored there; with no safe grid point
-    at all, every row is dropped.
+    Starts and stops are coarsened up alike (``t -> min{g_k >= t}``, a start of
+    0 before the first point), so one patient's consecutive intervals stay
+    consecutive, and a row is at risk at the points ``start* < j <= stop*``; a
+    row whose interval lies between two grid points is never at risk on the
+    grid and is dropped (its event with it: the fit reports the events used).
+    Rows after the safe horizon are censored there; with no safe grid point at
+    all, every row is dropped. With entries the horizon also needs 0 or at
+    least ``k`` rows entering at each point, since a risk-set sum's change then
+    holds the entrants too.
     """
     coarse, event = coarsen(time, event, grid)
-    risk = np.cumsum(np.bincount(coarse, minlength=len(grid))[::-1])[::-1].astype(np.float64)
+    start = None
+    if entry is not None:
+        start = np.searchsorted(np.concatenate(([0.0], grid)), entry, side="left") - 1
+        empty = start >= coarse
+        coarse, event = np.where(empty, -1, coarse), event & ~empty
+    used = coarse >= 0
+    risk = np.cumsum(np.bincount(coarse[used], minlength=len(grid))[::-1])[::-1]
     died = np.bincount(coarse[event], minlength=len(grid)).astype(np.float64)
-    horizon = safe_horizon(risk, died, ctx.policy.min_count, leavers=True)
-    late = coarse > horizon
+    if start is None:
+        horizon = safe_horizon(risk.astype(np.float64), died, ctx.policy.min_count, leavers=True)
+    else:
+        horizon = _counting_horizon(risk, died, coarse[used], start[used], ctx.policy.min_count)
+    late = used & (coarse > horizon)
     truncated = protected_count(int(late.sum()), ctx.policy.min_count)
     if horizon < 0:
-        return np.full(len(time), -1), np.zeros(len(time), dtype=bool), truncated
+        return np.full(len(time), -1), start, np.zeros(len(time), dtype=bool), truncated
+    if start is not None:  # rows entering after the horizon are never at risk on the grid
+        gone = used & (start >= horizon)
+        coarse, event = np.where(gone, -1, coarse), event & ~gone
+        late &= ~gone
     coarse = np.where(late, horizon, coarse)
-    return coarse, event & ~late, truncated
+    return coarse, start, event & ~late, truncated
+
+
+def _counting_horizon(
+    reaching: np.ndarray, died: np.ndarray, stop: np.ndarray, start: np.ndarray, k: int
+) -> int:
+    """The safe horizon of ``Surv(start, stop, event)`` rows on the grid (-1: none).
+
+    As :func:`~fedstats.site.handlers.survival.safe_horizon` with leavers,
+    except that nobody at risk is safe (before the first entry, nobody is),
+    and that the rows entering at a point, which join the next point's risk
+    set, are 0 or at least ``k`` too: a risk-set sum then changes by the
+    leavers less the entrants, each a sum over ``k`` rows or none.
+    ``reaching`` counts, per point, the rows whose stop is at or after it;
+    ``stop`` and ``start`` are the rows' grid indices (-1: entered before the
+    first point).
+    """
+    n_points = len(died)
+    small = lambda counts: (counts > 0) & (counts < k)  # noqa: E731
+    entering = np.bincount(start[start >= 0], minlength=n_points)
+    at_risk = reaching - np.cumsum(entering[::-1])[::-1]
+    unsafe = small(died) | small(at_risk) | small(np.bincount(stop, minlength=n_points))
+    unsafe[1:] |= small(entering[:-1])  # entrants at j join at j + 1: end at j
+    return int(np.argmax(unsafe)) - 1 if unsafe.any() else n_points - 1
 
 
 # ------------------------------------------------------------------ concordance
@@ -171,6 +316,7 @@ def concordance_schema(args: dict[str, Any]) -> dict:
     spec = spec_from_args(args)
     if spec.outcome_kind != "survival":
         raise MalformedRequestError(site=None, task=None, reason="the design is not a survival one")
+    _one_row_per_patient(spec, "Harrell's C compares patients' follow-up times")
     return {"concordant": Number(), "tied": Number(), "comparable": Number()}
 
 
@@ -201,6 +347,7 @@ def robust_schema(args: dict[str, Any]) -> dict:
     spec = spec_from_args(args)
     if spec.outcome_kind != "survival":
         raise MalformedRequestError(site=None, task=None, reason="the design is not a survival one")
+    _one_row_per_patient(spec, "the score residuals are summed per row")
     cluster = args.get("cluster")
     if cluster is not None and not (isinstance(cluster, str) and cluster):
         raise MalformedRequestError(
@@ -218,7 +365,7 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """
     spec = spec_from_args(args)
     beta = checked_beta(ctx.name, args, spec.n_params)
-    data = _sorted(ctx, args)
+    data, patients = _sorted(ctx, args)
     residuals = score_residuals(data, beta)
     cluster = args.get("cluster")
     if cluster is None:
@@ -235,4 +382,24 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         codes = pd.factorize(labels)[0]
         summed = np.zeros((codes.max() + 1, spec.n_params))
         np.add.at(summed, codes, residuals)
-    return TaskReply({"meat": summed.T @ summed}, contributors=len(data.time))
+    return TaskReply({"meat": summed.T @ summed}, contributors=patients)
+
+
+def _one_row_per_patient(spec: DesignSpec, why: str) -> None:
+    """Refuse a ``Surv(start, stop, event)`` design, or frequency weights, in a task that reads
+    one row as one patient."""
+    if spec.weights is not None:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason=f"this task reads one row as one patient ({why}): it takes no frequency weights",
+        )
+    if counting_outcome(spec.outcome) is not None:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason=(
+                f"this task reads one row as one patient ({why}), so it is not offered for "
+                f"{spec.outcome}, whose patients may have several rows"
+            ),
+        )

@@ -40,6 +40,7 @@ import numpy as np
 
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array
+from fedstats.site.design import counting_outcome
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
 from fedstats.site.handlers.logistic import clip_from_args, clipped_design, gradient_only
 from fedstats.site.handlers.survival import checked_grid
@@ -54,6 +55,11 @@ def summaries_schema(args: dict[str, Any]) -> dict:
         raise MalformedRequestError(
             site=None, task=None, reason="the private Cox model takes a survival design without "
             "strata columns",
+        )  # fmt: skip
+    if counting_outcome(spec.outcome) is not None:
+        raise MalformedRequestError(
+            site=None, task=None, reason="the private Cox model clips one row as one patient, so "
+            f"it is not offered for {spec.outcome}, whose patients may have several rows",
         )  # fmt: skip
     if args.get("dp") is None:
         raise MalformedRequestError(

@@ -34,6 +34,7 @@ from fedstats.site.design import (
     SITE_COLUMN,
     DesignSpec,
     ParsedFormula,
+    counting_outcome,
     model_frame,
     normalise_level,
     parse_formula,
@@ -41,6 +42,7 @@ from fedstats.site.design import (
 )
 from fedstats.site.disclosure import check_levels, check_saturation
 from fedstats.site.formula_grammar import Factor, Indicator, evaluate
+from fedstats.site.patient_rows import patient_release_sets
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
@@ -65,6 +67,9 @@ class SiteDesign:
     """Positions of the frame's rows the design holds, in order (complete cases)."""
     indicators: tuple[tuple[str, np.ndarray], ...] = ()
     """Every true/false value the formula computed, by its text (masks over the design's rows)."""
+    entry: np.ndarray | None = None
+    """Entry times of a ``Surv(start, stop, event)`` design (``time`` holds the stops): each row
+    is at risk on ``(entry, time]``; ``None`` for ``Surv(time, event)``."""
     weights: np.ndarray | None = None
     """Frequency weights of the design's rows (:mod:`fedstats.site.weights`); ``None``: each
     row counts once. Rows of weight 0 stay in the design and add 0 to every sum."""
@@ -250,9 +255,9 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     indicators: list[tuple[str, np.ndarray]] = []
     collect = lambda term, mask: indicators.append((term, np.asarray(mask, bool)))  # noqa: E731
     survival = spec.outcome_kind == "survival"
-    time = stratum = None
+    time = stratum = entry = None
     if survival:
-        time, y = _survival_outcome(site, spec, data)
+        time, y, entry = _survival_outcome(site, spec, data)
         stratum = _strata_codes(data, spec.strata)
     elif spec.outcome_kind == "binary":
         y = _binary_outcome(site, spec.outcome, parsed, data, raw, collect)
@@ -319,6 +324,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         offset=offset,
         n_dropped=n_dropped,
         time=time,
+        entry=entry,
         stratum=stratum,
         rows=positions,
         indicators=tuple(indicators),
@@ -394,34 +400,99 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         sets += [
             (f"stratum {s}", over_frame(design.stratum == s)) for s in np.unique(design.stratum)
         ]
+    counting = counting_outcome(spec.outcome)
+    sets += patient_release_sets(
+        ctx,
+        rows=rows,
+        entry=design.entry,
+        entry_name=counting[0] if counting else None,
+        event=(what, design.y),
+        columns=[(spec.columns[j], design.X[:, j]) for j in varying],
+        sets=sets,
+        over_frame=over_frame,
+    )
     ctx.guard.check_row_sets(site, None, sets)
     checked.add(spec.key)
 
 
 def _survival_outcome(
     site: str, spec: DesignSpec, data: pd.DataFrame
-) -> tuple[np.ndarray, np.ndarray]:
-    """Follow-up times (finite, not negative) and 0/1 event indicators of ``Surv(time, event)``."""
-    names = survival_outcome(spec.outcome)
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Follow-up (stop) times, 0/1 event indicators and entry times (``None`` for
+    ``Surv(time, event)``), checked: see :func:`_counting_times` for ``Surv(start, stop, event)``.
+    """
+    counting = counting_outcome(spec.outcome)
+    names = survival_outcome(spec.outcome) if counting is None else counting[1:]
     if names is None:
         raise MalformedRequestError(site=None, task=None, reason="not a survival outcome")
     time_name, event_name = names
-    raw_time = data[time_name]
-    time = pd.to_numeric(raw_time, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(time) | (time < 0)
-    if bad.any():
-        raise InconsistentColumnError(
-            site=site,
-            column=time_name,
-            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
-        )
+    time = _follow_up_times(site, time_name, data[time_name])
     raw = data[event_name]
     values = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
     event = values.to_numpy(dtype=np.float64, na_value=np.nan)
     other = int((~np.isin(event, (0.0, 1.0))).sum())
     if other:
         raise NonBinaryOutcomeError(site=site, column=event_name, count=other)
-    return time, event
+    if counting is None:
+        return time, event, None
+    return time, event, _counting_times(site, counting, data, time)
+
+
+def _follow_up_times(site: str, name: str, raw: pd.Series) -> np.ndarray:
+    """A time column as float64: finite numbers ``>= 0`` on the study's time axis, or refused."""
+    time = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(time) | (time < 0)
+    if bad.any():
+        raise InconsistentColumnError(
+            site=site,
+            column=name,
+            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
+        )
+    return time
+
+
+def _counting_times(
+    site: str, names: tuple[str, str, str], data: pd.DataFrame, stop: np.ndarray
+) -> np.ndarray:
+    """The entry times of ``Surv(start, stop, event)``, checked against the stops.
+
+    Times are measured from an origin at or before everyone's entry, so a
+    start is a finite number ``>= 0`` (R and lifelines accept negative starts;
+    the shared time grids of the pooled model and Kaplan–Meier begin at 0, so
+    a site shifts its time axis instead). Every row needs ``start < stop``:
+    an empty interval is no follow-up at all. When the frame's index repeats
+    (the patient of each row), one patient's intervals may not overlap: a
+    patient is at risk at most once at any time, so counts of rows at risk
+    are counts of patients.
+    """
+    start_name, stop_name, _ = names
+    start = _follow_up_times(site, start_name, data[start_name])
+    empty = int((start >= stop).sum())
+    if empty:
+        raise InconsistentColumnError(
+            site=site,
+            column=start_name,
+            reason=(
+                f"has {empty} rows whose start is not before their stop {stop_name!r}; each row "
+                "is an interval (start, stop] of follow-up: fix or drop those rows"
+            ),
+        )
+    if data.index.has_duplicates:
+        order = np.lexsort((start, pd.factorize(data.index)[0]))
+        patient = pd.factorize(data.index)[0][order]
+        same = patient[1:] == patient[:-1]
+        overlaps = int((same & (start[order][1:] < stop[order][:-1])).sum())
+        if overlaps:
+            raise InconsistentColumnError(
+                site=site,
+                column=start_name,
+                reason=(
+                    f"has {overlaps} rows that overlap an earlier interval of the same patient "
+                    "(the frame's index names each row's patient); a patient is at risk once at "
+                    "any time: fix the intervals"
+                ),
+            )
+    return start
 
 
 def _strata_codes(data: pd.DataFrame, strata: tuple[str, ...]) -> np.ndarray:
