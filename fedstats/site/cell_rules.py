@@ -57,27 +57,61 @@ def check_indicator(
 
 
 def column_problem(values: np.ndarray, k: int) -> str | None:
-    """Why a design column breaks the mode or dominance rule (``None`` if it does not)."""
+    """Why a design column breaks the mode or dominance rule (``None`` if it does not).
+
+    In linear time: a value held by more than half the rows is the median, so
+    the mode rule needs only the median's count; the dominance rule needs the
+    median, the total deviation and the ``k - 1`` smallest and largest values,
+    which one partition gives (Hoare's selection; no full sort).
+    """
     n = values.size
     if n == 0:
         return None
-    ordered = np.sort(values)  # one sort gives the mode's count, the median and the extremes
+    if n < 2 * k + 2:
+        return problem_of_sorted_column(np.sort(values), k)
+    kth = sorted({(n - 1) // 2, n // 2} | ({k - 2, n - k + 1} if k > 1 else set()))
+    part = np.partition(values, kth)
+    median = 0.5 * (part[(n - 1) // 2] + part[n // 2])
+    held = int(np.count_nonzero(values == median))
+    differing = n - held if 2 * held > n else n  # else no value holds more than half the rows
+    if 0 < differing < k:
+        return _MODE_TEXT.format(k=k)
+    if k > 1 and differing >= k:
+        ends = np.concatenate((part[: k - 1], part[n - k + 1 :]))
+        return _dominance(ends, float(np.abs(values - median).sum()), median, k)
+    return None
+
+
+_MODE_TEXT = "differs from its most common value on fewer than {k} rows"
+_DOMINANCE_TEXT = (
+    "has fewer than {k} rows holding most of its variation "
+    "(a column dominated by a few rows reproduces them)"
+)
+
+
+def _dominance(ends: np.ndarray, total: float, median: float, k: int) -> str | None:
+    """The dominance rule from the ``k - 1`` smallest and largest values (``ends``): the
+    ``k - 1`` largest deviations from the median lie among them."""
+    if total <= 0:
+        return None
+    top = np.sort(np.abs(ends - median))[-(k - 1) :]
+    if float(top.sum()) > (k - 1) / k * total * (1 + 1e-12):
+        return _DOMINANCE_TEXT.format(k=k)
+    return None
+
+
+def problem_of_sorted_column(ordered: np.ndarray, k: int) -> str | None:
+    """:func:`column_problem` of a short column, from its sorted values."""
+    n = ordered.size
     starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1], [True])))
     differing = n - int(np.diff(starts).max())
     if 0 < differing < k:
-        return f"differs from its most common value on fewer than {k} rows"
+        return _MODE_TEXT.format(k=k)
     if k > 1 and differing >= k:
         median = 0.5 * (ordered[(n - 1) // 2] + ordered[n // 2])
         total = float(np.abs(ordered - median).sum())
-        if total > 0:
-            # the k - 1 largest deviations lie among the k - 1 smallest and largest values
-            ends = np.abs(np.concatenate((ordered[: k - 1], ordered[-(k - 1) :])) - median)
-            top = np.sort(ends)[-(k - 1) :] if n >= k else np.abs(ordered - median)
-            if float(top.sum()) > (k - 1) / k * total * (1 + 1e-12):
-                return (
-                    f"has fewer than {k} rows holding most of its variation "
-                    "(a column dominated by a few rows reproduces them)"
-                )
+        ends = np.concatenate((ordered[: k - 1], ordered[-(k - 1) :])) if n >= k else ordered
+        return _dominance(ends, total, median, k)
     return None
 
 

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from fedstats.site.cell_rules import column_problem
+from fedstats.site.cell_rules import column_problem, problem_of_sorted_column
 
 
 def plain_rules(values: np.ndarray, k: int) -> str | None:
@@ -50,3 +50,22 @@ def test_an_indicator_of_one_patient_and_a_bump_are_refused_an_ordinary_column_i
     assert "variation" in column_problem(bump, 3)
     assert column_problem(age, 3) is None
     assert column_problem((age >= 60).astype(float), 3) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from([0.0, 1.0, -2.5, 7.0]),
+            st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False),
+        ),
+        min_size=1,
+        max_size=120,
+    ),
+    st.integers(1, 12),
+)
+def test_the_linear_time_rules_equal_the_rules_on_the_sorted_column(values, k):
+    """The mode and dominance rules by selection give what they give on the fully sorted
+    column (their definition) for any column and threshold."""
+    column = np.asarray(values, dtype=np.float64)
+    assert column_problem(column, k) == problem_of_sorted_column(np.sort(column), k)

@@ -247,10 +247,11 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         positions = np.flatnonzero(keep.to_numpy())
     else:
         positions = np.arange(len(data))
-    raw = data.copy()
-    data = data.copy()
-    for var, levels in spec.levels.items():
-        data[var] = as_agreed_categorical(site, var, data[var], levels)
+    raw = data  # the values as the site holds them (``data[needed]`` is already a copy)
+    if spec.levels:
+        data = data.copy()
+        for var, levels in spec.levels.items():
+            data[var] = as_agreed_categorical(site, var, data[var], levels)
 
     indicators: list[tuple[str, np.ndarray]] = []
     collect = lambda term, mask: indicators.append((term, np.asarray(mask, bool)))  # noqa: E731
