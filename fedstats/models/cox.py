@@ -56,10 +56,8 @@ from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.newton import (
     DECREMENT_TOL,
     check_rank,
-    decrement_converged,
+    damped_newton,
     inverse_information,
-    newton_decrement,
-    newton_step,
 )
 from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
@@ -70,7 +68,6 @@ from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 from fedstats.site.private_release import DpRequest
 
 SITE = "site"
-_MAX_HALVINGS = 20
 
 
 class CoxPH:
@@ -286,8 +283,13 @@ class CoxPH:
                 f"censored early: {last['truncated']}); use a coarser grid"
             )
         check_rank(information, names)
-        beta, (objective, score, information, loglik), converged, rounds, notes = self._newton(
-            evaluate, beta, (objective, score, information, loglik), names
+        beta, (objective, score, information, loglik), converged, rounds, notes = damped_newton(
+            evaluate,
+            beta,
+            (objective, score, information, loglik),
+            names,
+            tol=self.tol,
+            maxiter=self.maxiter,
         )
         if not converged and not notes:
             message = f"Newton's method did not converge in {self.maxiter} rounds"
@@ -371,40 +373,6 @@ class CoxPH:
             return penalised, score - ridge * beta, information + ridge * np.eye(p), loglik
 
         return evaluate
-
-    def _newton(
-        self,
-        evaluate: Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray, float]],
-        beta: np.ndarray,
-        state: tuple[float, np.ndarray, np.ndarray, float],
-        names: list[str],
-    ) -> tuple[np.ndarray, tuple[float, np.ndarray, np.ndarray, float], bool, int, list[str]]:
-        """Newton rounds from ``beta``, each step halved until the penalised objective does
-        not fall: ``(beta, its evaluation, converged, rounds, notes)``."""
-        objective, score, information, _ = state
-        notes: list[str] = []
-        rounds = 1
-        previous = np.inf
-        while rounds < self.maxiter + 1:
-            step = newton_step(information, score, names, first=False)
-            if step is None:
-                notes.append("the information matrix became singular; the fit stopped early")
-                return beta, state, False, rounds, notes
-            decrement = newton_decrement(score, step)
-            if decrement_converged(decrement, previous, self.tol):
-                return beta, state, True, rounds, notes
-            previous = decrement
-            candidate = beta + step
-            for _ in range(_MAX_HALVINGS):
-                trial = evaluate(candidate)
-                rounds += 1
-                if trial[0] >= objective - 1e-12 * (1 + abs(objective)):
-                    break
-                step = step / 2
-                candidate = beta + step
-            beta, state = candidate, trial
-            objective, score, information, _ = state
-        return beta, state, False, rounds, notes
 
     def _robust(
         self,

@@ -38,7 +38,7 @@ from scipy import stats
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
-from fedstats.models.kaplan_meier import time_grid
+from fedstats.models.kaplan_meier import step_curves, time_grid
 from fedstats.models.summary import render_html, render_text
 from fedstats.secagg.coordinator import SecureAggregation, summed_replies
 from fedstats.site.design import Level, normalise_level
@@ -296,23 +296,13 @@ class CumulativeIncidenceResults:
 
     def plot(self, ax=None):
         """Step curves with their confidence bands, by group; returns the figure."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 4))
-        for group in self.cumulative_incidence_.columns:
-            curve = self.cumulative_incidence_[group].dropna()
-            low = self.confidence_interval_["lower"][group].loc[curve.index]
-            high = self.confidence_interval_["upper"][group].loc[curve.index]
-            times = np.r_[0.0, curve.index.to_numpy(dtype=float)]
-            ax.step(times, np.r_[0.0, curve], where="post", label=str(group))
-            ax.fill_between(times, np.r_[0.0, low], np.r_[0.0, high], step="post", alpha=0.2)
-        ax.set_xlabel("time")
-        ax.set_ylabel(f"cumulative incidence of cause {self.cause}")
-        ax.set_ylim(0, 1.02)
-        if len(self.cumulative_incidence_.columns) > 1:
-            ax.legend()
-        return ax.figure
+        return step_curves(
+            self.cumulative_incidence_,
+            self.confidence_interval_,
+            start=0.0,
+            label=f"cumulative incidence of cause {self.cause}",
+            ax=ax,
+        )
 
     def __repr__(self) -> str:
         groups = ", ".join(map(str, self.groups))

@@ -58,17 +58,14 @@ from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.newton import (
     DECREMENT_TOL,
     check_rank,
-    decrement_converged,
+    damped_newton,
     inverse_information,
-    newton_decrement,
-    newton_step,
 )
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import DesignSpec, Level, counting_outcome, parse_formula
 from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
-_MAX_HALVINGS = 20
 ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"
 """The interval method of a robust Fine–Gray fit."""
 
@@ -240,7 +237,9 @@ class FineGray:
         beta = np.zeros(p)
         state = evaluate(beta)
         check_rank(state[2], names)
-        beta, state, converged, rounds, notes = self._newton(evaluate, beta, state, names)
+        beta, state, converged, rounds, notes = damped_newton(
+            evaluate, beta, state, names, tol=self.tol, maxiter=self.maxiter
+        )
         if not converged and not notes:
             message = f"Newton's method did not converge in {self.maxiter} rounds"
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
@@ -297,34 +296,6 @@ class FineGray:
             strata=(),
             design=design,
         )
-
-    def _newton(self, evaluate, beta, state, names):  # type: ignore[no-untyped-def]
-        """Newton rounds from ``beta``, each step halved until the log partial likelihood does
-        not fall: ``(beta, its evaluation, converged, rounds, notes)``."""
-        loglik, score, information = state
-        notes: list[str] = []
-        rounds = 1
-        previous = np.inf
-        while rounds < self.maxiter + 1:
-            step = newton_step(information, score, names, first=False)
-            if step is None:
-                notes.append("the information matrix became singular; the fit stopped early")
-                return beta, state, False, rounds, notes
-            decrement = newton_decrement(score, step)
-            if decrement_converged(decrement, previous, self.tol):
-                return beta, state, True, rounds, notes
-            previous = decrement
-            candidate = beta + step
-            for _ in range(_MAX_HALVINGS):
-                trial = evaluate(candidate)
-                rounds += 1
-                if trial[0] >= loglik - 1e-12 * (1 + abs(loglik)):
-                    break
-                step = step / 2
-                candidate = beta + step
-            beta, state = candidate, trial
-            loglik, score, information = state
-        return beta, state, False, rounds, notes
 
 
 class FineGrayResults(CoxPHResults):

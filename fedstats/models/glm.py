@@ -43,6 +43,7 @@ from fedstats.models.federation import Federation
 from fedstats.models.glm_results import GLMResults
 from fedstats.models.newton import (
     DECREMENT_TOL,
+    MAX_HALVINGS,
     decrement_converged,
     inverse_information,
     newton_decrement,
@@ -56,7 +57,6 @@ from fedstats.site.design import SITE_COLUMN, Level
 from fedstats.site.handlers.glm import FAMILY_OUTCOMES, TASK
 
 FAMILIES = tuple(FAMILY_OUTCOMES)
-_MAX_HALVINGS = 20
 Evaluation = dict[str, Any]
 
 
@@ -261,7 +261,7 @@ class GLM:
             if rounds == self.maxiter:
                 break
             candidate, trial = beta + step, None
-            for _ in range(_MAX_HALVINGS):
+            for _ in range(MAX_HALVINGS):
                 trial = evaluate(candidate)
                 rounds += 1
                 if trial["loglik"] >= state["loglik"] - 1e-12 * (1 + abs(state["loglik"])):

@@ -649,23 +649,9 @@ class KaplanMeierResults:
 
     def plot(self, ax=None):
         """Step curves with their confidence bands, by group; returns the figure."""
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 4))
-        for group in self.survival_function_.columns:
-            curve = self.survival_function_[group].dropna()
-            low = self.confidence_interval_["lower"][group].loc[curve.index]
-            high = self.confidence_interval_["upper"][group].loc[curve.index]
-            times = np.r_[0.0, curve.index.to_numpy(dtype=float)]
-            ax.step(times, np.r_[1.0, curve], where="post", label=str(group))
-            ax.fill_between(times, np.r_[1.0, low], np.r_[1.0, high], step="post", alpha=0.2)
-        ax.set_xlabel("time")
-        ax.set_ylabel("survival")
-        ax.set_ylim(0, 1.02)
-        if len(self.survival_function_.columns) > 1:
-            ax.legend()
-        return ax.figure
+        return step_curves(
+            self.survival_function_, self.confidence_interval_, start=1.0, label="survival", ax=ax
+        )
 
     def __repr__(self) -> str:
         groups = ", ".join(map(str, self.counts.groups))
@@ -806,3 +792,32 @@ def empty_groups_warnings(counts: GridCounts) -> list[str]:
         f"the noisy number at risk at the first grid point is 0 for group {', '.join(empty)}: "
         "the noise swamps its counts, so it has no curve; use a coarser grid or more budget"
     ]
+
+
+def step_curves(
+    curves: pd.DataFrame,
+    bands: pd.DataFrame,
+    *,
+    start: float,
+    label: str,
+    ax=None,
+):  # type: ignore[no-untyped-def]
+    """Step curves on a grid, one per column of ``curves``, from ``start`` at time 0, with
+    their confidence bands (``bands["lower"]``, ``bands["upper"]``); returns the figure."""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 4))
+    for group in curves.columns:
+        curve = curves[group].dropna()
+        low = bands["lower"][group].loc[curve.index]
+        high = bands["upper"][group].loc[curve.index]
+        times = np.r_[0.0, curve.index.to_numpy(dtype=float)]
+        ax.step(times, np.r_[start, curve], where="post", label=str(group))
+        ax.fill_between(times, np.r_[start, low], np.r_[start, high], step="post", alpha=0.2)
+    ax.set_xlabel("time")
+    ax.set_ylabel(label)
+    ax.set_ylim(0, 1.02)
+    if len(curves.columns) > 1:
+        ax.legend()
+    return ax.figure

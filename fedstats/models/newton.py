@@ -27,6 +27,9 @@ decrement cannot fall further because of rounding).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
 import scipy.linalg
 
@@ -90,3 +93,48 @@ def inverse_information(hessian: np.ndarray) -> np.ndarray:
         return scipy.linalg.cho_solve(factor, np.eye(len(hessian)))
     except (np.linalg.LinAlgError, ValueError):
         return np.full_like(hessian, np.nan)
+
+
+MAX_HALVINGS = 20
+State = tuple[Any, ...]
+"""One evaluation: ``(objective, score, information, ...)``, the rest the model's own."""
+
+
+def damped_newton(
+    evaluate: Callable[[np.ndarray], State],
+    beta: np.ndarray,
+    state: State,
+    names: list[str],
+    *,
+    tol: float,
+    maxiter: int,
+) -> tuple[np.ndarray, State, bool, int, list[str]]:
+    """Newton rounds from ``beta`` (evaluated as ``state``) on a concave objective, each step
+    halved (at most 20 times) until the objective does not fall; stops on the Newton
+    decrement (:func:`decrement_converged`) at the last evaluated point, whose information
+    and objective are then the estimate's own. Returns ``(beta, its evaluation, converged,
+    rounds, notes)``; ``rounds`` counts evaluations, the first included."""
+    objective, score, information = state[:3]
+    notes: list[str] = []
+    rounds = 1
+    previous = np.inf
+    while rounds < maxiter + 1:
+        step = newton_step(information, score, names, first=False)
+        if step is None:
+            notes.append("the information matrix became singular; the fit stopped early")
+            return beta, state, False, rounds, notes
+        decrement = newton_decrement(score, step)
+        if decrement_converged(decrement, previous, tol):
+            return beta, state, True, rounds, notes
+        previous = decrement
+        candidate = beta + step
+        for _ in range(MAX_HALVINGS):
+            trial = evaluate(candidate)
+            rounds += 1
+            if trial[0] >= objective - 1e-12 * (1 + abs(objective)):
+                break
+            step = step / 2
+            candidate = beta + step
+        beta, state = candidate, trial
+        objective, score, information = state[:3]
+    return beta, state, False, rounds, notes

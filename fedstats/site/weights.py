@@ -29,6 +29,7 @@ import pandas as pd
 
 from fedstats.errors import DisclosureError, InconsistentColumnError
 from fedstats.site.cell_rules import check_indicator
+from fedstats.site.column_values import as_numbers
 from fedstats.site.disclosure import DisclosurePolicy
 
 
@@ -38,8 +39,7 @@ def frequency_weights(site: str, values: pd.Series, column: str) -> np.ndarray:
     Raises :class:`~fedstats.errors.InconsistentColumnError` naming the site,
     the column and how many rows are not valid weights.
     """
-    raw = values.astype("float64") if values.dtype == bool else values
-    weights = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    weights = as_numbers(values)
     bad = ~np.isfinite(weights) | (weights < 0)
     if bad.any():
         raise InconsistentColumnError(

@@ -42,7 +42,6 @@ import numpy as np
 import pandas as pd
 
 from fedstats.errors import (
-    InconsistentColumnError,
     MalformedRequestError,
     MissingColumnError,
     MissingValuesError,
@@ -50,6 +49,7 @@ from fedstats.errors import (
 )
 from fedstats.schema import Array, Number
 from fedstats.site.cell_rules import check_groups
+from fedstats.site.column_values import as_numbers, follow_up_times
 from fedstats.site.handlers.design import as_agreed_categorical, checked_group_levels
 from fedstats.site.handlers.survival import checked_grid, protected_count
 from fedstats.site.survival_grid import require_study_grid
@@ -78,8 +78,7 @@ def status_codes(site: str, column: str, values: pd.Series) -> np.ndarray:
     Raises :class:`~fedstats.errors.StatusCodeError` naming the site, the column
     and how many present values are not non-negative integers.
     """
-    raw = values.astype("float64") if values.dtype == bool else values
-    codes = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    codes = as_numbers(values)
     present = values.notna().to_numpy()
     with np.errstate(invalid="ignore"):
         valid = np.isfinite(codes) & (codes >= 0) & (codes == np.floor(codes))
@@ -170,7 +169,7 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     if missing.any():
         column = str(missing[missing > 0].index[0])
         raise MissingValuesError(site=ctx.name, column=column, count=int(missing[column]))
-    time = checked_times(ctx.name, time_name, frame[time_name])
+    time = follow_up_times(ctx.name, time_name, frame[time_name])
     codes = status_codes(ctx.name, status_name, frame[status_name])
     check_status_cells(ctx, task=TASK, column=status_name, codes=codes, rows=np.arange(len(codes)))
     if group_name:
@@ -210,19 +209,6 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         },
         contributors=len(time),
     )
-
-
-def checked_times(site: str, column: str, values: pd.Series) -> np.ndarray:
-    """Follow-up times as float64; refuses values that are not finite numbers >= 0."""
-    time = pd.to_numeric(values, errors="coerce").to_numpy(np.float64, na_value=np.nan)
-    bad = ~np.isfinite(time) | (time < 0)
-    if bad.any():
-        raise InconsistentColumnError(
-            site=site,
-            column=column,
-            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
-        )
-    return time
 
 
 def coarsened(

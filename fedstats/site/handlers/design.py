@@ -30,6 +30,7 @@ from fedstats.errors import (
 )
 from fedstats.schema import Number, Text, Values
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
+from fedstats.site.column_values import as_numbers, event_flags, follow_up_times
 from fedstats.site.design import (
     SITE_COLUMN,
     DesignSpec,
@@ -304,7 +305,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         raise InconsistentColumnError(site=site, column=column, reason="has non-finite values")
     offset = None
     if spec.offset:
-        offset = pd.to_numeric(data[spec.offset], errors="coerce").to_numpy(dtype=np.float64)
+        offset = as_numbers(data[spec.offset])
         if not np.isfinite(offset).all():
             raise InconsistentColumnError(
                 site=site, column=spec.offset, reason="must be a finite numeric offset"
@@ -427,29 +428,11 @@ def _survival_outcome(
     if names is None:
         raise MalformedRequestError(site=None, task=None, reason="not a survival outcome")
     time_name, event_name = names
-    time = _follow_up_times(site, time_name, data[time_name])
-    raw = data[event_name]
-    values = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
-    event = values.to_numpy(dtype=np.float64, na_value=np.nan)
-    other = int((~np.isin(event, (0.0, 1.0))).sum())
-    if other:
-        raise NonBinaryOutcomeError(site=site, column=event_name, count=other)
+    time = follow_up_times(site, time_name, data[time_name])
+    event = event_flags(site, event_name, data[event_name])
     if counting is None:
         return time, event, None
     return time, event, _counting_times(site, counting, data, time)
-
-
-def _follow_up_times(site: str, name: str, raw: pd.Series) -> np.ndarray:
-    """A time column as float64: finite numbers ``>= 0`` on the study's time axis, or refused."""
-    time = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    bad = ~np.isfinite(time) | (time < 0)
-    if bad.any():
-        raise InconsistentColumnError(
-            site=site,
-            column=name,
-            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
-        )
-    return time
 
 
 def _counting_times(
@@ -467,7 +450,7 @@ def _counting_times(
     are counts of patients.
     """
     start_name, stop_name, _ = names
-    start = _follow_up_times(site, start_name, data[start_name])
+    start = follow_up_times(site, start_name, data[start_name])
     empty = int((start >= stop).sum())
     if empty:
         raise InconsistentColumnError(
@@ -516,11 +499,7 @@ def _binary_outcome(
         raw_values = data[outcome]
         if isinstance(raw_values.dtype, pd.CategoricalDtype):
             raw_values = raw[outcome]
-        values = pd.to_numeric(
-            raw_values.astype("float64") if raw_values.dtype == bool else raw_values,
-            errors="coerce",
-        )
-        y = values.to_numpy(dtype=np.float64, na_value=np.nan)
+        y = as_numbers(raw_values)
     else:
         y = _evaluated(site, factor, raw, collect)
     other = int((~np.isin(y, (0.0, 1.0))).sum())
@@ -534,7 +513,7 @@ def _binary_outcome(
 
 def _log_exposure(site: str, values: pd.Series) -> np.ndarray:
     """``log(exposure)``: every exposure a finite number ``> 0`` (person-time at risk)."""
-    exposure = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    exposure = as_numbers(values)
     bad = ~np.isfinite(exposure) | (exposure <= 0)
     if bad.any():
         raise InconsistentColumnError(
@@ -556,9 +535,7 @@ def _numeric_outcome(
     """A count (finite, ``>= 0``; not 0 for every row) or a measurement (finite)."""
     factor = parsed.outcome_factor
     if factor is None or factor.kind == "column":
-        values = raw[spec.outcome]
-        values = values.astype("float64") if values.dtype == bool else values
-        y = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+        y = as_numbers(raw[spec.outcome])
     else:
         y = _evaluated(site, factor, raw, collect)
     count = spec.outcome_kind == "count"

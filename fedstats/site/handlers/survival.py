@@ -41,12 +41,11 @@ import numpy as np
 import pandas as pd
 
 from fedstats.errors import (
-    InconsistentColumnError,
     MissingColumnError,
     MissingValuesError,
-    NonBinaryOutcomeError,
 )
 from fedstats.schema import Array, Number
+from fedstats.site.column_values import event_flags, follow_up_times
 from fedstats.site.handlers.survival_cells import (
     MAX_GRID,
     CountsRequest,
@@ -127,20 +126,8 @@ def _follow_up(
     ctx: SiteContext, request: CountsRequest, data: pd.DataFrame
 ) -> tuple[np.ndarray, np.ndarray]:
     """The follow-up times (finite, >= 0) and event flags (0/1), checked."""
-    time = pd.to_numeric(data[request.time], errors="coerce").to_numpy(np.float64, na_value=np.nan)
-    bad = ~np.isfinite(time) | (time < 0)
-    if bad.any():
-        raise InconsistentColumnError(
-            site=ctx.name,
-            column=request.time,
-            reason=f"has {int(bad.sum())} follow-up times that are not finite numbers >= 0",
-        )
-    raw = data[request.event]
-    event = pd.to_numeric(raw.astype("float64") if raw.dtype == bool else raw, errors="coerce")
-    event = event.to_numpy(np.float64, na_value=np.nan)
-    other = int((~np.isin(event, (0.0, 1.0))).sum())
-    if other:
-        raise NonBinaryOutcomeError(site=ctx.name, column=request.event, count=other)
+    time = follow_up_times(ctx.name, request.time, data[request.time])
+    event = event_flags(ctx.name, request.event, data[request.event])
     return time, event.astype(bool)
 
 
