@@ -262,9 +262,9 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         time, y, entry = _survival_outcome(site, spec, data)
         stratum = _strata_codes(data, spec.strata)
     elif spec.outcome_kind == "binary":
-        y = _binary_outcome(site, spec.outcome, parsed, data, raw, collect)
+        y = _binary_outcome(site, spec.outcome, parsed, raw, collect)
     else:
-        y = _numeric_outcome(site, spec, parsed, data, raw, collect)
+        y = _numeric_outcome(site, spec, parsed, raw, collect)
     values = {}
     for factor in parsed.factors:
         if factor.kind == "expression":
@@ -486,22 +486,22 @@ def _strata_codes(data: pd.DataFrame, strata: tuple[str, ...]) -> np.ndarray:
     return data.groupby(list(strata), sort=True, observed=True).ngroup().to_numpy(np.int64)
 
 
-def _binary_outcome(
-    site: str,
-    outcome: str,
-    parsed: ParsedFormula,
-    data: pd.DataFrame,
-    raw: pd.DataFrame,
-    collect: Indicator,
+def _outcome_values(
+    site: str, outcome: str, parsed: ParsedFormula, raw: pd.DataFrame, collect: Indicator
 ) -> np.ndarray:
+    """The outcome's values on the design's rows: its column as numbers, or the site's own
+    evaluation of the formula's left-hand side (e.g. ``I(chol > 240)``)."""
     factor = parsed.outcome_factor
     if factor is None or factor.kind == "column":
-        raw_values = data[outcome]
-        if isinstance(raw_values.dtype, pd.CategoricalDtype):
-            raw_values = raw[outcome]
-        y = as_numbers(raw_values)
-    else:
-        y = _evaluated(site, factor, raw, collect)
+        return as_numbers(raw[outcome])
+    return _evaluated(site, factor, raw, collect)
+
+
+def _binary_outcome(
+    site: str, outcome: str, parsed: ParsedFormula, raw: pd.DataFrame, collect: Indicator
+) -> np.ndarray:
+    """A 0/1 outcome with both values present (else the site would disclose every row's)."""
+    y = _outcome_values(site, outcome, parsed, raw, collect)
     other = int((~np.isin(y, (0.0, 1.0))).sum())
     if other:
         raise NonBinaryOutcomeError(site=site, column=outcome, count=other)
@@ -525,19 +525,10 @@ def _log_exposure(site: str, values: pd.Series) -> np.ndarray:
 
 
 def _numeric_outcome(
-    site: str,
-    spec: DesignSpec,
-    parsed: ParsedFormula,
-    data: pd.DataFrame,
-    raw: pd.DataFrame,
-    collect: Indicator,
+    site: str, spec: DesignSpec, parsed: ParsedFormula, raw: pd.DataFrame, collect: Indicator
 ) -> np.ndarray:
     """A count (finite, ``>= 0``; not 0 for every row) or a measurement (finite)."""
-    factor = parsed.outcome_factor
-    if factor is None or factor.kind == "column":
-        y = as_numbers(raw[spec.outcome])
-    else:
-        y = _evaluated(site, factor, raw, collect)
+    y = _outcome_values(site, spec.outcome, parsed, raw, collect)
     count = spec.outcome_kind == "count"
     bad = ~np.isfinite(y) | ((y < 0) if count else False)
     if bad.any():
