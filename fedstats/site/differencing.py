@@ -66,9 +66,24 @@ class DifferencingGuard:
     def __init__(
         self, policy: DisclosurePolicy, frame: pd.DataFrame, *, path: Path | None = None
     ) -> None:
+        key = frame_digest(frame) if path is not None else "memory"
+        self._open(policy, len(frame), key, path)
+
+    def companion(self, unit: str, n: int) -> DifferencingGuard:
+        """A guard over ``n`` other units of the same frame (e.g. its patients, when a frame
+        holds several rows per patient), kept in the same record as this one: it survives
+        a restart exactly when this guard does."""
+        guard = DifferencingGuard.__new__(DifferencingGuard)
+        guard._open(self.policy, n, f"{self._frame}:{unit}:{n}", self._path)
+        self._companions.append(guard)
+        return guard
+
+    def _open(self, policy: DisclosurePolicy, n: int, key: str, path: Path | None) -> None:
         self.policy = policy
-        self.n = len(frame)
-        self._frame = frame_digest(frame) if path is not None else "memory"
+        self.n = n
+        self._frame = key
+        self._path = path
+        self._companions: list[DifferencingGuard] = []
         self._lock = threading.Lock()
         self._sets: list[np.ndarray] = []
         self._labels: list[str] = []
@@ -237,6 +252,8 @@ class DifferencingGuard:
         return len(self._sets)
 
     def close(self) -> None:
+        for companion in self._companions:
+            companion.close()
         if self._db is not None:
             self._db.close()
             self._db = None

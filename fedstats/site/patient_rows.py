@@ -17,7 +17,9 @@ privacy:
   on the rows of 1 to ``k - 1`` patients, and no ``k - 1`` patients hold more
   than ``(k - 1)/k`` of its total absolute deviation from its median;
 * **differencing** — each row set, as the set of patients with a row in it, goes
-  to a differencing guard over patients (kept in memory for the site's life).
+  to a differencing guard over patients, kept in the same record as the site's
+  guard over rows (:meth:`~fedstats.site.differencing.DifferencingGuard.companion`),
+  so it outlives a restart as that one does.
 
 And for every ``Surv(start, stop, event)`` design (index repeating or not), the
 rows that enter late (``start > 0``) form a row set of the guard: two requests
@@ -116,9 +118,10 @@ def patient_release_sets(
             raise DisclosureError(
                 site=site, task=None, reason=f"design column {name!r} {problem}", rule="cells"
             )
-    guard: DifferencingGuard = ctx.cache.setdefault(
-        "patient guard", DifferencingGuard(policy, pd.DataFrame(index=range(patients.max() + 1)))
-    )
+    guard: DifferencingGuard | None = ctx.cache.get("patient guard")
+    if guard is None:
+        guard = ctx.guard.companion("patients", int(patients.max()) + 1)
+        ctx.cache["patient guard"] = guard
     guard.check_row_sets(
         site,
         None,

@@ -239,3 +239,23 @@ def test_a_protocol_approves_one_counting_outcome_its_weights_and_its_grid():
     with pytest.raises(DisclosureError) as info:
         fedstats.CoxPH(formula, weights="n", strata=None, grid=[3.0, 6.0]).fit(federation)
     assert info.value.rule == "grid"
+
+
+def test_the_guard_over_patients_remembers_across_restarts(tmp_path):
+    """A population one patient (three rows) smaller, asked after the site restarted: three
+    rows pass the guard over rows, and the guard over patients, kept in the site's record,
+    still refuses it."""
+    frame = patients()
+    frame["z"] = 1.0
+    frame.loc["p5", "z"] = np.nan  # one patient's three intervals
+    path = tmp_path / "guard.sqlite"
+    formula = "Surv(start, stop, event) ~ x"
+    first = Silo("s", frame, guard_path=path)
+    fedstats.CoxPH(formula).fit(fedstats.Federation({"s": first.handle}))
+    first._context.guard.close()
+    again = Silo("s", frame, guard_path=path)
+    with pytest.raises(DisclosureError) as info:
+        fedstats.CoxPH(f"{formula} + z", missing="drop").fit(
+            fedstats.Federation({"s": again.handle})
+        )
+    assert info.value.rule == "differencing" and "patients" in info.value.reason
