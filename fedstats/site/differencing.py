@@ -89,6 +89,7 @@ class DifferencingGuard:
         self._labels: list[str] = []
         self._rounds: dict[str, int] = {}
         self._grids: dict[str, np.ndarray] = {}
+        self._columns: dict[str, str] = {}
         self._matrix: np.ndarray | None = None
         self._db: sqlite3.Connection | None = None
         if path is not None:
@@ -106,6 +107,15 @@ class DifferencingGuard:
             self._db.execute(
                 "CREATE TABLE IF NOT EXISTS grids "
                 "(frame TEXT, outcome TEXT, grid BLOB, PRIMARY KEY (frame, outcome))"
+            )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS columns "
+                "(frame TEXT, role TEXT, name TEXT, PRIMARY KEY (frame, role))"
+            )
+            self._columns = dict(
+                self._db.execute(
+                    "SELECT role, name FROM columns WHERE frame = ?", (self._frame,)
+                ).fetchall()
             )
             for label, bits in self._db.execute(
                 "SELECT label, bits FROM row_sets WHERE frame = ? ORDER BY rowid", (self._frame,)
@@ -245,6 +255,18 @@ class DifferencingGuard:
                         (self._frame, outcome, pinned.tobytes()),
                     )
             return self._grids[outcome]
+
+    def study_column(self, role: str, name: str) -> str:
+        """The column pinned for ``role`` (e.g. the entry times of one survival outcome); the
+        first column asked for is pinned, across restarts as the row sets are."""
+        with self._lock:
+            if role not in self._columns:
+                self._columns[role] = name
+                if self._db is not None:
+                    self._db.execute(
+                        "INSERT OR IGNORE INTO columns VALUES (?, ?, ?)", (self._frame, role, name)
+                    )
+            return self._columns[role]
 
     @property
     def row_sets(self) -> int:

@@ -116,10 +116,8 @@ def _check_counting_request(ctx: SiteContext, spec: DesignSpec, *, task: str) ->
     if counting is None or ctx.protocol is not None:  # a protocol admitted this outcome exactly
         return
     start, stop, event = counting
-    asked = np.frombuffer(start.encode(), dtype=np.uint8).astype(np.float64)
-    pinned = ctx.guard.study_grid(f"entry|{stop}|{event}", asked)
-    if not np.array_equal(pinned, asked):
-        study = bytes(pinned.astype(np.uint8)).decode()
+    study = ctx.guard.study_column(f"entry|{stop}|{event}", start)
+    if study != start:
         raise DisclosureError(
             site=ctx.name,
             task=task,
