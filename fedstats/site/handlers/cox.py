@@ -301,7 +301,9 @@ def _counting_horizon(
     small = lambda counts: (counts > 0) & (counts < k)  # noqa: E731
     entering = np.bincount(start[start >= 0], minlength=n_points)
     at_risk = reaching - np.cumsum(entering[::-1])[::-1]
-    unsafe = small(died) | small(at_risk) | small(np.bincount(stop, minlength=n_points))
+    stopping = np.bincount(stop, minlength=n_points)
+    unsafe = small(died) | small(at_risk) | small(stopping) | small(stopping - died)
+    unsafe |= small(at_risk - died)
     unsafe[1:] |= small(entering[:-1])  # entrants at j join at j + 1: end at j
     return int(np.argmax(unsafe)) - 1 if unsafe.any() else n_points - 1
 

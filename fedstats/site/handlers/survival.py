@@ -348,15 +348,21 @@ def safe_horizon(
 
     Checked at each grid point ``j``: the number at risk and the number of
     events; with ``leavers``, also the number leaving the risk set before the
-    next point (``risk_j - risk_{j+1}``, events and censored), for releases
-    of risk-set *sums* of covariates, whose difference would otherwise give
-    the covariates of a few patients; with ``dominated``, the points where one
-    row dominates a weighted count are unsafe too. -1 if no grid point qualifies.
+    next point (``risk_j - risk_{j+1}``, events and censored), of those
+    censored (leavers less events) and of those at risk without an event
+    (``risk_j - died_j``, everyone left when the curve ends at ``j``), for
+    releases of risk-set *sums* of covariates beside event sums, whose
+    differences would otherwise give the covariates of a few patients; with
+    ``dominated``, the points where one row dominates a weighted count are
+    unsafe too. -1 if no grid point qualifies.
     """
     small = lambda counts: (counts > 0) & (counts < k)  # noqa: E731
     unsafe = small(died) | (risk < k)
     if dominated is not None:
         unsafe |= dominated
     if leavers:
-        unsafe |= small(risk - np.append(risk[1:], 0.0))
+        leaving = risk - np.append(risk[1:], 0.0)
+        # with the event sums released beside the risk-set sums, leavers less events are the
+        # censored, and at-risk less events those left at a horizon: 0 or k of each too
+        unsafe |= small(leaving) | small(leaving - died) | small(risk - died)
     return int(np.argmax(unsafe)) - 1 if unsafe.any() else len(risk) - 1
