@@ -101,6 +101,21 @@ class CoxFit(BaseModel):
     formula: Annotated[str, Field(min_length=3)]
     strata: Literal["site"] = "site"
     ties: Literal["efron", "breslow"] = "efron"
+    weights: str | None = None
+
+
+class FineGrayFit(BaseModel):
+    """A ``[[fits]]`` entry of kind ``fine_gray``: :class:`fedstats.FineGray` of one ``cause``
+    on a grid of ``width`` up to ``horizon``."""
+
+    model_config = STRICT
+    kind: Literal["fine_gray"]
+    name: Name
+    formula: Annotated[str, Field(min_length=3)]
+    cause: Annotated[int, Field(ge=1)]
+    width: Annotated[float, Field(gt=0)]
+    horizon: Annotated[float, Field(gt=0)]
+    ties: Literal["efron", "breslow"] = "efron"
 
 
 class KaplanMeierFit(BaseModel):
@@ -122,6 +137,7 @@ class KaplanMeierFit(BaseModel):
     horizon: Annotated[float, Field(gt=0)]
     group: str | None = None
     sparse_events: Literal["end", "defer"] = "end"
+    weights: str | None = None
 
     @model_validator(mode="after")
     def _grid(self) -> KaplanMeierFit:
@@ -180,7 +196,8 @@ class DeepFit(BaseModel):
 
 
 Fit = Annotated[
-    LogisticFit | GlmFit | CoxFit | KaplanMeierFit | DeepFit, Field(discriminator="kind")
+    LogisticFit | GlmFit | CoxFit | FineGrayFit | KaplanMeierFit | DeepFit,
+    Field(discriminator="kind"),
 ]
 
 

@@ -20,6 +20,7 @@ import fedstats
 from fedstats.jobs.study_config import (
     CoxFit,
     DeepFit,
+    FineGrayFit,
     Fit,
     GlmFit,
     KaplanMeierFit,
@@ -47,8 +48,12 @@ def make_fit(fit: Fit, federation: Federation) -> dict[str, Any]:
             **fedstats.GLM(fit.formula, **options).fit(federation).to_record(),
         }
     if isinstance(fit, CoxFit):
-        result = fedstats.CoxPH(fit.formula, strata=fit.strata, ties=fit.ties).fit(federation)
-        return {"kind": fit.kind, **result.to_record()}
+        cox = fedstats.CoxPH(fit.formula, strata=fit.strata, ties=fit.ties, weights=fit.weights)
+        return {"kind": fit.kind, **cox.fit(federation).to_record()}
+    if isinstance(fit, FineGrayFit):
+        options = fit.model_dump(exclude={"kind", "name", "formula"})
+        fine_gray = fedstats.FineGray(fit.formula, **options)
+        return {"kind": fit.kind, **fine_gray.fit(federation).to_record()}
     if isinstance(fit, KaplanMeierFit):
         km = fedstats.KaplanMeier(
             fit.time,
@@ -57,6 +62,7 @@ def make_fit(fit: Fit, federation: Federation) -> dict[str, Any]:
             width=fit.width,
             horizon=fit.horizon,
             sparse_events=fit.sparse_events,
+            weights=fit.weights,
         )
         return {"kind": fit.kind, **km.fit(federation).to_record()}
     if isinstance(fit, DeepFit):
