@@ -153,11 +153,17 @@ def test_charges_equal_dp_accountings_composition(tmp_path):
 def test_a_large_budget_recovers_the_cox_hazard_ratios(tmp_path, strata):
     """At epsilon 20 on 4 x 1000 patients with 8 rounds, the private fit is within its own
     95% interval of lifelines' pooled Cox estimate, and that interval is less than three
-    times as wide as the exact fit's."""
+    times as wide as the exact fit's, for one seeded draw of the noise. With fresh noise
+    each run the test failed about one run in five: two 95% intervals both cover about
+    nine draws in ten, and the width ratio of the shared baseline ranges 1.5 to 3.4 over
+    draws. How often the intervals cover over many studies is
+    ``benchmarks/dp_coverage.py``'s to say."""
     frames = simulated(n=1000)
     pooled = pd.concat([f.assign(site=s) for s, f in frames.items()], ignore_index=True)
     cph = CoxPHFitter().fit(pooled, "time", "event", formula="x1 + x2", strata=["site"])
-    fed = fedstats.Federation.in_process(frames, ledgers=ledgers_for(tmp_path, frames))
+    fed = fedstats.Federation.in_process(
+        frames, ledgers=ledgers_for(tmp_path, frames), noise_seed=0
+    )
     fit = fedstats.CoxPH(FORMULA, strata=strata, grid=GRID).fit(
         fed, privacy=fedstats.RecordDP(epsilon=20.0, rounds=8, bounds=BOUNDS)
     )

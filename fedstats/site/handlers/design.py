@@ -46,7 +46,7 @@ from fedstats.site.design_outcomes import (
     survival_outcome_values,
 )
 from fedstats.site.disclosure import check_levels, check_saturation
-from fedstats.site.patient_rows import patient_release_sets
+from fedstats.site.patient_rows import count_patients, patient_release_sets
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
@@ -162,12 +162,14 @@ def prepare_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
 
 
 def prepare(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
-    """Build and validate the agreed design; report the site's counts."""
+    """Build and validate the agreed design; report the site's counts: ``n_obs`` counts
+    patients (a frame indexed by patient may hold several rows, intervals, per patient)."""
     spec = spec_from_args(args)
     design = site_design(ctx, spec)
+    patients = count_patients(ctx, design.rows, design.n_obs)
     return TaskReply(
-        {"n_obs": design.n_obs, "n_dropped": design.n_dropped, "n_events": events(spec, design)},
-        contributors=design.n_obs,
+        {"n_obs": patients, "n_dropped": design.n_dropped, "n_events": events(spec, design)},
+        contributors=patients,
     )
 
 
