@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedstats.schema import Array
+
 TIES = ("breslow", "efron")
 
 
@@ -269,6 +271,20 @@ def _reverse_cumsum_by_stratum(values: np.ndarray, stratum: np.ndarray) -> np.nd
 
 
 # ----------------------------------------------------------------------------- time grid
+def grid_sums_schema(n_points: int, p: int) -> dict[str, Array]:
+    """The reply fields of :class:`GridSums` for ``n_points`` grid points and ``p`` columns."""
+    return {
+        "d": Array((n_points,)),
+        "S0": Array((n_points,)),
+        "S1": Array((n_points, p)),
+        "S2": Array((n_points, p, p)),
+        "E0": Array((n_points,)),
+        "E1": Array((n_points, p)),
+        "E2": Array((n_points, p, p)),
+        "x_events": Array((p,)),
+    }
+
+
 @dataclass(frozen=True)
 class GridSums:
     """Risk-set and tied-event sums per grid point (a site's, or their total over sites).
@@ -307,6 +323,17 @@ class WeightedGridSums(GridSums):
         return self.d_weighted
 
 
+def risk_scores(X: np.ndarray, beta: np.ndarray) -> np.ndarray:
+    """``exp(X beta)``; ``ValueError`` when the linear predictor overflows."""
+    with np.errstate(over="raise"):
+        try:
+            return np.exp(X @ beta)
+        except FloatingPointError:
+            raise ValueError(
+                "the linear predictor overflows exp(); rescale the covariates"
+            ) from None
+
+
 def grid_sums(
     X: np.ndarray,
     coarse: np.ndarray,
@@ -324,13 +351,7 @@ def grid_sums(
     ``entry < j <= coarse``. ``case_weights``: frequency weights. ``w = v exp(x' beta)``
     without a shift: sites' sums are added, so they must share one scale.
     """
-    with np.errstate(over="raise"):
-        try:
-            w = np.exp(X @ beta)
-        except FloatingPointError:
-            raise ValueError(
-                "the linear predictor overflows exp(); rescale the covariates"
-            ) from None
+    w = risk_scores(X, beta)
     v = np.ones(len(w)) if case_weights is None else case_weights
     w = v * w
     S0, S1, S2 = _sums_by_point(X, w, coarse, n_points)

@@ -22,6 +22,7 @@ from fedstats.cox_math import (
     SortedSurvival,
     concordance_counts,
     grid_sums,
+    grid_sums_schema,
     partial_likelihood,
     risk_set_sizes,
     score_residuals,
@@ -180,14 +181,7 @@ def grid_summaries_schema(args: dict[str, Any]) -> dict:
     grid = checked_grid(args)
     p, K = spec.n_params, len(grid)
     return {
-        "d": Array((K,)),
-        "S0": Array((K,)),
-        "S1": Array((K, p)),
-        "S2": Array((K, p, p)),
-        "E0": Array((K,)),
-        "E1": Array((K, p)),
-        "E2": Array((K, p, p)),
-        "x_events": Array((p,)),
+        **grid_sums_schema(K, p),
         "d_weighted": Array((K,)),
         "truncated": Number(),
     }

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.cox_math import GridSums, grid_sums
+from fedstats.cox_math import GridSums, grid_sums, grid_sums_schema, risk_scores
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
 from fedstats.schema import Array, Number
 from fedstats.site.design import DesignSpec, survival_outcome
@@ -77,14 +77,7 @@ def summaries_schema(args: dict[str, Any]) -> dict:
     checked_cause(args)
     p, K = spec.n_params, len(checked_grid(args))
     return {
-        "d": Array((K,)),
-        "S0": Array((K,)),
-        "S1": Array((K, p)),
-        "S2": Array((K, p, p)),
-        "E0": Array((K,)),
-        "E1": Array((K, p)),
-        "E2": Array((K, p, p)),
-        "x_events": Array((p,)),
+        **grid_sums_schema(K, p),
         **{name: Array((K,)) for name in COUNT_FIELDS},
         "truncated": Number(),
         "n_obs": Number(),
@@ -250,13 +243,7 @@ def score_residuals(
     grid give each patient's share of every risk set in ``O(n p + K p)``.
     """
     X, point, codes = rows.X, rows.point, rows.codes
-    with np.errstate(over="raise"):
-        try:
-            r = np.exp(X @ beta)
-        except FloatingPointError:
-            raise ValueError(
-                "the linear predictor overflows exp(); rescale the covariates"
-            ) from None
+    r = risk_scores(X, beta)
     before = np.r_[1.0, rows.censoring[:-1]]  # G_{j-1}
     C0, C1 = np.cumsum(hazard), np.cumsum(hazard[:, None] * means, axis=0)
     H0 = np.cumsum(before * hazard)
@@ -294,13 +281,7 @@ def fine_gray_sums(
     if not competing.any():
         return base
     Xc, e = X[competing], point[competing]
-    with np.errstate(over="raise"):
-        try:
-            w = np.exp(Xc @ beta)
-        except FloatingPointError:
-            raise ValueError(
-                "the linear predictor overflows exp(); rescale the covariates"
-            ) from None
+    w = risk_scores(Xc, beta)
     before = np.r_[1.0, G[:-1]]  # G_{j-1}, with G_{-1} = 1
     scale = w / before[e]
     p = X.shape[1]
