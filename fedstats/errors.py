@@ -124,6 +124,8 @@ DISCLOSURE_RULES = (
     "secure-aggregation",
     "rounds",
     "grid",
+    "entry",
+    "dominance",
 )
 """The disclosure rules a site applies; a refusal names one of them."""
 

@@ -20,8 +20,11 @@ are the pooled sums the estimate equals the pooled fit (DataSHIELD
 * **Dispersion.** Gaussian fits estimate ``phi`` by Pearson's statistic over
   ``sum w - p``; ``scale="X2"`` does the same for a binomial or Poisson fit
   (quasi-likelihood; McCullagh & Nelder 1989, §9.2).
-* **Steps.** A step that lowers the log-likelihood is halved (at most 20
-  times); the fit stops on the Newton decrement (:mod:`fedstats.models.newton`).
+* **Steps.** A step that lowers the log-likelihood, or that a site refuses
+  because one row would dominate the fitted count
+  (:func:`fedstats.site.handlers.glm.check_fitted_dominance`), is halved (at
+  most 20 times); the fit stops on the Newton decrement
+  (:mod:`fedstats.models.newton`).
 
 Privacy: a binomial fit without weights runs the private logistic
 regression (:class:`fedstats.LogisticRegression`); a Poisson or Gaussian
@@ -37,7 +40,12 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
+from fedstats.errors import (
+    ConvergenceWarning,
+    DisclosureError,
+    FormulaError,
+    StudyConfigurationError,
+)
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
 from fedstats.models.glm_results import GLMResults
@@ -260,16 +268,25 @@ class GLM:
             previous = decrement
             if rounds == self.maxiter:
                 break
-            candidate, trial = beta + step, None
+            candidate, trial, refusal = beta + step, None, None
             for _ in range(MAX_HALVINGS):
-                trial = evaluate(candidate)
                 rounds += 1
-                if trial["loglik"] >= state["loglik"] - 1e-12 * (1 + abs(state["loglik"])):
+                try:
+                    trial = evaluate(candidate)
+                except DisclosureError as error:  # one row would dominate: the step overshot
+                    if error.rule != "dominance":
+                        raise
+                    trial, refusal = None, error
+                if trial is not None and trial["loglik"] >= state["loglik"] - 1e-12 * (
+                    1 + abs(state["loglik"])
+                ):
                     break
                 step = step / 2
                 candidate = beta + step
                 if rounds >= self.maxiter:
                     break
+            if trial is None:
+                raise refusal  # type: ignore[misc]  # every shorter step was refused too
             beta, state = candidate, trial
             if self.family == "binomial" and separation.separated(
                 state["loglik"], state["any_extreme"]

@@ -25,6 +25,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
+import statsmodels.api as sm
+import statsmodels.formula.api as smf
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -221,3 +223,60 @@ def test_any_weights_column_is_read_or_refused_by_name(values):
         assert error.site == "s" and error.column == "w"
     else:
         assert np.isfinite(weights).all() and (weights >= 0).all() and (weights > 0).any()
+
+
+def test_coefficients_that_make_one_row_dominate_a_poisson_reply_are_refused():
+    """With beta large on age, exp(x'beta) of the oldest patient dwarfs the rest: the score's
+    ratio to its intercept entry would be that patient's age."""
+    data = frame()
+    fed = federation(data)
+    spec = fedstats.GLM("cases ~ age + smoker", family="poisson").agree(fed, "a").spec
+    oldest = float(data.age.max())
+    beta = np.array([30.0 - 50.0 * oldest, 50.0, 0.0])
+    args = {"design": spec.to_wire(), "beta": beta, "family": "poisson"}
+    with pytest.raises(DisclosureError) as info:
+        fed.request("glm.summaries", args, analysis="a")
+    assert info.value.rule == "dominance"
+    # had they been answered, these coefficients would give the oldest patient's age
+    mu = np.exp(beta[0] + beta[1] * data.age)
+    score = np.array([np.sum(data.cases - mu), np.sum(data.age * (data.cases - mu))])
+    assert score[1] / score[0] == pytest.approx(oldest, rel=1e-6)
+
+
+@pytest.mark.parametrize("role", ["offset", "exposure"])
+def test_an_offset_or_exposure_that_singles_out_one_row_is_refused(role):
+    data = frame()
+    data["spiked"] = 1.0
+    data.loc[9, "spiked"] = 1e6
+    data["log_spiked"] = np.log(data["spiked"])
+    column = "log_spiked" if role == "offset" else "spiked"
+    with pytest.raises(DisclosureError) as info:
+        fedstats.GLM("cases ~ age", family="poisson", **{role: column}).fit(federation(data))
+    assert info.value.rule == "cells"
+
+
+def test_a_trial_step_a_site_refuses_as_dominated_is_halved(monkeypatch):
+    """The coordinator's side of the dominance rule: a trial point refused with rule
+    ``dominance`` (an overshooting step) is halved like one that lowers the likelihood, and
+    the fit still equals statsmodels'."""
+    from fedstats.site.handlers import glm as glm_site
+
+    data = frame()
+    real, calls = glm_site.check_fitted_dominance, []
+
+    def refuse_the_third(ctx, fitted):  # the first trial of a Newton step
+        calls.append(1)
+        if len(calls) == 3:
+            raise DisclosureError(site=ctx.name, task=None, reason="dominated", rule="dominance")
+        real(ctx, fitted)
+
+    monkeypatch.setattr(glm_site, "check_fitted_dominance", refuse_the_third)
+    fed = federation(data)
+    result = fedstats.GLM("cases ~ age + smoker", family="poisson", exposure="years").fit(fed)
+    model = smf.glm(
+        "cases ~ age + smoker", data, family=sm.families.Poisson(), exposure=data["years"]
+    )
+    reference = model.fit(start_params=model.fit(tol=1e-13).params, tol=1e-13)
+    assert result.converged
+    assert np.max(np.abs(result.params - reference.params[result.params.index])) < 1e-8
+    assert [r.status for r in fed.inventory.records() if r.status != "ok"] == ["refused"]

@@ -379,6 +379,9 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         check_groups(policy, site=site, task=None, what=what, codes=design.y)
     else:  # a count or a measurement: the mode and dominance rules of a design column
         check_columns(policy, site=site, task=None, names=[spec.outcome], X=design.y[:, None])
+    if design.offset is not None:  # a spike in an offset (or exposure) singles out its row
+        name = spec.offset or f"log({spec.exposure})"
+        check_columns(policy, site=site, task=None, names=[name], X=design.offset[:, None])
     if design.weights is not None and spec.weights:
         check_weight_dominance(
             policy, site=site, task=None, column=spec.weights, weights=design.weights

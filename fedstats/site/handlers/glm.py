@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 from statsmodels.genmod import families
 
-from fedstats.errors import MalformedRequestError
+from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.schema import Array, Number
 from fedstats.site.design import DesignSpec
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
@@ -97,6 +97,8 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         loglik = float(np.sum(w * family.loglike_obs(y, mu, scale=1.0)))
         deviance = float(family.deviance(y, mu, freq_weights=w))
         pearson = float(np.sum(w * residual**2 / variance))
+    if isinstance(family, families.Poisson):
+        check_fitted_dominance(ctx, w * mu)
     extreme = np.zeros(len(y), dtype=bool)
     if isinstance(family, families.Binomial):
         extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
@@ -113,6 +115,33 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         },
         contributors=design.n_obs,
     )
+
+
+def check_fitted_dominance(ctx: SiteContext, fitted: np.ndarray) -> None:
+    """Refuse a Poisson reply in which one row carries more than ``1/k`` of the fitted count.
+
+    The attack: the coordinator picks the coefficients. With ``beta`` large on
+    one covariate, ``mu_i = exp(x_i' beta)`` of the row with the largest value
+    dwarfs all others, and the score ``sum x_i (y_i - mu_i)`` is that row's
+    covariate vector times ``-mu_i`` up to a small remainder (its ratios to
+    the intercept's entry are the row's values). Every row's share of the
+    weights ``w_i mu_i`` of the score and information is therefore held to
+    the dominance rule of :mod:`fedstats.site.weights` (rule ``dominance``); a
+    fit's own Newton steps meet it except where a step overshoots, and the
+    coordinator then halves the step (:class:`fedstats.GLM`).
+    """
+    total = float(fitted.sum())
+    k = ctx.policy.k_cell
+    if not np.isfinite(total) or (fitted.size and float(fitted.max()) * k > total * (1 + 1e-12)):
+        raise DisclosureError(
+            site=ctx.name,
+            task=TASK,
+            reason=(
+                f"at these coefficients one row would carry more than 1/{k} of the fitted count, "
+                "so the reply would describe that row"
+            ),
+            rule="dominance",
+        )
 
 
 def checked_family(args: dict[str, Any], spec: DesignSpec) -> str:
