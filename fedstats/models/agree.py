@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
 from fedstats.models.federation import Federation
@@ -55,29 +55,35 @@ class Agreement:
     counts: SiteCounts
 
 
+class DesignOptions(TypedDict, total=False):
+    """The options of :func:`agreed_design` (and so of :func:`agree_design`) beyond the formula."""
+
+    levels: Mapping[str, Sequence[Level]] | None
+    site_intercepts: bool
+    offset: str | None
+    missing: str
+    outcome_kind: str
+    strata: Sequence[str]
+    weights: str | None
+    exposure: str | None
+
+
 def agree_design(
     federation: Federation,
     formula: str,
     *,
     analysis: str,
-    levels: Mapping[str, Sequence[Level]] | None = None,
-    site_intercepts: bool = False,
-    offset: str | None = None,
-    missing: str = "raise",
     dp: DpRequest | None = None,
-    outcome_kind: str = "binary",
-    strata: Sequence[str] = (),
-    weights: str | None = None,
-    exposure: str | None = None,
+    **options: Unpack[DesignOptions],
 ) -> Agreement:
     """Agree on the design with every site, then have each site build and validate it.
 
     Two requests per site: ``describe`` (variable kinds and levels,
-    :func:`agreed_design`) and ``prepare`` (build the agreed design; counts). Levels fixed by the
-    analyst in ``levels`` are used as given and not asked for. Under
-    privacy (``dp``) sites list no levels — every categorical covariate's
-    levels must be fixed by the study — and the counts are a charged, noisy
-    release.
+    :func:`agreed_design`, which takes the ``options``) and ``prepare`` (build the
+    agreed design; counts). Levels fixed by the analyst in ``levels`` are used as
+    given and not asked for. Under privacy (``dp``) sites list no levels — every
+    categorical covariate's levels must be fixed by the study — and the counts are a
+    charged, noisy release.
 
     A survival design (``outcome_kind="survival"``) has the outcome
     ``Surv(time, event)``, no intercept (the baseline hazard takes its place:
@@ -86,20 +92,7 @@ def agree_design(
     numeric column of frequency weights (:mod:`fedstats.site.weights`);
     ``exposure`` one of positive exposures whose log joins the offset.
     """
-    spec, layout = agreed_design(
-        federation,
-        formula,
-        analysis=analysis,
-        levels=levels,
-        site_intercepts=site_intercepts,
-        offset=offset,
-        missing=missing,
-        dp=dp,
-        outcome_kind=outcome_kind,
-        strata=strata,
-        weights=weights,
-        exposure=exposure,
-    )
+    spec, layout = agreed_design(federation, formula, analysis=analysis, dp=dp, **options)
     return Agreement(spec=spec, layout=layout, counts=_prepared(federation, spec, dp, analysis))
 
 
