@@ -210,7 +210,11 @@ Indicator = Callable[[str, np.ndarray], None]
 
 
 def evaluate(
-    factor: Factor, columns: Mapping[str, pd.Series], on_indicator: Indicator | None = None
+    factor: Factor,
+    columns: Mapping[str, pd.Series],
+    on_indicator: Indicator | None = None,
+    *,
+    total: bool = False,
 ) -> np.ndarray:
     """The values of an ``expression`` factor over the rows of ``columns`` (float64).
 
@@ -219,37 +223,50 @@ def evaluate(
     before it is used. A value outside a function's domain (the log of 0, a
     division by zero, an overflow) raises :class:`DomainError` rather than
     producing a missing value that would silently drop a row.
+
+    With ``total`` (a differentially private release), nothing about the values
+    raises: each row's value is computed as IEEE arithmetic gives it (``log(0)``
+    is ``-inf``, ``sqrt(-1)`` NaN), and the caller leaves rows without a finite
+    value out of the release, counting them. Whether a private request is
+    answered then never depends on any patient's values
+    (:mod:`fedstats.site.private_rows`).
     """
     if factor.tree is None:
         raise FormulaError(f"{factor.name!r} is not an expression")
-    with np.errstate(all="raise"):
+    with np.errstate(all="ignore" if total else "raise"):
         try:
-            value = _evaluate(factor.tree, columns, on_indicator)
+            value = _evaluate(factor.tree, columns, on_indicator, strict=not total)
         except (FloatingPointError, OverflowError, ZeroDivisionError):
             raise DomainError(factor.name) from None
     result = np.asarray(value, dtype=np.float64)
     if result.ndim == 0:
         n = len(next(iter(columns.values()))) if columns else 0
         result = np.full(n, float(result))
-    if not np.isfinite(result).all():
+    if not total and not np.isfinite(result).all():
         raise DomainError(factor.name)
     return result
 
 
-def _evaluate(node: ast.AST, columns: Mapping[str, pd.Series], on_indicator: Indicator | None):
+def _evaluate(
+    node: ast.AST,
+    columns: Mapping[str, pd.Series],
+    on_indicator: Indicator | None,
+    *,
+    strict: bool = True,
+):
     if isinstance(node, ast.Name):
         return _numeric(node.id, columns)
     if isinstance(node, ast.Constant):
         return float(node.value)
     if isinstance(node, ast.BinOp):
-        left = _evaluate(node.left, columns, on_indicator)
-        right = _evaluate(node.right, columns, on_indicator)
+        left = _evaluate(node.left, columns, on_indicator, strict=strict)
+        right = _evaluate(node.right, columns, on_indicator, strict=strict)
         if isinstance(node.op, _LOGICAL):
             result = _logical(node, left, right)
             _report(node, result, on_indicator)
             return result
         left, right = _as_number(left), _as_number(right)
-        if isinstance(node.op, ast.Div) and np.any(np.asarray(right) == 0):
+        if strict and isinstance(node.op, ast.Div) and np.any(np.asarray(right) == 0):
             raise ZeroDivisionError
         operations = {
             ast.Add: np.add,
@@ -260,7 +277,7 @@ def _evaluate(node: ast.AST, columns: Mapping[str, pd.Series], on_indicator: Ind
         }
         return operations[type(node.op)](left, right)
     if isinstance(node, ast.UnaryOp):
-        operand = _evaluate(node.operand, columns, on_indicator)
+        operand = _evaluate(node.operand, columns, on_indicator, strict=strict)
         if isinstance(node.op, ast.Invert):
             if np.asarray(operand).dtype != bool:
                 raise UnsafeTermError(
@@ -284,11 +301,11 @@ def _evaluate(node: ast.AST, columns: Mapping[str, pd.Series], on_indicator: Ind
                 )
             else:
                 left = (
-                    _as_number(_evaluate(left_node, columns, on_indicator))
+                    _as_number(_evaluate(left_node, columns, on_indicator, strict=strict))
                     if left is None
                     else left
                 )
-                right = _as_number(_evaluate(right_node, columns, on_indicator))
+                right = _as_number(_evaluate(right_node, columns, on_indicator, strict=strict))
                 part = _COMPARE[type(op)](left, right)
                 left = right
             part = np.asarray(part, dtype=bool)
@@ -297,8 +314,10 @@ def _evaluate(node: ast.AST, columns: Mapping[str, pd.Series], on_indicator: Ind
         _report(node, result, on_indicator)
         return result
     if isinstance(node, ast.Call):
-        argument = _as_number(_evaluate(node.args[0], columns, on_indicator))
+        argument = _as_number(_evaluate(node.args[0], columns, on_indicator, strict=strict))
         function = FUNCTIONS[node.func.id]  # type: ignore[attr-defined]
+        if not strict:
+            return function(argument)
         if function in (np.log, np.log2, np.log10) and np.any(np.asarray(argument) <= 0):
             raise FloatingPointError
         if function is np.log1p and np.any(np.asarray(argument) <= -1):

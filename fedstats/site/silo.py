@@ -56,6 +56,7 @@ from fedstats.site.private_release import (
     reply_schema,
     training_event,
 )
+from fedstats.site.private_rows import check_private_request
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
@@ -166,10 +167,12 @@ class Silo:
         In order, before any row is read: the request's size, its arguments
         (the task's schema), the site's resource limits, its approved
         protocol, whether it requires privacy or secure aggregation, and the
-        rounds of the analysis. Then the handler computes the reply (data
-        checks and small-cell rules refuse here, before any charge); a private
-        release is charged to the site's ledger, and only then noised and
-        released. Every reply and every error reply is checked before it
+        rounds of the analysis; for a private request, everything that decides
+        whether it is answered (:mod:`fedstats.site.private_rows`) and the
+        charge to the site's ledger. Then the handler computes the reply (for
+        an exact request, data checks and small-cell rules refuse here; a
+        private one leaves unusable rows out instead), and a private release
+        is noised before it leaves. Every reply and every error reply is checked before it
         leaves (:func:`~fedstats.site.disclosure.check_reply`,
         :func:`~fedstats.site.error_replies.checked_error`).
         """
@@ -195,7 +198,9 @@ class Silo:
                 reply, noise, facts = self._trained(task, task_name, args, dp)
             else:
                 reply, noise, facts = self._released(task, task_name, args, dp, session, plain)
-            payload = self._outgoing(task_name, reply, noise, session, plain)
+            payload = self._outgoing(
+                task_name, reply, noise, session, plain, private=dp is not None
+            )
             payload.update(facts)
             check_reply(
                 self.policy,
@@ -203,7 +208,7 @@ class Silo:
                 task=task_name,
                 schema=schema,
                 payload=payload,
-                contributors=reply.contributors,
+                contributors=None if dp is not None else reply.contributors,
             )
             out = codec.encode({"status": "ok", "result": payload})
         except SiteError as error:
@@ -254,14 +259,18 @@ class Silo:
         session: SiteSession | None,
         plain: ReplySchema,
     ) -> tuple[TaskReply, dict[str, Any], dict[str, Any]]:
-        """A Gaussian release: the reply computed (every data check passed), the ledger charged,
-        and only then the noise drawn (this site's share of it under secure aggregation)."""
+        """A Gaussian release: the ledger charged, then the reply computed, and only then the
+        noise drawn (this site's share of it under secure aggregation).
+
+        The charge comes before any row is read: a private request is answered or refused on
+        the request alone (:mod:`fedstats.site.private_rows`), so over budget is refused with
+        no row touched, and nothing the rows hold can turn a charged request into a refusal.
+        """
         groups = noisy_groups(task, args, self.name)
         sigmas = dp.sigmas_for(groups, self.name, task_name)
         site_sigmas = (
             sigmas if session is None else noise_multipliers(session, groups, sigmas, plain)
         )
-        reply = task.handler(self._context, args)
         distributed = (
             {}
             if session is None
@@ -276,6 +285,7 @@ class Silo:
         )
         event = release_event(charged_sigmas(sigmas, session))
         spent, budget = self._charge(task_name, dp, event, distributed)
+        reply = task.handler(self._context, args)
         noise = draw_noise(
             reply.payload, groups, site_sigmas, self._noise_rng(), site=self.name, task=task_name
         )
@@ -288,9 +298,11 @@ class Silo:
         noise: dict[str, Any] | None,
         session: SiteSession | None,
         plain: ReplySchema,
+        *,
+        private: bool,
     ) -> dict[str, Any]:
         """The payload as it leaves: noised, or (inside secure aggregation) checked plain for
-        shape and threshold, then masked."""
+        shape and (exact replies) threshold, then masked."""
         if session is None:
             return reply.payload if noise is None else add_noise(reply.payload, noise)
         check_reply(
@@ -299,7 +311,7 @@ class Silo:
             task=task_name,
             schema=plain,
             payload=reply.payload,
-            contributors=reply.contributors,
+            contributors=None if private else reply.contributors,
         )
         return mask_reply(session, reply.payload, noise, plain, task_name)
 
@@ -317,6 +329,8 @@ class Silo:
             if self.protocol is None
             else self.protocol.admit(self.name, task_name, args, private=private)
         )
+        if private:  # answered or refused on the request alone (fedstats.site.private_rows)
+            check_private_request(self.name, task_name, args, self._context.frame.columns)
         if not private and self.policy.require_privacy:
             raise DisclosureError(
                 site=self.name,

@@ -4,9 +4,10 @@ The attacks: an unknown level came back with its count; a crafted outcome
 gave "non-binary, count 1"; a request that passed the charge and then failed
 validation leaked the data through its error (a site with
 ``require_privacy=True`` gave 5 of 5 outcomes for epsilon 0.0035 in all).
-Now no error reply holds a data value or a count below ``k_cell``, data
-checks run before any charge, and a site that requires privacy says what is
-wrong with the request, never what is in its data.
+Now no error reply holds a data value or a count below ``k_cell``, a site
+that requires privacy says what is wrong with the request, never what is in
+its data, and a private request is answered or refused on the request alone
+(:mod:`fedstats.site.private_rows`; attacked in ``test_private_refusals.py``).
 """
 
 from __future__ import annotations
@@ -96,10 +97,11 @@ def test_a_crafted_outcome_with_one_odd_value_gives_no_count():
     assert all(v >= K_CELL for v in numbers_in(reply["error"]["values"]))
 
 
-def test_a_site_requiring_privacy_reports_no_data_in_errors_and_charges_nothing(tmp_path):
-    """The require_privacy attack: five private requests, each failing a data check after the
-    charge, gave five outcomes. Now each fails before the charge, and the error says only that
-    the data do not fit."""
+def test_a_site_requiring_privacy_answers_every_probe_alike(tmp_path):
+    """The require_privacy attack: five private requests, each with an outcome odd on one
+    patient's row, gave five outcomes (ok or error by that patient's value). Now a private
+    release leaves the odd row out (:mod:`fedstats.site.private_rows`): every probe is
+    answered, each is charged before anything is read, and no reply names a probe."""
     data = frame()
     for i in range(5):
         data[f"probe{i}"] = data["y"]
@@ -111,25 +113,27 @@ def test_a_site_requiring_privacy_reports_no_data_in_errors_and_charges_nothing(
         design = spec(f"probe{i} ~ age", f"probe{i}", [f"probe{i}", "age"], ["Intercept", "age"])
         replies.append(ask(silo, "prepare", {"design": design, "dp": PREPARE_DP}))
     for reply in replies:
-        assert reply["error"]["type"] == "DisclosureError"
-        assert reply["error"]["values"]["rule"] == "privacy-required"
+        assert reply["status"] == "ok"
         assert "probe" not in repr(reply)
-    assert len({repr(r) for r in replies}) == 1  # every patient's reply is the same
+    assert len({tuple(sorted(r["result"])) for r in replies}) == 1  # every reply alike
     scope = accounting.Scope(unit="patient", owner="s", study="st")
-    assert ledger.spent(scope, pld=False).epsilon == 0  # nothing was charged
+    assert len(ledger.entries(scope)) == 5  # each release was paid for
 
 
-def test_validation_happens_before_the_charge_for_exact_tolerant_sites_too(tmp_path):
+def test_an_exact_request_refuses_bad_values_and_a_private_one_leaves_them_out(tmp_path):
     data = frame()
     data.loc[[1, 2, 3, 4, 5, 6], "age"] = np.nan
     ledger = ledger_for(tmp_path)
     silo = Silo("s", data, ledger=ledger)
     design = spec("y ~ age", "y", ["y", "age"], ["Intercept", "age"])
-    reply = ask(silo, "prepare", {"design": design, "dp": PREPARE_DP})
+    reply = ask(silo, "prepare", {"design": design})
     assert reply["error"]["type"] == "MissingValuesError"
     assert reply["error"]["values"]["count"] == 6  # >= k_cell: a count the rules allow
     scope = accounting.Scope(unit="patient", owner="s", study="st")
     assert ledger.spent(scope, pld=False).epsilon == 0
+    private = ask(silo, "prepare", {"design": design, "dp": PREPARE_DP})
+    assert private["status"] == "ok"  # the incomplete rows left out, their number noised
+    assert ledger.spent(scope, pld=False).epsilon > 0
 
 
 problems = st.sampled_from(["missing", "odd_outcome", "unknown_level", "none"])

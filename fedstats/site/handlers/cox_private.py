@@ -42,11 +42,19 @@ from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array
 from fedstats.site.design import counting_outcome
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
-from fedstats.site.handlers.logistic import clip_from_args, clipped_design, gradient_only
+from fedstats.site.handlers.logistic import (
+    check_linear_predictor_bound,
+    clip_from_args,
+    clipped_design,
+    gradient_only,
+)
 from fedstats.site.handlers.survival import checked_grid
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 
 TASK = "cox.piecewise_summaries"
+MAX_LOG_HAZARD = 50.0
+"""Largest ``|alpha_k|`` and ``B ||beta||`` a request may ask for: every ``mu_ik`` is then below
+``exp(100)`` and every term of the score and information finite, whatever the rows."""
 
 
 def summaries_schema(args: dict[str, Any]) -> dict:
@@ -90,6 +98,7 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     beta = checked_beta(ctx.name, args, spec.n_params)
     alpha = _alpha(args, len(grid))
     row_norm, scaling, score_bound, info_bound = _bounds(args, spec.n_params)
+    check_linear_predictor_bound(row_norm, beta, MAX_LOG_HAZARD)
     design = site_design(ctx, spec)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=TASK, reason="not a survival design")
@@ -144,7 +153,7 @@ def _alpha(args: dict[str, Any], intervals: int) -> np.ndarray:
         raise MalformedRequestError(
             site=None, task=TASK, reason=f"'alpha' must be {intervals} finite log hazards"
         )
-    if np.abs(alpha).max(initial=0.0) > 50:
+    if np.abs(alpha).max(initial=0.0) > MAX_LOG_HAZARD:
         raise MalformedRequestError(site=None, task=TASK, reason="'alpha' beyond +-50")
     return alpha.astype(np.float64)
 

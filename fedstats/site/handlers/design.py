@@ -47,6 +47,7 @@ from fedstats.site.design_outcomes import (
 )
 from fedstats.site.disclosure import check_levels, check_saturation
 from fedstats.site.patient_rows import count_patients, patient_release_sets
+from fedstats.site.private_rows import outside_levels, usable_private_rows
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
@@ -206,7 +207,7 @@ def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
             rule="privacy-required",
         )
     cache: OrderedDict = ctx.cache.setdefault("designs", OrderedDict())
-    key = spec.key
+    key = (spec.key, ctx.exact)  # a private design leaves unusable rows out; an exact one refuses
     if key in cache:
         cache.move_to_end(key)
         if ctx.exact:
@@ -240,10 +241,11 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         if var not in frame.columns:
             raise MissingColumnError(site=site, column=var)
     data = frame[needed]
+    private = not ctx.exact
     n_dropped = 0
     incomplete = data.isna()
     if incomplete.to_numpy().any():
-        if spec.missing == "raise":
+        if spec.missing == "raise" and not private:
             counts = incomplete.sum()
             var = str(counts[counts > 0].index[0])
             raise MissingValuesError(site=site, column=var, count=int(counts[var]))
@@ -253,6 +255,11 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         positions = np.flatnonzero(keep.to_numpy())
     else:
         positions = np.arange(len(data))
+    if private:  # rows with a value outside the agreed levels are left out, not refused
+        outside = outside_levels(data, spec.levels)
+        if outside.any():
+            n_dropped += int(outside.sum())
+            data, positions = data[~outside], positions[~outside]
     raw = data  # the values as the site holds them (``data[needed]`` is already a copy)
     if spec.levels:
         data = data.copy()
@@ -263,17 +270,26 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     collect = lambda term, mask: indicators.append((term, np.asarray(mask, bool)))  # noqa: E731
     survival = spec.outcome_kind == "survival"
     time = stratum = entry = None
+    if private:
+        data, raw, positions, dropped, y, values = usable_private_rows(
+            spec, parsed, data, raw, positions
+        )
+        n_dropped += dropped
     if survival:
         time, y, entry = survival_outcome_values(site, spec, data)
         stratum = strata_codes(data, spec.strata)
+    elif private:
+        pass  # the 0/1 outcome of the usable rows
     elif spec.outcome_kind == "binary":
         y = binary_outcome(site, spec.outcome, parsed, raw, collect)
     else:
         y = numeric_outcome(site, spec, parsed, raw, collect)
-    values = {}
+    if not private:
+        values = {}
     for factor in parsed.factors:
         if factor.kind == "expression":
-            values[factor.name] = evaluated_factor(site, factor, raw, collect)
+            if not private:
+                values[factor.name] = evaluated_factor(site, factor, raw, collect)
         elif factor.kind == "categorical" and factor.column not in spec.levels:
             raise MalformedRequestError(
                 site=None, task=None, reason=f"{factor.name} needs agreed levels in the design"
@@ -285,13 +301,19 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
                 else data[factor.column].array
             )
     try:
-        rhs, _ = model_frame(parsed, values, len(data))
+        rhs, _ = model_frame(parsed, values, len(data)) if len(data) else (None, None)
     except FormulaError:
         raise InconsistentColumnError(
             site=site, column=spec.formula, reason="cannot be built from this site's columns"
         ) from None
     expected = [c for c in spec.columns if not (spec.site_intercepts and _is_site_column(spec, c))]
-    got = [c for c in rhs.columns if not ((spec.site_intercepts or survival) and c == "Intercept")]
+    got = (
+        expected  # no usable row (a private release): the agreed columns, empty
+        if rhs is None
+        else [
+            c for c in rhs.columns if not ((spec.site_intercepts or survival) and c == "Intercept")
+        ]
+    )
     if got != expected:
         raise InconsistentColumnError(
             site=site,
@@ -302,7 +324,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     for j, name in enumerate(spec.columns):
         if spec.site_intercepts and _is_site_column(spec, name):
             X[:, j] = 1.0 if name == SITE_COLUMN.format(site) else 0.0
-        else:
+        elif rhs is not None:
             X[:, j] = rhs[name].to_numpy(dtype=np.float64)
     bad = ~np.isfinite(X).all(axis=0)
     if bad.any():
@@ -321,7 +343,9 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     if spec.weights:
         weights = frequency_weights(site, data[spec.weights], spec.weights)
     varying = int((X != 0).any(axis=0).sum())
-    if saturation:  # off only for replies of a few counts whatever the design (concordance)
+    if saturation and not private:  # off for replies of a few counts (concordance), and for
+        # private releases, whose noise protects any design and whose answer may not depend
+        # on which columns vary
         check_saturation(
             ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
         )

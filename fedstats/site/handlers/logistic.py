@@ -27,6 +27,9 @@ from fedstats.site.handlers.design import checked_beta, site_design, spec_from_a
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
+MAX_PRIVATE_LOGIT = 700.0
+"""Largest ``B ||beta||`` a clipped (private) request may ask for: every ``|x'beta|`` is then
+below it, so every patient's term is finite whatever the rows (``exp(700)`` is finite)."""
 
 
 def summaries_schema(args: dict[str, Any]) -> dict:
@@ -49,11 +52,14 @@ def summaries_schema(args: dict[str, Any]) -> dict:
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     spec = spec_from_args(args)
     beta = checked_beta(ctx.name, args, spec.n_params)
-    design = site_design(ctx, spec)
-    X, y = design.X, design.y
     private = ctx.private(args)
     if private or "clip" in args:
-        X = clipped_design(X, *clip_from_args(args, spec.n_params))
+        row_norm, scaling = clip_from_args(args, spec.n_params)
+        check_linear_predictor_bound(row_norm, beta, MAX_PRIVATE_LOGIT)
+    design = site_design(ctx, spec)
+    X, y = design.X, design.y
+    if private or "clip" in args:
+        X = clipped_design(X, row_norm, scaling)
     eta = X @ beta
     if design.offset is not None:
         eta = eta + design.offset
@@ -138,6 +144,20 @@ def clip_from_args(args: dict[str, Any], p: int) -> tuple[float, np.ndarray]:
             reason=f"scaling must be a {p} x 2 array of (centre, positive half-width)",
         )
     return float(row_norm), scaling.astype(np.float64)
+
+
+def check_linear_predictor_bound(row_norm: float, beta: np.ndarray, bound: float) -> None:
+    """Refuse, from the request alone, coefficients at which a clipped row's ``x'beta`` could
+    exceed ``bound``: with ``||x|| <= B``, ``|x'beta| <= B ||beta||`` (Cauchy-Schwarz), so a
+    private reply is finite for every row and never fails on one patient's values."""
+    reach = row_norm * float(np.linalg.norm(beta))
+    if not reach <= bound:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason=f"row_norm x ||beta|| is {reach:.3g}, beyond the {bound:g} a clipped request "
+            "may ask for",
+        )
 
 
 def clipped_design(X: np.ndarray, row_norm: float, scaling: np.ndarray) -> np.ndarray:

@@ -57,6 +57,7 @@ from fedstats.site.handlers.survival_cells import (
     refuse_private_weights,
     stratum_codes,
 )
+from fedstats.site.private_rows import outside_levels, usable_survival
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import frequency_weights
@@ -93,6 +94,8 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         if column not in frame.columns:
             raise MissingColumnError(site=ctx.name, column=column)
     data = frame[request.columns()]
+    if private:  # unusable rows are left out, never refused (fedstats.site.private_rows)
+        data = data[usable_count_rows(request, data)]
     missing = data.isna().sum()
     if missing.any():
         column = str(missing[missing > 0].index[0])
@@ -120,6 +123,17 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         {"at_risk": at_risk, "events": events, "truncated": truncated, "n_obs": len(time)},
         contributors=contributors,
     )
+
+
+def usable_count_rows(request: CountsRequest, data: pd.DataFrame) -> np.ndarray:
+    """The rows a private count reads: complete, with a usable follow-up time and event flag,
+    and groups and strata among the agreed levels."""
+    levels = dict(zip(request.strata, (tuple(v) for v in request.strata_levels), strict=True))
+    if request.group is not None:
+        levels[request.group] = tuple(request.levels)
+    usable = ~data.isna().any(axis=1).to_numpy()
+    usable &= usable_survival(data[request.time], data[request.event])
+    return usable & ~outside_levels(data, levels)
 
 
 def _follow_up(
