@@ -205,6 +205,31 @@ def test_a_node_with_an_unenrolled_key_or_no_key_is_refused(pki) -> None:
     assert "key no key" in reasons["97"]
 
 
+class RawKeyGrid(NodesGrid):
+    """A grid whose node 98 reports ``raw`` as its public key (what the SuperLink stored)."""
+
+    def __init__(self, nodes, raw: bytes) -> None:
+        super().__init__(nodes)
+        self.raw = raw
+
+    def get_nodes(self) -> list[NodeInfo]:
+        infos = super().get_nodes()
+        for info in infos:
+            if info.node_id == 98:
+                info.public_key = self.raw
+        return infos
+
+
+@settings(max_examples=40, deadline=None)
+@given(raw=st.binary(max_size=300))
+def test_any_key_bytes_a_node_reports_are_refused_unless_enrolled(pki, raw: bytes) -> None:
+    """Whatever bytes stand for node 98's key, it is not served as region_0 (typed refusal)."""
+    grid = RawKeyGrid({98: (None, "region_0"), 11: (pki.public["region_0"], "region_0")}, raw)
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    assert [r["node"] for r in coordinator.claims.refused] == ["98"]
+
+
 def test_two_nodes_claiming_one_name_without_an_enrolment_list_are_both_refused() -> None:
     """Without an enrolment list nothing tells which node is region_1: a typed error names
     the site and both nodes and keys, and region_1 is served by neither."""
