@@ -263,13 +263,13 @@ def _checked_keys(
     """``keys`` if no key is bound to two sites (such a node could claim either)."""
     owners: dict[str, str] = {}
     for site, key in keys.items():
-        print_ = fingerprint(key)
-        if print_ in owners:
+        shown = fingerprint(key)
+        if shown in owners:
             raise EnrolmentError(
-                f"enrolment {source}: key {print_} is enrolled for both {owners[print_]!r} and "
+                f"enrolment {source}: key {shown} is enrolled for both {owners[shown]!r} and "
                 f"{site!r}; each site needs a node key of its own"
             )
-        owners[print_] = site
+        owners[shown] = site
     return dict(keys)
 
 

@@ -285,8 +285,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         except (StudyPkiError, StudyConfigurationError, OSError, ValueError) as error:
             parser.exit(2, f"error: {error}\n")
         print(args.out)
-        for site, print_ in sorted(made.fingerprints().items()):
-            print(f"{site} {print_}")
+        for site, shown in sorted(made.fingerprints().items()):
+            print(f"{site} {shown}")
         return
     if args.command == "roster":
         try:
