@@ -456,6 +456,15 @@ class StudyPkiError(FedstatsError):
     """A study key or certificate could not be made (e.g. the file already exists)."""
 
 
+class EnrolmentError(StudyConfigurationError):
+    """The study's enrolment list (site name -> node key) is unreadable, malformed, not signed
+    by the study CA, or does not bind the site that reads it to its own key."""
+
+
+class SiteIdentityError(FedstatsError):
+    """A Flower node claims a site name enrolled with another key, or two nodes claim one name."""
+
+
 class ConfigError(FedstatsError):
     """A job configuration file is missing, unreadable or invalid (the message names the field)."""
 

@@ -44,10 +44,13 @@ from reports.model import (
     LedgerEntryRow,
     LedgerIntegrity,
     MessageRow,
+    RefusedClaim,
     ScopeMechanism,
     ScopeSummary,
     SeedUse,
     SiteFlow,
+    SiteIdentities,
+    SiteIdentity,
     SiteRules,
 )
 from reports.plots import coefficient_comparison, epsilon_timeline
@@ -165,6 +168,7 @@ def build_report(study: Study) -> ComplianceReport:
         ),
         configuration=study.configuration,
         sign_off_roles=SIGN_OFF_ROLES,
+        site_identities=_site_identities(study),
     )
     return replace(report, verdict=verdict(report))
 
@@ -406,6 +410,44 @@ def _site_rules(study: Study, messages: tuple[MessageRow, ...] | None) -> tuple[
             )
         )
     return tuple(rows)
+
+
+def _site_identities(study: Study) -> SiteIdentities | None:
+    """Each site's node key fingerprint and the refused claims, as the coordinator recorded
+    them (``configuration.json`` ``site_identity``); ``None`` for a study recorded without it."""
+    recorded = study.configuration.get("site_identity")
+    if not isinstance(recorded, dict):
+        return None
+    sites = recorded.get("sites") if isinstance(recorded.get("sites"), dict) else {}
+    refused = recorded.get("refused") if isinstance(recorded.get("refused"), list) else []
+    return SiteIdentities(
+        recorded=bool(recorded.get("recorded")),
+        enrolment=_text_or_none(recorded.get("enrolment")),
+        sites=tuple(
+            SiteIdentity(
+                site=str(site),
+                node=_text_or_none(row.get("node")),
+                fingerprint=_text_or_none(row.get("fingerprint")),
+                enrolled=row.get("enrolled") is True,
+            )
+            for site, row in sites.items()
+            if isinstance(row, dict)
+        ),
+        refused=tuple(
+            RefusedClaim(
+                site=str(row.get("site")),
+                node=str(row.get("node")),
+                fingerprint=_text_or_none(row.get("fingerprint")),
+                enrolled_fingerprint=_text_or_none(row.get("enrolled_fingerprint")),
+            )
+            for row in refused
+            if isinstance(row, dict)
+        ),
+    )
+
+
+def _text_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 def _flows(study: Study, inventory: MessageInventory) -> list[SiteFlow]:

@@ -151,6 +151,39 @@ class SiteRules:
 
 
 @dataclass(frozen=True)
+class SiteIdentity:
+    """One site's node and the key the coordinator reached it by (section 5)."""
+
+    site: str
+    node: str | None
+    fingerprint: str | None
+    """OpenSSH SHA-256 fingerprint of the node's key (``ssh-keygen -lf node.pub``)."""
+    enrolled: bool
+    """The key is the one the study's enrolment list (signed by the study CA) binds to the site."""
+
+
+@dataclass(frozen=True)
+class RefusedClaim:
+    """A node that claimed a site's name with a key not enrolled for it, and was not served."""
+
+    site: str
+    node: str
+    fingerprint: str | None
+    enrolled_fingerprint: str | None
+
+
+@dataclass(frozen=True)
+class SiteIdentities:
+    """How sites' names were bound to node keys in this run (section 5)."""
+
+    recorded: bool
+    enrolment: str | None
+    """The enrolment list checked (``None``: names were not bound to keys)."""
+    sites: tuple[SiteIdentity, ...]
+    refused: tuple[RefusedClaim, ...]
+
+
+@dataclass(frozen=True)
 class SiteFlow:
     """What left one site (section 6)."""
 
@@ -371,3 +404,5 @@ class ComplianceReport:
     """Recorded Kaplan–Meier fits (empty for a study that recorded none)."""
     verdict: Verdict | None = None
     """The first page's plain-language verdict (:func:`reports.verdict.verdict`)."""
+    site_identities: SiteIdentities | None = None
+    """Each site's node key fingerprint and refused claims (``None``: not a Flower run)."""

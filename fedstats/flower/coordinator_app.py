@@ -2,10 +2,13 @@
 
 ``flwr run`` submits this app with the run config ``study-config`` (the path
 of ``study.toml`` on the coordinator's machine). The ServerApp finds each
-expected site's node, checks the sites' fingerprints before any other task,
-makes the configured fits (:func:`fedstats.jobs.study_fits.run_fits`, the same
-code as the embedded runtime) and writes, under the study's ``out`` folder,
-one result per fit, the message inventory and ``status.json``.
+expected site's node (with ``[identity]``, only the node whose authenticated
+key the study's enrolment list binds to the site's name:
+:mod:`fedstats.flower.site_claims`), checks the sites' fingerprints before any
+other task, makes the configured fits (:func:`fedstats.jobs.study_fits.run_fits`,
+the same code as the embedded runtime) and writes, under the study's ``out`` folder,
+one result per fit, the message inventory and ``status.json`` (with each
+site's node and key fingerprint, and every refused claim: ``site_identity``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from fedstats.errors import FedstatsError
+from fedstats.flower.enrolment import Enrolment, read_enrolment
 from fedstats.flower.grid_transport import GridFederation, GridLink
 from fedstats.jobs.study_config import StudyConfig, load_study_config
 from fedstats.jobs.study_fits import run_fits
@@ -43,6 +47,18 @@ def main(grid: Grid, context: Context) -> None:
     run_study(grid, load_study_config(path), run_id=context.run_id)
 
 
+def load_enrolment(config: StudyConfig) -> Enrolment | None:
+    """The study's enrolment list (``[identity]``), verified against the study CA."""
+    if config.identity is None:
+        return None
+    enrolment = read_enrolment(
+        config.identity.enrolment, config.identity.study_ca, study=config.study.name
+    )
+    for site in config.study.sites:
+        enrolment.fingerprint(site)  # EnrolmentError names a study site the list lacks
+    return enrolment
+
+
 def run_study(grid: Grid, config: StudyConfig, *, run_id: int = 0) -> dict[str, Any]:
     """Discover sites, verify fingerprints, make the fits; always write ``status.json``."""
     out = Path(config.study.out)
@@ -52,6 +68,7 @@ def run_study(grid: Grid, config: StudyConfig, *, run_id: int = 0) -> dict[str, 
     status: dict[str, Any] = {"run_id": run_id, "study": config.study.name, "status": "running"}
     federation = None
     try:
+        link.claims.enrolment = load_enrolment(config)
         link.discover(config.study.sites)
         status["nodes"] = {site: str(node) for site, node in link.nodes.items()}
         federation = GridFederation(link, config.study.sites, study=config.study.name)
@@ -68,6 +85,7 @@ def run_study(grid: Grid, config: StudyConfig, *, run_id: int = 0) -> dict[str, 
     finally:
         status["seconds"] = time.perf_counter() - started
         status["lost"] = link.lost
+        status["site_identity"] = link.claims.record()
         status["bytes_sent"], status["bytes_received"] = link.bytes_sent, link.bytes_received
         if federation is not None:
             federation.inventory.save(out / INVENTORY_FILE.format(run_id=run_id))

@@ -2,7 +2,9 @@
 
 :class:`GridLink` wraps the ServerApp's :class:`flwr.serverapp.Grid`. It
 finds which Flower node serves which site by asking every node
-(``query.identify``; the answer comes from the site's own node config), then
+(``query.identify``; the answer comes from the site's own node config) and
+admitting a claim only from the node whose authenticated key the study's
+enrolment list binds to that name (:mod:`fedstats.flower.site_claims`), then
 gives :class:`~fedstats.Federation` one ``bytes -> bytes`` transport per
 site (:meth:`GridLink.transport`). Replies are collected with
 ``Grid.push_messages`` / ``Grid.pull_messages`` at a short poll interval
@@ -32,6 +34,8 @@ from flwr.serverapp import Grid
 
 from fedstats.errors import SiteLost, SitesMissingError
 from fedstats.flower import messages
+from fedstats.flower.enrolment import Enrolment
+from fedstats.flower.site_claims import SiteClaims, node_keys
 from fedstats.jobs.site_journal import digest
 from fedstats.jobs.study_config import PolicySection
 from fedstats.models.federation import Federation, Transport
@@ -48,11 +52,17 @@ class GridLink:
         The ServerApp's grid.
     policy:
         Timeouts, poll interval and what to do with a lost site.
+    enrolment:
+        The study's enrolment list: a site is served only through the node
+        whose authenticated key is enrolled for it (:mod:`fedstats.flower.site_claims`).
     """
 
-    def __init__(self, grid: Grid, policy: PolicySection) -> None:
+    def __init__(
+        self, grid: Grid, policy: PolicySection, enrolment: Enrolment | None = None
+    ) -> None:
         self.grid = grid
         self.policy = policy
+        self.claims = SiteClaims(enrolment)
         self.nodes: dict[str, int] = {}
         self._in_flight: dict[tuple[str, str], str] = {}
         self.lost: list[dict[str, Any]] = []
@@ -61,7 +71,14 @@ class GridLink:
 
     # -- which node serves which site ------------------------------------------------
     def discover(self, sites: Sequence[str], timeout: float | None = None) -> dict[str, int]:
-        """Find the node of each of ``sites``; :class:`SitesMissingError` names those not found."""
+        """Find the node of each of ``sites``; :class:`SitesMissingError` names those not found.
+
+        Every claim is checked by :attr:`claims` (the node's authenticated key
+        against the enrolment; one node per name): a refused node is never
+        mapped and discovery goes on. Once every site is found, replies of
+        nodes still being asked are awaited up to ``policy.identify_grace``
+        seconds, so that a second claim of a name is seen, not missed.
+        """
         wanted = set(sites)
         deadline = time.monotonic() + (
             self.policy.discovery_timeout if timeout is None else timeout
@@ -70,42 +87,63 @@ class GridLink:
         found: dict[str, int] = {s: n for s, n in self.nodes.items() if s in wanted}
         alive = set(self.grid.get_node_ids())
         found = {s: n for s, n in found.items() if n in alive}
-        while wanted - set(found):
+        settle: float | None = None
+        while wanted - set(found) or (asked and time.monotonic() < (settle or deadline)):
+            if not wanted - set(found) and settle is None:
+                settle = min(deadline, time.monotonic() + self.policy.identify_grace)
             fresh = [n for n in self.grid.get_node_ids() if n not in asked.values()]
             fresh = [n for n in fresh if n not in found.values()]
-            if fresh:
-                ids = self.grid.push_messages(
-                    [
-                        Message(
-                            messages.pack(b""),
-                            dst_node_id=node,
-                            message_type=messages.IDENTIFY_MESSAGE_TYPE,
-                            ttl=self._ttl(),
-                        )
-                        for node in fresh
-                    ]
-                )
-                asked.update(
-                    {message_id: node for message_id, node in zip(ids, fresh, strict=True)}
-                )
+            if fresh and settle is None:
+                self._ask_identity(fresh, asked)
             if asked:
-                for reply in self.grid.pull_messages(list(asked)):
-                    node = asked.pop(reply.metadata.reply_to_message_id, None)
-                    if node is None or reply.has_error():
-                        continue
-                    site = messages.site_of(reply)
-                    if site in wanted:
-                        found[site] = node
-            if time.monotonic() > deadline:
+                self._read_claims(asked, wanted, found)
+            if time.monotonic() > deadline and wanted - set(found):
                 missing = sorted(wanted - set(found))
+                refused = sorted({r["site"] for r in self.claims.refused} & set(missing))
                 raise SitesMissingError(
                     f"site(s) {missing} did not answer on the Flower network within "
                     f"{self.policy.discovery_timeout:g} s; check that their SuperNodes run "
                     "with node config site-config pointing at their site.toml"
+                    + (
+                        f"; claims of {refused} by nodes whose key is not enrolled for them "
+                        "were refused (see the status' site_identity)"
+                        if refused
+                        else ""
+                    )
                 )
             time.sleep(self.policy.poll_interval)
         self.nodes.update(found)
         return dict(self.nodes)
+
+    def _ask_identity(self, nodes: list[int], asked: dict[str, int]) -> None:
+        ids = self.grid.push_messages(
+            [
+                Message(
+                    messages.pack(b""),
+                    dst_node_id=node,
+                    message_type=messages.IDENTIFY_MESSAGE_TYPE,
+                    ttl=self._ttl(),
+                )
+                for node in nodes
+            ]
+        )
+        asked.update({message_id: node for message_id, node in zip(ids, nodes, strict=True)})
+
+    def _read_claims(self, asked: dict[str, int], wanted: set[str], found: dict[str, int]) -> None:
+        """Admit the claims of the identify replies back so far (see :class:`SiteClaims`)."""
+        replies = [
+            (asked.pop(reply.metadata.reply_to_message_id, None), reply)
+            for reply in self.grid.pull_messages(list(asked))
+        ]
+        claims = [(node, reply) for node, reply in replies if node is not None]
+        claims = [(node, r) for node, r in claims if not r.has_error()]
+        if not claims:
+            return
+        keys = node_keys(self.grid)
+        for node, reply in claims:
+            site = messages.site_of(reply)
+            if site in wanted and self.claims.admit(site, node, keys.get(node)):
+                found[site] = node
 
     # -- requests ---------------------------------------------------------------------
     def transport(self, site: str) -> Transport:
@@ -157,6 +195,7 @@ class GridLink:
             log.warning("site %s lost (attempt %d of %d): %s", site, attempt, attempts, problem)
             if attempt < attempts:
                 self.nodes.pop(site, None)
+                self.claims.forget(site)
                 try:
                     self._find_again(site)
                 except SitesMissingError as error:

@@ -8,7 +8,8 @@ its own ``FLWR_HOME``. :meth:`LocalStudy.close` stops every process started.
 for 127.0.0.1 (:mod:`fedstats.flower.study_pki`, under ``root/pki``) and runs
 every connection over TLS; ``node_auth=True`` adds SuperNode authentication:
 each site gets its own node key, registered with the SuperLink before its
-SuperNode starts.
+SuperNode starts; ``enrol=True`` adds the study's enrolment list binding each
+site's name to its node key (:mod:`fedstats.flower.enrolment`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,12 +38,16 @@ on_site_lost = "{on_site_lost}"
 retries = {retries}
 discovery_timeout = {discovery_timeout}
 poll_interval = 0.005
+identify_grace = {identify_grace}
+{identity}
 {fits}
 """
+STUDY_NAME = "flower-bench"
+ENROLMENT_FILE = "enrolment.toml"
 
 SITE_TEMPLATE = """
 [site]
-name = "{name}"
+name = "{claims}"
 workdir = "{workdir}"
 
 [data]
@@ -64,10 +70,15 @@ def write_site(
     *,
     root_certificates: Path | None = None,
     auth_private_key: Path | None = None,
+    enrolment: Path | None = None,
+    claims: str | None = None,
 ) -> Path:
     """A site folder with its frame and site.toml; returns the site.toml path.
 
     Without ``root_certificates`` (the study CA) the site connects insecurely.
+    ``enrolment``: the study's enrolment list the site checks its own key
+    against. ``claims``: the site name its site.toml gives, when not ``name``
+    (the folder's name): a node of another party posing as a study site.
     """
     if root_certificates is None:
         connection = "insecure = true"
@@ -75,13 +86,15 @@ def write_site(
         connection = f'root_certificates = "{root_certificates}"'
         if auth_private_key is not None:
             connection += f'\nauth_private_key = "{auth_private_key}"'
+        if enrolment is not None:
+            connection += f'\nenrolment = "{enrolment}"'
     folder = root / "sites" / name
     folder.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(folder / "frame.parquet")
     path = folder / "site.toml"
     path.write_text(
         SITE_TEMPLATE.format(
-            name=name,
+            claims=claims or name,
             workdir=folder / "work",
             frame=folder / "frame.parquet",
             ledger=folder / "site.ledger",
@@ -103,18 +116,30 @@ def write_study(
     on_site_lost: str = "abort",
     retries: int = 0,
     discovery_timeout: float = 60,
+    identify_grace: float = 2.0,
+    identity: tuple[Path, Path] | None = None,
 ) -> Path:
-    """The coordinator's study.toml for ``sites`` and the ``[[fits]]`` text ``fits``."""
+    """The coordinator's study.toml for ``sites`` and the ``[[fits]]`` text ``fits``.
+
+    ``identity``: the enrolment list and the study CA (``[identity]``), e.g.
+    :attr:`LocalStudy.identity`.
+    """
+    section = ""
+    if identity is not None:
+        section = f'[identity]\nenrolment = "{identity[0]}"\nstudy_ca = "{identity[1]}"\n'
+
     path = root / f"study-{out.name}.toml"
     path.write_text(
         STUDY_TEMPLATE.format(
-            name="flower-bench",
+            name=STUDY_NAME,
             sites=json.dumps(sites),
             out=out,
             round_timeout=round_timeout,
             on_site_lost=on_site_lost,
             retries=retries,
             discovery_timeout=discovery_timeout,
+            identify_grace=identify_grace,
+            identity=section,
             fits=fits,
         ),
         encoding="utf-8",
@@ -138,6 +163,11 @@ class LocalStudy:
     node_auth:
         SuperNode authentication (needs ``tls``): only nodes whose key was
         registered with the SuperLink are served.
+    enrol:
+        Sites' names bound to their node keys (needs ``node_auth``): an
+        enrolment list signed by the study CA (``root/pki/enrolment.toml``)
+        over every site of :meth:`start` and its ``parties``; each site.toml
+        names it, and :attr:`identity` is the coordinator's ``[identity]``.
     """
 
     root: Path
@@ -149,7 +179,9 @@ class LocalStudy:
     long_lived: bool = True
     tls: bool = False
     node_auth: bool = False
+    enrol: bool = False
     ca: study_pki.StudyCa | None = None
+    enrolment: Path | None = None
     node_keys: dict[str, study_pki.NodeKey] = field(default_factory=dict)
     registered: dict[str, int] = field(default_factory=dict)
     """Node id the SuperLink gave each registered site's key."""
@@ -163,11 +195,28 @@ class LocalStudy:
         """The ``FLWR_HOME`` of the coordinator's ``flwr`` commands (run, register)."""
         return self.root / "user"
 
-    def start(self, frames: dict[str, pd.DataFrame]) -> LocalStudy:
-        """Start the SuperLink, then add every site of ``frames`` (registered, trusted)."""
+    @property
+    def identity(self) -> tuple[Path, Path] | None:
+        """The coordinator's ``[identity]``: (enrolment list, study CA), or ``None``."""
+        if self.enrolment is None or self.ca is None:
+            return None
+        return self.enrolment, self.ca.certificate
+
+    def start(self, frames: dict[str, pd.DataFrame], parties: Sequence[str] = ()) -> LocalStudy:
+        """Start the SuperLink, then add every site of ``frames`` (registered, trusted).
+
+        With ``enrol``, every site of ``frames`` and every one of ``parties``
+        (enrolled parties whose nodes :meth:`add_site` starts later) gets its
+        node key first, and the enrolment list binds each name to its key.
+        """
         if self.node_auth and not self.tls:
             raise FlowerProcessError(
                 "SuperNode authentication needs TLS: LocalStudy(root, tls=True, node_auth=True)"
+            )
+        if self.enrol and not self.node_auth:
+            raise FlowerProcessError(
+                "enrolment binds names to node keys: LocalStudy(root, tls=True, node_auth=True, "
+                "enrol=True)"
             )
         self.port = processes.free_port()
         tls = None
@@ -183,12 +232,28 @@ class LocalStudy:
         processes.write_connection(
             self.user_home, self.address, ca=None if self.ca is None else self.ca.certificate
         )
+        if self.enrol and self.ca is not None:
+            keys = {name: self._node_key(name) for name in [*frames, *parties]}
+            self.enrolment = self.root / "pki" / ENROLMENT_FILE
+            study_pki.enrol_sites(
+                self.enrolment,
+                self.ca,
+                STUDY_NAME,
+                {name: key.public_key.read_text(encoding="utf-8") for name, key in keys.items()},
+            )
         for name, frame in frames.items():
             self.add_site(name, frame)
         return self
 
     def add_site(
-        self, name: str, frame: pd.DataFrame, *, registered: bool = True, trusted: bool = True
+        self,
+        name: str,
+        frame: pd.DataFrame,
+        *,
+        registered: bool = True,
+        trusted: bool = True,
+        claims: str | None = None,
+        checks_enrolment: bool = True,
     ) -> None:
         """Write a site's folder and start its SuperNode.
 
@@ -196,11 +261,13 @@ class LocalStudy:
         the SuperLink unless ``registered=False`` (an unknown node, which the
         SuperLink refuses). ``trusted=False`` starts the node without the
         study CA (it then trusts only the system's certificates).
+        ``claims``: the site name its site.toml gives instead of ``name``;
+        ``checks_enrolment=False``: its site.toml does not name the enrolment
+        list (a node of another party that does not check its own binding).
         """
         key = None
         if self.node_auth:
-            key = study_pki.make_node_key(self.root / "sites" / name / "pki", name)
-            self.node_keys[name] = key
+            key = self._node_key(name)
             if registered:
                 self.registered[name] = processes.register_node(
                     self.user_home, key.public_key, name=name
@@ -212,8 +279,16 @@ class LocalStudy:
             self.address,
             root_certificates=None if self.ca is None else self.ca.certificate,
             auth_private_key=None if key is None else key.private_key,
+            enrolment=self.enrolment if checks_enrolment else None,
+            claims=claims,
         )
         self.start_node(name, trusted=trusted)
+
+    def _node_key(self, name: str) -> study_pki.NodeKey:
+        """The node key of ``name`` (made once)."""
+        if name not in self.node_keys:
+            self.node_keys[name] = study_pki.make_node_key(self.root / "sites" / name / "pki", name)
+        return self.node_keys[name]
 
     def start_node(self, name: str, *, trusted: bool = True) -> None:
         """Start (or restart) the SuperNode of a site already added."""
@@ -231,6 +306,17 @@ class LocalStudy:
             auth_private_key=None if key is None else key.private_key,
             insecure=not self.tls,
         )
+
+    def wait_online(self, names: Sequence[str], timeout: float = 120) -> None:
+        """Wait until the registered nodes of ``names`` are online at the SuperLink."""
+        wanted = {self.registered[name] for name in names}
+        deadline = time.monotonic() + timeout
+        while not wanted <= processes.online_nodes(self.user_home):
+            if time.monotonic() > deadline:
+                raise FlowerProcessError(
+                    f"nodes of {list(names)} not online within {timeout:g} s: {self.logs()}"
+                )
+            time.sleep(0.5)
 
     def kill_node(self, name: str) -> None:
         for process in self.nodes.pop(name):

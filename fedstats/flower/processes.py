@@ -194,6 +194,13 @@ def register_node(home: Path, public_key: Path, *, name: str | None = None) -> i
     return int(_flwr_json(command, home, f"flwr supernode register {public_key}")["node-id"])
 
 
+def online_nodes(home: Path) -> set[int]:
+    """Ids of the nodes the SuperLink of ``home``'s connection lists as online."""
+    command = [str(BIN / "flwr"), "supernode", "list", CONNECTION, "--format", "json"]
+    reply = _flwr_json(command, home, "flwr supernode list")
+    return {int(n["node-id"]) for n in reply.get("nodes", []) if n.get("status") == "online"}
+
+
 def submit_run(home: Path, study_config: Path, *, app_dir: Path = APP_DIR) -> int:
     """Submit the fedstats app with ``study-config`` through ``flwr run``; returns the run id."""
     command = [str(BIN / "flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]

@@ -23,6 +23,16 @@ Command line (writes into ``--out``; existing files are never overwritten)::
     python -m fedstats.flower.study_pki node --out pki/region_0/ --site region_0
     python -m fedstats.flower.study_pki roster --out roster.toml --study tcga-brca \
         --node region_0=pki/region_0/node.pub --node region_1=pki/region_1/node.pub
+    python -m fedstats.flower.study_pki enrol --out pki/enrolment.toml --ca pki/ \
+        --study tcga-brca --node region_0=pki/region_0/node.pub --node region_1=...
+
+The **enrolment list** (``enrolment.toml``, :mod:`fedstats.flower.enrolment`)
+binds each site name to its ``node.pub`` and is signed with the study CA's
+key. The coordinator (``study.toml``: ``[identity] enrolment``, ``study_ca``)
+serves a site only through the node whose SuperLink-authenticated key is
+enrolled for it, and each site (``site.toml``: ``[coordinator] enrolment``)
+serves only if its own name is enrolled with its own node key. It prints
+each site's key fingerprint (as ``ssh-keygen -lf node.pub`` does).
 
 The **roster** lists every site's ``node.pub``: each site keeps a copy and
 names it in ``site.toml`` (``[secure_aggregation] roster = "roster.toml"``,
@@ -46,6 +56,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedstats.errors import StudyConfigurationError, StudyPkiError
+from fedstats.flower.enrolment import Enrolment, read_enrolment, write_enrolment
 from fedstats.secagg.roster import write_roster
 
 CURVE = ec.SECP256R1()
@@ -158,6 +169,31 @@ def make_node_key(out: Path, site: str) -> NodeKey:
     return paths
 
 
+def enrol_sites(out: Path, ca: StudyCa, study: str, public_keys: dict[str, str]) -> Enrolment:
+    """Write the enrolment list binding each site to its ``node.pub`` text, signed by ``ca``."""
+    ca_key = serialization.load_pem_private_key(ca.key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise StudyPkiError(f"{ca.key} is not the EC key of a study CA made by this module")
+    if not ca.certificate.is_file():
+        raise StudyPkiError(f"{ca.certificate}: no study CA certificate beside its key")
+    written = write_enrolment(out, study, public_keys, ca_key)
+    read_enrolment(out, ca.certificate, study=study)  # the key is the certificate's own
+    return written
+
+
+def _site_keys(items: Sequence[str]) -> dict[str, str]:
+    """``SITE=path/to/node.pub`` arguments: each site's OpenSSH public-key line."""
+    keys = {}
+    for item in items:
+        site, _, path = item.partition("=")
+        if not site or not path:
+            raise StudyPkiError(f"--node {item!r}: give SITE=path/to/node.pub")
+        if site in keys:
+            raise StudyPkiError(f"--node: site {site!r} is given twice")
+        keys[site] = Path(path).read_text(encoding="utf-8")
+    return keys
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
@@ -211,7 +247,7 @@ def _write_private(path: Path, data: bytes) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Command line: ``ca``, ``superlink`` and ``node`` (see the module docstring)."""
+    """Command line: ``ca``, ``superlink``, ``node``, ``roster``, ``enrol`` (module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     ca = commands.add_parser("ca", help="make the study CA")
@@ -229,15 +265,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     roster.add_argument(
         "--node", action="append", required=True, help="SITE=path/to/node.pub (repeat)"
     )
+    enrol = commands.add_parser("enrol", help="write the enrolment list signed by the study CA")
+    enrol.add_argument("--out", type=Path, required=True, help="the enrolment file to write")
+    enrol.add_argument("--ca", type=Path, required=True, help="folder holding study-ca.*")
+    enrol.add_argument("--study", required=True)
+    enrol.add_argument(
+        "--node", action="append", required=True, help="SITE=path/to/node.pub (repeat)"
+    )
     args = parser.parse_args(argv)
+    if args.command == "enrol":
+        try:
+            _refuse_existing(args.out)
+            made = enrol_sites(
+                args.out,
+                StudyCa(args.ca / "study-ca.crt", args.ca / "study-ca.key"),
+                args.study,
+                _site_keys(args.node),
+            )
+        except (StudyPkiError, StudyConfigurationError, OSError, ValueError) as error:
+            parser.exit(2, f"error: {error}\n")
+        print(args.out)
+        for site, shown in sorted(made.fingerprints().items()):
+            print(f"{site} {shown}")
+        return
     if args.command == "roster":
         try:
             _refuse_existing(args.out)
-            keys = {}
-            for item in args.node:
-                site, _, path = item.partition("=")
-                keys[site] = Path(path).read_text(encoding="utf-8")
-            print(write_roster(args.out, args.study, keys))
+            print(write_roster(args.out, args.study, _site_keys(args.node)))
         except (StudyPkiError, StudyConfigurationError, OSError, ValueError) as error:
             parser.exit(2, f"error: {error}\n")
         return

@@ -61,6 +61,7 @@ from typing import Any
 import accounting
 from fedstats.errors import (
     ConfigError,
+    EnrolmentError,
     JobAlreadyRunning,
     JobStopped,
     SiteHarmonisationError,
@@ -72,6 +73,7 @@ from fedstats.jobs.job_lock import JobLock
 from fedstats.jobs.site_activity import Activity, activity, ledger_state, spent_scopes
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_frame import PreparedFrame, prepare_frame
+from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal
 from fedstats.jobs.site_serving import (
     CoordinatorUnreachable,
@@ -134,10 +136,14 @@ def load_job_config(path: Path) -> SiteConfig:
             f"{path}: field 'coordinator': missing; a batch run needs [coordinator] superlink "
             "(the study's SuperLink address)"
         )
-    for name in ("root_certificates", "auth_private_key"):
+    for name in ("root_certificates", "auth_private_key", "enrolment"):
         value = getattr(coordinator, name)
         if value is not None and not value.is_file():
             raise ConfigError(f"{path}: field 'coordinator.{name}': no file at {value}")
+    try:
+        check_site_identity(config)
+    except EnrolmentError as error:
+        raise ConfigError(f"{path}: field 'coordinator.enrolment': {error}") from None
     try:
         config.workdir.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -119,13 +119,18 @@ class CoordinatorSection(BaseModel):
     insecure: bool = False
     root_certificates: Path | None = None
     auth_private_key: Path | None = None
+    enrolment: Path | None = None
+    """The study's enrolment list (signed by the study CA, ``root_certificates``): the site
+    serves only if it binds this site's name to the key of ``auth_private_key``."""
     node_port: Annotated[int, Field(ge=1024, le=65535)] = 9094
     connect_timeout: Annotated[float, Field(gt=0, le=86400)] = 60.0
     serve_timeout: Annotated[float, Field(gt=0, le=7 * 86400)] = 3600.0
     idle_timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
     """``fedstats site run`` stops serving this long after the last request it answered."""
 
-    _paths = field_validator("root_certificates", "auth_private_key", mode="before")(resolve_path)
+    _paths = field_validator("root_certificates", "auth_private_key", "enrolment", mode="before")(
+        resolve_path
+    )
 
     @model_validator(mode="after")
     def _tls(self) -> CoordinatorSection:
@@ -135,6 +140,10 @@ class CoordinatorSection(BaseModel):
             )
         if self.insecure and self.auth_private_key is not None:
             raise ValueError("node authentication (auth_private_key) needs TLS: drop insecure")
+        if self.enrolment is not None and self.auth_private_key is None:
+            raise ValueError(
+                "enrolment binds the site to its node key: give auth_private_key (node.key)"
+            )
         return self
 
 

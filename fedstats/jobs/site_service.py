@@ -17,6 +17,7 @@ import pandas as pd
 import accounting
 from fedstats.errors import CodecError, StudyConfigurationError
 from fedstats.jobs.site_config import SiteConfig, load_site_config
+from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
 from fedstats.secagg.roster import load_roster_pin
 from fedstats.site import codec
@@ -54,6 +55,7 @@ class SiteService:
 
     def __init__(self, config: SiteConfig, *, noise_seed: int | None = None) -> None:
         self.config = config
+        self.node_key_fingerprint = check_site_identity(config)
         self.frame_path = frame_path(config)
         self.ledger = accounting.Ledger(config.privacy.ledger)
         self.silo = Silo(

@@ -47,6 +47,23 @@ class PolicySection(BaseModel):
     retries: Annotated[int, Field(ge=0, le=100)] = 2
     discovery_timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
     poll_interval: Annotated[float, Field(ge=0.001, le=10)] = 0.01
+    identify_grace: Annotated[float, Field(ge=0, le=3600)] = 2.0
+    """Seconds discovery still waits, once every site was found, for the other online nodes'
+    answers, so a second node claiming a site's name is seen (and refused), not missed."""
+
+
+class IdentitySection(BaseModel):
+    """``[identity]``: the study's enrolment list and the study CA that signed it.
+
+    With it, a site is served only through the node whose SuperLink-authenticated
+    key the list binds to the site's name (:mod:`fedstats.flower.enrolment`).
+    """
+
+    model_config = STRICT
+    enrolment: Path
+    study_ca: Path
+
+    _paths = field_validator("enrolment", "study_ca", mode="before")(resolve_path)
 
 
 class CoordinatorSection(BaseModel):
@@ -208,6 +225,7 @@ class StudyConfig(BaseModel):
     study: StudySection
     coordinator: CoordinatorSection | None = None
     policy: PolicySection = PolicySection()
+    identity: IdentitySection | None = None
     fits: Annotated[list[Fit], Field(min_length=1)]
 
     @field_validator("fits")

@@ -84,6 +84,7 @@ def record_study(
             "nodes": status.get("nodes", {}),
             "fingerprints_checked_before_fits": True,
             "site_protocols": status.get("site_protocols", {}),
+            "site_identity": site_identity(status),
             "ledgers": LEDGERS_STATEMENT,
             "disclosure": DISCLOSURE_STATEMENT,
             "noise_seed": None,
@@ -105,6 +106,25 @@ def record_study(
         )
     recorder.record_inventory(inventory)
     return recorder.finish()
+
+
+def site_identity(status: dict[str, Any]) -> dict[str, Any]:
+    """Each site's node and key fingerprint as the ServerApp admitted them, and refused claims.
+
+    From ``status.json``'s ``site_identity`` (``SiteClaims.record``, fedstats.flower.site_claims):
+    ``enrolment`` (the list the sites' names were checked against, or ``None``), ``sites``
+    (site -> node, fingerprint, enrolled) and ``refused`` (claims of a name by a node whose key
+    is not enrolled for it). ``recorded`` is false for a run that wrote none.
+    """
+    identity = status.get("site_identity")
+    if not isinstance(identity, dict):
+        return {"recorded": False, "enrolment": None, "sites": {}, "refused": []}
+    return {
+        "recorded": True,
+        "enrolment": identity.get("enrolment"),
+        "sites": dict(identity.get("sites") or {}),
+        "refused": list(identity.get("refused") or []),
+    }
 
 
 def record_and_report(

@@ -8,9 +8,10 @@ real deployment changes: ``/etc/fedstats/`` becomes each machine's temporary
 folder, ``coordinator.example.org`` becomes 127.0.0.1, and the ports become
 free ones. Commands ending in ``&`` are started in the background (and all
 stopped at the end); the others must succeed. Files that travel between the
-machines in the guide (``node.pub`` to the coordinator, ``study-ca.crt`` to the
-sites) are copied, and each site's ``site.toml`` and the coordinator's
-``study.toml`` are written as the guide describes them. The last command,
+machines in the guide (``node.pub`` to the coordinator, ``study-ca.crt`` and,
+when the guide enrols the sites, ``enrolment.toml`` to the sites) are copied,
+and each site's ``site.toml`` and the coordinator's ``study.toml`` are written
+as the guide describes them. The last command,
 ``fedstats study run``, must finish the study: every fit recorded, the
 compliance report written, and the fit equal to the embedded runtime's.
 """
@@ -133,7 +134,13 @@ def site_frames() -> dict[str, pd.DataFrame]:
     return frames
 
 
-def write_site_files(site: Machine, name: str, frame: pd.DataFrame, superlink: str) -> None:
+ENROLMENT = "enrolment.toml"
+"""The study's enrolment list (``study_pki enrol``), when the guide makes one."""
+
+
+def write_site_files(
+    site: Machine, name: str, frame: pd.DataFrame, superlink: str, *, enrolled: bool
+) -> None:
     """site.toml as step 4 describes it (fedstats/examples/flower/site.toml), and its frame."""
     frame.to_parquet(site.root / "frame.parquet")
     config = {
@@ -147,10 +154,12 @@ def write_site_files(site: Machine, name: str, frame: pd.DataFrame, superlink: s
             "auth_private_key": str(site.root / "node" / "node.key"),
         },
     }
+    if enrolled:
+        config["coordinator"]["enrolment"] = str(site.root / ENROLMENT)
     (site.root / "site.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
 
 
-def write_study_file(coordinator: Machine, superlink: str) -> Path:
+def write_study_file(coordinator: Machine, superlink: str, *, enrolled: bool) -> Path:
     """study.toml as step 5 describes it (fedstats/examples/flower/study.toml), one logistic fit."""
     out = coordinator.root / "out"
     config = {
@@ -163,6 +172,11 @@ def write_study_file(coordinator: Machine, superlink: str) -> Path:
         "policy": {"round_timeout": 60, "discovery_timeout": 90},
         "fits": [{"kind": "logistic", "name": "y_logistic", "formula": FORMULA}],
     }
+    if enrolled:
+        config["identity"] = {
+            "enrolment": str(coordinator.root / "pki" / ENROLMENT),
+            "study_ca": str(coordinator.root / "pki" / "study-ca.crt"),
+        }
     (coordinator.root / "study.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
     return out
 
@@ -199,9 +213,10 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
     for machine in (coordinator, *sites.values()):
         machine.root.mkdir()
     frames = site_frames()
-    out = write_study_file(coordinator, superlink)
+    enrolled = "study_pki enrol" in guide
+    out = write_study_file(coordinator, superlink, enrolled=enrolled)
     for name, site in sites.items():
-        write_site_files(site, name, frames[name], superlink)
+        write_site_files(site, name, frames[name], superlink, enrolled=enrolled)
 
     everyone = [coordinator, *sites.values()]
     try:
@@ -233,6 +248,8 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
                 ca = coordinator.root / "pki" / "study-ca.crt"
                 if ca.exists():  # the coordinator sent the study CA
                     shutil.copy(ca, site.root / "study-ca.crt")
+                if (ca.parent / ENROLMENT).exists():  # and the enrolment list
+                    shutil.copy(ca.parent / ENROLMENT, site.root / ENROLMENT)
                 for command in commands(text):
                     site.run(command)
 
@@ -246,6 +263,9 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
             assert abs(over_flower["params"][name] - value) <= 1e-8, name
         for site in sites.values():
             assert (site.root / "work" / "journal.jsonl").stat().st_size > 0
+        if enrolled:
+            admitted = status["site_identity"]["sites"]
+            assert sorted(admitted) == SITES and all(s["enrolled"] for s in admitted.values())
     except AssertionError as error:
         logs = "\n".join(m.logs() for m in everyone)
         raise AssertionError(f"{error}\n{logs}") from error

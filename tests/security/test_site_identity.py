@@ -1,0 +1,417 @@
+"""Attacks on site identity: a registered node of another party claiming a site's name.
+
+Over Flower with SuperNode authentication the SuperLink serves only nodes
+whose key was registered, but a node says which site it is. Before the
+enrolment list, the coordinator mapped ``region_1`` to whichever node said
+``region_1`` (here: node 99, another party's registered node) and the study
+was fitted on its rows. These tests drive the coordinator's discovery
+(:class:`~fedstats.flower.grid_transport.GridLink`) with a grid whose nodes
+carry the keys the SuperLink authenticated them with, and a site's own check
+(:func:`~fedstats.jobs.site_identity.check_site_identity`) with real files.
+The same attack over real Flower processes: ``tests/flower/test_flower_identity.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from flwr.proto.node_pb2 import NodeInfo
+from flwr.supercore.task_identity import TaskIdentity
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fedstats import datasets
+from fedstats.errors import ConfigError, EnrolmentError, SiteIdentityError, SitesMissingError
+from fedstats.flower import messages, study_pki
+from fedstats.flower.enrolment import (
+    fingerprint,
+    key_line,
+    read_enrolment,
+    write_enrolment,
+)
+from fedstats.flower.grid_transport import GridLink
+from fedstats.flower.local_study import write_site
+from fedstats.jobs.site_batch import load_job_config
+from fedstats.jobs.site_config import load_site_config
+from fedstats.jobs.site_identity import check_site_identity
+from fedstats.jobs.site_service import SiteService
+from fedstats.jobs.study_config import PolicySection
+
+STUDY = "identity-study"
+SITES = ("region_0", "region_1", "region_3")
+"""Enrolled parties; ``region_3``'s node is the one that claims ``region_1``."""
+
+
+class Reply:
+    """An identify reply as ``Grid.pull_messages`` returns it."""
+
+    def __init__(self, message_id: str, site: str) -> None:
+        self.metadata = SimpleNamespace(reply_to_message_id=message_id)
+        self.content = messages.identity(site)
+
+    def has_error(self) -> bool:
+        return False
+
+
+class NodesGrid:
+    """A Flower grid of nodes, each with the key the SuperLink authenticated it with and the
+    site name its own site.toml claims. Replies come back in the nodes' order."""
+
+    def __init__(self, nodes: dict[int, tuple[ec.EllipticCurvePublicKey | None, str]]) -> None:
+        self.nodes = nodes
+        self.pending: dict[str, int] = {}
+        self.sent = 0
+
+    def get_node_ids(self) -> list[int]:
+        return list(self.nodes)
+
+    def get_nodes(self) -> list[NodeInfo]:
+        return [
+            NodeInfo(
+                node_id=node,
+                public_key=b""
+                if key is None
+                else key.public_bytes(
+                    serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+                ),
+            )
+            for node, (key, _site) in self.nodes.items()
+        ]
+
+    def push_messages(self, outgoing) -> list[str]:
+        ids = []
+        for message in outgoing:
+            self.sent += 1
+            ids.append(f"m{self.sent}")
+            self.pending[ids[-1]] = message.metadata.dst_node_id
+        return ids
+
+    def pull_messages(self, message_ids) -> list[Reply]:
+        back = [(m, self.pending.pop(m)) for m in message_ids if m in self.pending]
+        order = list(self.nodes)
+        back.sort(key=lambda item: order.index(item[1]))
+        return [Reply(m, self.nodes[node][1]) for m, node in back]
+
+
+@pytest.fixture(autouse=True)
+def _task_identity(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ServerApp's messages carry its run; outside Flower, set one."""
+    for name, value in (("_run_id", 1), ("_node_id", 0), ("_task_id", 1)):
+        monkeypatch.setattr(TaskIdentity, name, value)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """A study CA, a node key per enrolled party, the signed enrolment list."""
+    root = tmp_path_factory.mktemp("pki")
+    ca = study_pki.make_study_ca(root, STUDY)
+    keys = {site: study_pki.make_node_key(root / site, site) for site in SITES}
+    enrolment = root / "enrolment.toml"
+    study_pki.main(
+        [
+            "enrol",
+            "--out",
+            str(enrolment),
+            "--ca",
+            str(root),
+            "--study",
+            STUDY,
+            *[f"--node={site}={keys[site].public_key}" for site in SITES],
+        ]
+    )
+    public = {
+        site: serialization.load_ssh_public_key(keys[site].public_key.read_bytes())
+        for site in SITES
+    }
+    return SimpleNamespace(root=root, ca=ca, keys=keys, public=public, enrolment=enrolment)
+
+
+def link(grid: NodesGrid, pki: SimpleNamespace | None, **policy: float) -> GridLink:
+    enrolment = None if pki is None else read_enrolment(pki.enrolment, pki.ca.certificate)
+    settings_ = {"discovery_timeout": 1.0, "poll_interval": 0.001, "identify_grace": 0.2}
+    return GridLink(grid, PolicySection(**{**settings_, **policy}), enrolment=enrolment)
+
+
+# -- the coordinator --------------------------------------------------------------------
+
+
+def test_a_registered_node_claiming_another_sites_name_is_refused(pki) -> None:
+    """Node 99 (region_3's registered, enrolled key) answers first that it is region_1: it is
+    refused with both fingerprints named, and region_1 is reached through its own node."""
+    grid = NodesGrid(
+        {
+            99: (pki.public["region_3"], "region_1"),
+            11: (pki.public["region_0"], "region_0"),
+            12: (pki.public["region_1"], "region_1"),
+        }
+    )
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0", "region_1"]) == {"region_0": 11, "region_1": 12}
+    (refused,) = coordinator.claims.refused
+    impostor, real = fingerprint(pki.public["region_3"]), fingerprint(pki.public["region_1"])
+    assert (refused["site"], refused["node"]) == ("region_1", "99")
+    assert (refused["fingerprint"], refused["enrolled_fingerprint"]) == (impostor, real)
+    assert impostor in refused["reason"] and real in refused["reason"]
+    assert "enrolled for site 'region_3'" in refused["reason"]
+    record = coordinator.claims.record()
+    assert record["sites"]["region_1"] == {"node": "12", "fingerprint": real, "enrolled": True}
+
+
+def test_a_late_impostor_is_seen_and_refused_after_every_site_was_found(pki) -> None:
+    """The real sites answer first; the impostor's later claim is still read (identify_grace)."""
+    grid = NodesGrid(
+        {
+            11: (pki.public["region_0"], "region_0"),
+            12: (pki.public["region_1"], "region_1"),
+            99: (pki.public["region_3"], "region_1"),
+        }
+    )
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0", "region_1"])["region_1"] == 12
+    assert [r["node"] for r in coordinator.claims.refused] == ["99"]
+
+
+def test_an_impostor_alone_is_never_served_and_the_site_is_named_missing(pki) -> None:
+    grid = NodesGrid(
+        {11: (pki.public["region_0"], "region_0"), 99: (pki.public["region_3"], "region_1")}
+    )
+    coordinator = link(grid, pki)
+    with pytest.raises(SitesMissingError, match=r"\['region_1'\].*refused"):
+        coordinator.discover(["region_0", "region_1"])
+    assert "region_1" not in coordinator.nodes
+
+
+def test_a_node_with_an_unenrolled_key_or_no_key_is_refused(pki) -> None:
+    stranger = ec.generate_private_key(ec.SECP256R1()).public_key()
+    grid = NodesGrid(
+        {
+            98: (stranger, "region_0"),
+            97: (None, "region_0"),
+            11: (pki.public["region_0"], "region_0"),
+        }
+    )
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    reasons = {r["node"]: r["reason"] for r in coordinator.claims.refused}
+    assert "not enrolled for any site" in reasons["98"] and fingerprint(stranger) in reasons["98"]
+    assert "key no key" in reasons["97"]
+
+
+class RawKeyGrid(NodesGrid):
+    """A grid whose node 98 reports ``raw`` as its public key (what the SuperLink stored)."""
+
+    def __init__(self, nodes, raw: bytes) -> None:
+        super().__init__(nodes)
+        self.raw = raw
+
+    def get_nodes(self) -> list[NodeInfo]:
+        infos = super().get_nodes()
+        for info in infos:
+            if info.node_id == 98:
+                info.public_key = self.raw
+        return infos
+
+
+@settings(max_examples=40, deadline=None)
+@given(raw=st.binary(max_size=300))
+def test_any_key_bytes_a_node_reports_are_refused_unless_enrolled(pki, raw: bytes) -> None:
+    """Whatever bytes stand for node 98's key, it is not served as region_0 (typed refusal)."""
+    grid = RawKeyGrid({98: (None, "region_0"), 11: (pki.public["region_0"], "region_0")}, raw)
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    assert [r["node"] for r in coordinator.claims.refused] == ["98"]
+
+
+def test_two_nodes_claiming_one_name_without_an_enrolment_list_are_both_refused() -> None:
+    """Without an enrolment list nothing tells which node is region_1: a typed error names
+    the site and both nodes and keys, and region_1 is served by neither."""
+    keys = [ec.generate_private_key(ec.SECP256R1()).public_key() for _ in range(2)]
+    grid = NodesGrid({12: (keys[0], "region_1"), 99: (keys[1], "region_1")})
+    coordinator = link(grid, None)
+    with pytest.raises(SiteIdentityError, match="two nodes claim site 'region_1'") as raised:
+        coordinator.discover(["region_1"])
+    for item in ("node 12", "node 99", fingerprint(keys[0]), fingerprint(keys[1])):
+        assert item in str(raised.value)
+    assert "region_1" not in coordinator.nodes
+
+
+def test_a_study_site_missing_from_the_enrolment_is_refused_before_discovery(pki, tmp_path):
+    from fedstats.flower.coordinator_app import load_enrolment
+    from fedstats.jobs.study_config import StudyConfig
+
+    config = StudyConfig.model_validate(
+        {
+            "study": {"name": STUDY, "sites": ["region_0", "region_2"], "out": str(tmp_path)},
+            "identity": {"enrolment": str(pki.enrolment), "study_ca": str(pki.ca.certificate)},
+            "fits": [{"kind": "logistic", "name": "f", "formula": "y ~ x"}],
+        }
+    )
+    with pytest.raises(EnrolmentError, match="site 'region_2' is not enrolled"):
+        load_enrolment(config)
+
+
+# -- the enrolment file -------------------------------------------------------------------
+
+
+def test_a_tampered_enrolment_is_refused(pki, tmp_path: Path) -> None:
+    """Swapping region_1's key for the impostor's (signature kept) breaks the CA signature."""
+    text = pki.enrolment.read_text()
+    forged = text.replace(key_line(pki.public["region_1"]), "SWAP").replace(
+        key_line(pki.public["region_3"]), key_line(pki.public["region_1"])
+    )
+    forged = forged.replace("SWAP", key_line(pki.public["region_3"]))
+    assert forged != text
+    path = tmp_path / "enrolment.toml"
+    path.write_text(forged)
+    with pytest.raises(EnrolmentError, match="the study CA did not sign these bindings"):
+        read_enrolment(path, pki.ca.certificate)
+
+
+def test_an_enrolment_signed_by_another_ca_or_for_another_study_is_refused(pki, tmp_path):
+    other = study_pki.make_study_ca(tmp_path / "other", STUDY)
+    with pytest.raises(EnrolmentError, match="did not sign"):
+        read_enrolment(pki.enrolment, other.certificate)
+    with pytest.raises(EnrolmentError, match="field 'study'"):
+        read_enrolment(pki.enrolment, pki.ca.certificate, study="another-study")
+
+
+def test_one_key_cannot_be_enrolled_for_two_sites(pki, tmp_path: Path) -> None:
+    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), None)
+    line = pki.keys["region_0"].public_key.read_text()
+    with pytest.raises(EnrolmentError, match="enrolled for both 'a' and 'b'"):
+        write_enrolment(tmp_path / "e.toml", STUDY, {"a": line, "b": line}, ca_key)
+
+
+def test_the_enrolment_command_prints_ssh_keygen_fingerprints(pki, tmp_path, capsys) -> None:
+    out = tmp_path / "enrolment.toml"
+    study_pki.main(
+        ["enrol", "--out", str(out), "--ca", str(pki.root), "--study", STUDY]
+        + [f"--node={s}={pki.keys[s].public_key}" for s in SITES]
+    )
+    printed = dict(line.split() for line in capsys.readouterr().out.splitlines()[1:])
+    assert printed == {s: fingerprint(pki.public[s]) for s in SITES}
+    if shutil.which("ssh-keygen"):
+        shown = subprocess.run(
+            ["ssh-keygen", "-lf", str(pki.keys["region_1"].public_key)],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()[1]
+        assert shown == printed["region_1"]
+    with pytest.raises(SystemExit):  # never overwritten
+        study_pki.main(["enrol", "--out", str(out), "--ca", str(pki.root), "--study", STUDY])
+
+
+FIELD_VALUES = st.one_of(
+    st.text(max_size=80),
+    st.integers(),
+    st.booleans(),
+    st.lists(st.text(max_size=10), max_size=3),
+    st.dictionaries(st.text(max_size=10), st.text(max_size=80), max_size=3),
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    field=st.sampled_from(["study", "signature", "sites", "site name", "site key", "extra"]),
+    value=FIELD_VALUES,
+)
+def test_any_change_to_an_enrolment_field_is_refused_with_a_typed_error(pki, field, value):
+    """Whatever a field is changed to, the list is refused with :class:`EnrolmentError`
+    naming the file, or (the change kept the signed bindings) reads back the same."""
+    import tomli_w
+
+    document = tomllib.loads(pki.enrolment.read_text())
+    table = document["enrolment"]
+    if field == "site name":
+        if not isinstance(value, str):
+            return
+        table["sites"] = {value if k == "region_1" else k: v for k, v in table["sites"].items()}
+    elif field == "site key":
+        table["sites"]["region_1"] = value
+    elif field == "extra":
+        table["extra"] = value
+    else:
+        table[field] = value
+    path = pki.root / "mutated.toml"
+    path.write_text(tomli_w.dumps(document))
+    try:
+        read = read_enrolment(path, pki.ca.certificate)
+    except EnrolmentError as error:
+        assert str(path) in str(error)
+        return
+    original = read_enrolment(pki.enrolment, pki.ca.certificate)
+    assert read.study == original.study and read.fingerprints() == original.fingerprints()
+
+
+@settings(max_examples=40, deadline=None)
+@given(text=st.text(max_size=400))
+def test_any_enrolment_text_is_read_or_refused_with_a_typed_error(pki, text) -> None:
+    path = pki.root / "arbitrary.toml"
+    path.write_text(text)
+    with pytest.raises(EnrolmentError):
+        read_enrolment(path, pki.ca.certificate)
+
+
+# -- the site -------------------------------------------------------------------------------
+
+
+def site_toml(tmp_path: Path, pki, name: str, key_of: str, *, enrolment: bool = True) -> Path:
+    """A site.toml named ``name`` whose SuperNode key is ``key_of``'s node key."""
+    frame = datasets.tcga_brca().frames["region_1"]
+    path = write_site(
+        tmp_path,
+        name,
+        frame,
+        "127.0.0.1:9092",
+        root_certificates=pki.ca.certificate,
+        auth_private_key=pki.keys[key_of].private_key,
+    )
+    if enrolment:
+        text = path.read_text().replace(
+            "auth_private_key =", f'enrolment = "{pki.enrolment}"\nauth_private_key ='
+        )
+        path.write_text(text)
+    return path
+
+
+def test_a_node_with_the_studys_files_and_another_key_cannot_start_as_region_1(pki, tmp_path):
+    """region_3's node configured as region_1 with the study's enrolment: it refuses to serve
+    (the ClientApp builds no service), and ``fedstats site run`` stops at configuration."""
+    path = site_toml(tmp_path, pki, "region_1", key_of="region_3")
+    impostor, real = fingerprint(pki.public["region_3"]), fingerprint(pki.public["region_1"])
+    with pytest.raises(EnrolmentError, match=re.escape(impostor)) as raised:
+        check_site_identity(load_site_config(path))
+    assert real in str(raised.value) and "site 'region_1'" in str(raised.value)
+    with pytest.raises(EnrolmentError):
+        SiteService(load_site_config(path))
+    with pytest.raises(ConfigError, match=re.escape("field 'coordinator.enrolment'")):
+        load_job_config(path)
+
+
+def test_a_site_whose_name_is_not_enrolled_does_not_take_part(pki, tmp_path) -> None:
+    path = site_toml(tmp_path, pki, "region_2", key_of="region_3")
+    with pytest.raises(EnrolmentError, match="site 'region_2' is not enrolled"):
+        SiteService(load_site_config(path))
+
+
+def test_an_enrolled_site_serves_with_its_own_key(pki, tmp_path) -> None:
+    path = site_toml(tmp_path, pki, "region_1", key_of="region_1")
+    service = SiteService(load_site_config(path))
+    assert service.node_key_fingerprint == fingerprint(pki.public["region_1"])
+    service.close()
+
+
+def test_an_enrolment_without_a_node_key_is_a_configuration_error(pki, tmp_path) -> None:
+    path = site_toml(tmp_path, pki, "region_1", key_of="region_1")
+    path.write_text(re.sub(r"auth_private_key = .*\n", "", path.read_text()))
+    with pytest.raises(ConfigError, match="auth_private_key"):
+        load_site_config(path)
