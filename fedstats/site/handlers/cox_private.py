@@ -122,7 +122,7 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
             info_norm = np.sqrt(mu_sq + 2 * mu_sq * x_sq + cumulative**2 * x_sq**2)
             w = clip_factors(info_norm, info_bound)
         else:
-            w = clip_factors(_patient_information_norms(patients, X, mu), info_bound)[patients]
+            w = clip_factors(patient_information_norms(patients, X, mu), info_bound)[patients]
         weighted_mu = w[:, None] * mu
         top_left = np.diag(weighted_mu.sum(axis=0))
         top_right = weighted_mu.T @ X
@@ -131,7 +131,7 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     return TaskReply(released, contributors=count_patients(ctx, design.rows, design.n_obs))
 
 
-def _patient_information_norms(patients: np.ndarray, X: np.ndarray, mu: np.ndarray) -> np.ndarray:
+def patient_information_norms(patients: np.ndarray, X: np.ndarray, mu: np.ndarray) -> np.ndarray:
     """``||H_i||_F`` of each patient's information summed over its rows ``r, s``:
     ``sum_{r,s} [mu_r'mu_s (1 + 2 x_r'x_s) + Lambda_r Lambda_s (x_r'x_s)^2]`` (the diagonal
     block, both off-diagonal blocks and the covariate block of the module docstring's ``H_i``;
