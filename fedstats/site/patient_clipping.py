@@ -16,7 +16,9 @@ user's summed update, not each example's):
   For a sum of outer products ``H_i = sum_r w_r x_r x_r'`` the Frobenius norm
   needs no ``p x p`` matrix per patient:
   ``||H_i||_F^2 = sum_{r, s in i} w_r w_s (x_r' x_s)^2`` over the pairs of the
-  patient's rows (:func:`within_patient_pairs`);
+  patient's rows (:func:`within_patient_pairs`; a patient of more than ``p``
+  rows gets its matrix instead, :func:`crowded_patients`, so memory stays
+  ``O(n p)``);
 * **refuse** (:func:`refuse_several_rows`) — for a mechanism that clips rows
   itself (DP-SGD's per-example gradients) or a release with no simple
   per-patient bound. The refusal depends only on the frame's layout (whether
@@ -65,12 +67,20 @@ def patient_clip_factors(
     return clip_factors(np.linalg.norm(sums, axis=1), bound)[patients]
 
 
-def within_patient_pairs(patients: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def within_patient_pairs(
+    patients: np.ndarray, max_rows: int | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every ordered pair ``(r, s)`` of rows of one patient, ``r == s`` included, and its
-    patient: ``sum_i m_i^2`` pairs for patients of ``m_i`` rows."""
+    patient: ``sum_i m_i^2`` pairs for patients of ``m_i`` rows. With ``max_rows``, only the
+    patients of at most that many rows (so at most ``max_rows`` pairs per row)."""
+    sizes = np.bincount(patients)
+    if max_rows is not None:
+        kept = sizes[patients] <= max_rows
+        rows = np.flatnonzero(kept)
+        first, second, owner = within_patient_pairs(patients[kept])
+        return rows[first], rows[second], owner
     order = np.argsort(patients, kind="stable")
     sorted_patients = patients[order]
-    sizes = np.bincount(patients)
     starts = np.cumsum(sizes) - sizes
     repeat = sizes[sorted_patients]
     first = np.repeat(order, repeat)
@@ -79,13 +89,26 @@ def within_patient_pairs(patients: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
     return first, second, np.repeat(sorted_patients, repeat)
 
 
+def crowded_patients(patients: np.ndarray, max_rows: int) -> list[tuple[int, np.ndarray]]:
+    """Each patient of more than ``max_rows`` rows, with its rows: for them a per-patient matrix
+    (``O(m_i p^2)``) is cheaper than the ``m_i^2`` pairs of its rows."""
+    sizes = np.bincount(patients)
+    order = np.argsort(patients, kind="stable")
+    ends = np.cumsum(sizes)
+    return [(int(i), order[ends[i] - sizes[i] : ends[i]]) for i in np.flatnonzero(sizes > max_rows)]
+
+
 def gram_frobenius(patients: np.ndarray, X: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """``||sum_{r in i} w_r x_r x_r'||_F`` for each patient ``i``, from the pairs of its rows."""
-    first, second, owner = within_patient_pairs(patients)
+    """``||sum_{r in i} w_r x_r x_r'||_F`` for each patient ``i``: from the pairs of its rows,
+    ``sum_{r,s} w_r w_s (x_r' x_s)^2``, or from the ``p x p`` matrix for a patient of more than
+    ``p`` rows (memory ``O(n p)`` either way)."""
+    p = X.shape[1]
+    first, second, owner = within_patient_pairs(patients, max_rows=p)
     dots = np.einsum("ij,ij->i", X[first], X[second])
-    squares = np.bincount(
-        owner, weights=weights[first] * weights[second] * dots**2, minlength=int(patients.max()) + 1
-    )
+    terms = weights[first] * weights[second] * dots**2
+    squares = np.bincount(owner, weights=terms, minlength=int(patients.max()) + 1).astype(float)
+    for i, rows in crowded_patients(patients, p):
+        squares[i] = np.sum(((X[rows] * weights[rows, None]).T @ X[rows]) ** 2)
     return np.sqrt(np.maximum(squares, 0.0))
 
 

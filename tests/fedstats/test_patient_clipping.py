@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from fedstats.site.handlers.cox_private import patient_information_norms
 from fedstats.site.handlers.logistic import patient_clipped
 from fedstats.site.patient_clipping import (
+    crowded_patients,
     gram_frobenius,
     patient_clip_factors,
     patient_sums,
@@ -17,8 +18,10 @@ from fedstats.site.patient_clipping import (
 
 
 @st.composite
-def patients_and_rows(draw, p: int = 3, k: int = 4):
-    """Patient codes of 1 to 5 rows each (in shuffled order), covariates, weights, exposures."""
+def patients_and_rows(draw):
+    """Patient codes of 1 to 5 rows each (in shuffled order), ``p`` covariates, weights and ``k``
+    exposures; with ``p`` (and ``K + p``) small, patients of more rows take the matrix path."""
+    p, k = draw(st.sampled_from([(1, 1), (3, 4)]))
     sizes = draw(st.lists(st.integers(1, 5), min_size=1, max_size=15))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     patients = rng.permutation(np.repeat(np.arange(len(sizes)), sizes))
@@ -37,6 +40,15 @@ def test_pairs_are_every_ordered_pair_of_one_patients_rows(drawn):
     }  # fmt: skip
     assert sorted(zip(first.tolist(), second.tolist(), strict=True)) == sorted(expected)
     assert (patients[first] == owner).all() and (patients[second] == owner).all()
+    sizes = np.bincount(patients)
+    first, second, owner = within_patient_pairs(patients, max_rows=2)
+    small = {(r, s) for r, s in expected if sizes[patients[r]] <= 2}
+    assert sorted(zip(first.tolist(), second.tolist(), strict=True)) == sorted(small)
+    assert (patients[first] == owner).all()
+    crowded = crowded_patients(patients, 2)
+    assert [i for i, _ in crowded] == np.flatnonzero(sizes > 2).tolist()
+    for i, rows in crowded:
+        assert sorted(rows.tolist()) == np.flatnonzero(patients == i).tolist()
 
 
 @settings(max_examples=60, deadline=None)

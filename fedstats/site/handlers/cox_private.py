@@ -49,6 +49,7 @@ from fedstats.site.handlers.logistic import clip_from_args, clipped_design, grad
 from fedstats.site.handlers.survival import checked_grid
 from fedstats.site.patient_clipping import (
     clip_factors,
+    crowded_patients,
     design_patients,
     patient_clip_factors,
     within_patient_pairs,
@@ -135,14 +136,20 @@ def patient_information_norms(patients: np.ndarray, X: np.ndarray, mu: np.ndarra
     """``||H_i||_F`` of each patient's information summed over its rows ``r, s``:
     ``sum_{r,s} [mu_r'mu_s (1 + 2 x_r'x_s) + Lambda_r Lambda_s (x_r'x_s)^2]`` (the diagonal
     block, both off-diagonal blocks and the covariate block of the module docstring's ``H_i``;
-    one row gives that formula)."""
-    first, second, owner = within_patient_pairs(patients)
+    one row gives that formula); a patient of more than ``K + p`` rows from its summed blocks."""
+    limit = mu.shape[1] + X.shape[1]
+    first, second, owner = within_patient_pairs(patients, max_rows=limit)
     dots = np.einsum("ij,ij->i", X[first], X[second])
     cumulative = mu.sum(axis=1)
     terms = np.einsum("ij,ij->i", mu[first], mu[second]) * (1 + 2 * dots) + (
         cumulative[first] * cumulative[second] * dots**2
     )
-    squares = np.bincount(owner, weights=terms, minlength=int(patients.max()) + 1)
+    squares = np.bincount(owner, weights=terms, minlength=int(patients.max()) + 1).astype(float)
+    for i, rows in crowded_patients(patients, limit):  # the blocks themselves: O(m_i (K + p)^2)
+        corner = mu[rows].T @ X[rows]
+        covariates = X[rows].T @ (X[rows] * cumulative[rows, None])
+        squares[i] = np.sum(mu[rows].sum(axis=0) ** 2) + 2 * np.sum(corner**2)
+        squares[i] += np.sum(covariates**2)
     return np.sqrt(np.maximum(squares, 0.0))
 
 
