@@ -185,7 +185,9 @@ def patient_counts(ctx: SiteContext, design: SiteDesign) -> dict[str, int]:
     (a private release takes only 0/1 outcomes). Removing one patient moves ``n_obs`` or
     ``n_dropped`` by 1 and ``n_events`` by at most 1: the ``sqrt(2)`` of
     :func:`prepare_private_release`."""
-    patients = pd.factorize(ctx.frame.index)[0]
+    patients = patients_of(ctx.frame)
+    if patients is None:  # one row per patient: each row is its own patient
+        patients = np.arange(len(ctx.frame))
     rows = np.arange(len(patients)) if design.rows is None else design.rows
     kept = np.unique(patients[rows])
     with_event = np.unique(patients[rows][design.y > 0])

@@ -68,7 +68,8 @@ ONE_LEAVING = (
     "rows leaves the risk set once"
 )
 """Why private counts are refused on a frame with several rows per patient: one patient of
-``m`` rows would move ``m`` cells, ``sqrt(m)`` times the charged sensitivity."""
+``m`` rows would move the counts by ``sqrt(m)`` (``m`` cells) to ``m`` (one cell) times the
+charged sensitivity."""
 
 __all__ = ["MAX_GRID", "TASK", "checked_grid", "counts", "grid_counts", "grid_problem"]
 
