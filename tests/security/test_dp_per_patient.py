@@ -331,3 +331,48 @@ def test_stanford_private_kaplan_meier_counts_refuse_intervals_of_one_patient(st
     assert_refused_before_charge(silo, reply, 0)
     assert reply["error"]["type"] == "DisclosureError"
     assert "several rows" in reply["error"]["values"]["reason"]
+
+
+def _stanford_federation(
+    stanford: pd.DataFrame, tmp_path
+) -> tuple[fedstats.Federation, dict[str, accounting.Ledger]]:
+    """Three sites of the Stanford intervals (patient id modulo 3), indexed by patient, and
+    their ledgers."""
+    books = {}
+    frames = {f"s{k}": stanford[stanford.index % 3 == k] for k in range(3)}
+    for site in frames:
+        books[site] = accounting.Ledger(tmp_path / f"{site}.ledger")
+        books[site].set_budget(
+            accounting.Scope(unit="patient", owner=site, study="study"), epsilon=50.0, delta=1e-5
+        )
+    return fedstats.Federation.in_process(frames, ledgers=books, noise_seed=3), books
+
+
+def test_stanford_private_kaplan_meier_through_the_public_api_is_refused_uncharged(
+    stanford, tmp_path
+):
+    fed, books = _stanford_federation(stanford, tmp_path)
+    km = fedstats.KaplanMeier(
+        "stop", "event", grid=[50.0, 200.0, 1000.0],
+        privacy=fedstats.RecordDP(epsilon=1.0, delta=1e-6),
+    )  # fmt: skip
+    with pytest.raises(fedstats.errors.DisclosureError, match="several rows per patient"):
+        km.fit(fed)
+    for site, ledger in books.items():
+        scope = accounting.Scope(unit="patient", owner=site, study="study")
+        assert not ledger.entries(scope)
+
+
+def test_stanford_private_logistic_through_the_public_api_fits_with_patients_clipped(
+    stanford, tmp_path
+):
+    """The honest analysis still runs on frames of several rows per patient: every site
+    answers each private round, each patient's rows clipped together."""
+    fed, books = _stanford_federation(stanford, tmp_path)
+    bounds = {c: (float(stanford[c].min()), float(stanford[c].max())) for c in STANFORD}
+    result = fedstats.LogisticRegression("event ~ " + " + ".join(STANFORD)).fit(
+        fed, privacy=fedstats.RecordDP(epsilon=5.0, delta=1e-6, rounds=3, bounds=bounds)
+    )
+    assert np.isfinite(result.params).all()
+    for site, ledger in books.items():
+        assert ledger.entries(accounting.Scope(unit="patient", owner=site, study="study"))
