@@ -42,6 +42,7 @@ from fedstats.models.quantize import quantize
 from fedstats.schema import Array, Number
 from fedstats.site.design import DesignSpec
 from fedstats.site.handlers.survival import deferred_points
+from fedstats.site.patient_clipping import refuse_several_rows
 from fedstats.site.private_release import DpRequest
 from fedstats.site.task import SiteContext, Task, TaskReply
 
@@ -191,8 +192,18 @@ def train_request(args: dict[str, Any]) -> TrainRequest:
     return TrainRequest(model, local, analysis, seed, private, control, scale, control_scale, bits)
 
 
+PER_ROW_CLIPPING = (
+    "DP-SGD clips and samples each row's gradient (Opacus' per-sample clipping), which bounds "
+    "one row's influence, not that of a patient's rows together"
+)
+"""Why private training is refused on a frame with several rows per patient."""
+
+
 def validate_train(ctx: SiteContext, args: dict[str, Any]) -> None:
-    """Build the site's design for a training request (data checks and cell rules), nothing else."""
+    """Build the site's design for a training request (data checks and cell rules), nothing else;
+    a private request on a frame with several rows per patient is refused first."""
+    if args.get("dp") is not None:
+        refuse_several_rows(ctx, TRAIN_TASK, PER_ROW_CLIPPING)
     site_tensors(ctx, args)
 
 
@@ -223,6 +234,8 @@ def train_schema(args: dict[str, Any]) -> dict:
 def train(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """One round of local training from the request's weights; the flat update."""
     request = train_request(args)
+    if request.private is not None:
+        refuse_several_rows(ctx, TRAIN_TASK, PER_ROW_CLIPPING)
     model = request.model.build(args["weights"], ctx.name)
     data = site_tensors(ctx, args)
     kind = request.model.spec.outcome_kind

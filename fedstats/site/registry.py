@@ -98,6 +98,7 @@ REGISTRY = TaskRegistry(
             schema=survival_site.counts_schema,
             description="at-risk and event counts per group on a time grid (k-protected)",
             private_release=survival_site.counts_private_release,
+            validate=survival_site.validate_private,
         ),
         Task(
             name=competing_site.TASK,

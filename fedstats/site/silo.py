@@ -266,6 +266,8 @@ class Silo:
         the request alone (:mod:`fedstats.site.private_rows`), so over budget is refused with
         no row touched, and nothing the rows hold can turn a charged request into a refusal.
         """
+        if task.validate is not None:
+            task.validate(self._context, args)
         groups = noisy_groups(task, args, self.name)
         sigmas = dp.sigmas_for(groups, self.name, task_name)
         site_sigmas = (

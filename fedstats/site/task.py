@@ -101,8 +101,10 @@ class Task:
     about_patients: bool = True
     private_training: Callable[[dict[str, Any]], Any] | None = None
     validate: Callable[[SiteContext, dict[str, Any]], None] | None = None
-    """For ``private_training`` tasks: every data check the handler will make, run before
-    the charge, so a request that fails is refused before any budget is spent."""
+    """Run for a private request before the charge, so a request that fails is refused before
+    any budget is spent: for ``private_training`` tasks every check the handler will make;
+    for ``private_release`` tasks the refusals decided by the site's public layout (e.g. a
+    frame with several rows per patient), never by a patient's values."""
     cost: Callable[[SiteContext, dict[str, Any]], float] | None = None
     """The work the request asks for (for training: local steps x parameters), checked
     against the site's :class:`~fedstats.site.resource_limits.RequestLimits` before any work."""

@@ -27,7 +27,10 @@ and ``H_i min(1, C_H / ||H_i||_F)``, with the design scaled to ``[-1, 1]``
 by public bounds and rows clipped to norm ``B`` first. Adding or removing
 one patient then moves the summed score by at most ``C_g`` and the summed
 information by at most ``C_H`` (Frobenius norm): the sensitivities of the
-Gaussian releases, whatever the data. A patient is clipped only when
+Gaussian releases, whatever the data. On a frame with several rows per
+patient (a repeating index; :mod:`fedstats.site.patient_clipping`) the rows of
+one patient are summed into ``g_i`` and ``H_i`` before the clip, so the bounds
+hold per patient, not per row. A patient is clipped only when
 ``Lambda_i`` is large (long follow-up at high risk without the event); the
 coordinator chooses ``C_g, C_H`` from a public cap on ``Lambda``.
 """
@@ -49,6 +52,14 @@ from fedstats.site.handlers.logistic import (
     gradient_only,
 )
 from fedstats.site.handlers.survival import checked_grid
+from fedstats.site.patient_clipping import (
+    clip_factors,
+    crowded_patients,
+    design_patients,
+    patient_clip_factors,
+    within_patient_pairs,
+)
+from fedstats.site.patient_rows import count_patients
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 
 TASK = "cox.piecewise_summaries"
@@ -108,19 +119,47 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     cumulative = mu.sum(axis=1)
     residual = events.sum(axis=1) - cumulative
     scores = np.hstack([events - mu, residual[:, None] * X])
-    score_weight = _clip_weights(np.linalg.norm(scores, axis=1), score_bound)
+    patients = design_patients(ctx, design.rows)
+    if patients is None:
+        score_weight = clip_factors(np.linalg.norm(scores, axis=1), score_bound)
+    else:
+        score_weight = patient_clip_factors(patients, scores, score_bound)
     released = {"gradient": score_weight @ scores}
     if not gradient_only(args):
-        x_sq = np.einsum("ij,ij->i", X, X)
-        mu_sq = np.einsum("ij,ij->i", mu, mu)
-        info_norm = np.sqrt(mu_sq + 2 * mu_sq * x_sq + cumulative**2 * x_sq**2)
-        w = _clip_weights(info_norm, info_bound)
+        if patients is None:
+            x_sq = np.einsum("ij,ij->i", X, X)
+            mu_sq = np.einsum("ij,ij->i", mu, mu)
+            info_norm = np.sqrt(mu_sq + 2 * mu_sq * x_sq + cumulative**2 * x_sq**2)
+            w = clip_factors(info_norm, info_bound)
+        else:
+            w = clip_factors(patient_information_norms(patients, X, mu), info_bound)[patients]
         weighted_mu = w[:, None] * mu
         top_left = np.diag(weighted_mu.sum(axis=0))
         top_right = weighted_mu.T @ X
         bottom_right = X.T @ (X * (w * cumulative)[:, None])
         released["hessian"] = np.block([[top_left, top_right], [top_right.T, bottom_right]])
-    return TaskReply(released, contributors=design.n_obs)
+    return TaskReply(released, contributors=count_patients(ctx, design.rows, design.n_obs))
+
+
+def patient_information_norms(patients: np.ndarray, X: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    """``||H_i||_F`` of each patient's information summed over its rows ``r, s``:
+    ``sum_{r,s} [mu_r'mu_s (1 + 2 x_r'x_s) + Lambda_r Lambda_s (x_r'x_s)^2]`` (the diagonal
+    block, both off-diagonal blocks and the covariate block of the module docstring's ``H_i``;
+    one row gives that formula); a patient of more than ``K + p`` rows from its summed blocks."""
+    limit = mu.shape[1] + X.shape[1]
+    first, second, owner = within_patient_pairs(patients, max_rows=limit)
+    dots = np.einsum("ij,ij->i", X[first], X[second])
+    cumulative = mu.sum(axis=1)
+    terms = np.einsum("ij,ij->i", mu[first], mu[second]) * (1 + 2 * dots) + (
+        cumulative[first] * cumulative[second] * dots**2
+    )
+    squares = np.bincount(owner, weights=terms, minlength=int(patients.max()) + 1).astype(float)
+    for i, rows in crowded_patients(patients, limit):  # the blocks themselves: O(m_i (K + p)^2)
+        corner = mu[rows].T @ X[rows]
+        covariates = X[rows].T @ (X[rows] * cumulative[rows, None])
+        squares[i] = np.sum(mu[rows].sum(axis=0) ** 2) + 2 * np.sum(corner**2)
+        squares[i] += np.sum(covariates**2)
+    return np.sqrt(np.maximum(squares, 0.0))
 
 
 def person_intervals(
@@ -138,11 +177,6 @@ def person_intervals(
     events = np.zeros_like(exposure)
     events[np.flatnonzero(inside), interval[inside]] = 1.0
     return exposure, events
-
-
-def _clip_weights(norms: np.ndarray, bound: float) -> np.ndarray:
-    """``min(1, bound / ||.||)`` per patient."""
-    return np.minimum(1.0, bound / np.maximum(norms, 1e-300))
 
 
 def _alpha(args: dict[str, Any], intervals: int) -> np.ndarray:

@@ -46,7 +46,7 @@ from fedstats.site.design_outcomes import (
     survival_outcome_values,
 )
 from fedstats.site.disclosure import check_levels, check_saturation
-from fedstats.site.patient_rows import count_patients, patient_release_sets
+from fedstats.site.patient_rows import count_patients, patient_release_sets, patients_of
 from fedstats.site.private_rows import outside_levels, usable_private_rows
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
@@ -157,7 +157,9 @@ def prepare_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
 
     Adding or removing one patient changes ``n_obs`` by 1 and ``n_events`` by
     at most 1 (a complete row) or ``n_dropped`` by 1 (an incomplete one), so
-    the L2 sensitivity of the three counts together is ``sqrt(2)``.
+    the L2 sensitivity of the three counts together is ``sqrt(2)``. On a frame
+    with several rows per patient the private counts count patients
+    (:func:`patient_counts`), so the bound holds for a patient of any number of rows.
     """
     return [NoisyGroup(("n_obs", "n_dropped", "n_events"), l2_sensitivity=math.sqrt(2))]
 
@@ -167,11 +169,34 @@ def prepare(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     patients (a frame indexed by patient may hold several rows, intervals, per patient)."""
     spec = spec_from_args(args)
     design = site_design(ctx, spec)
+    if ctx.private(args) and patients_of(ctx.frame) is not None:
+        counts = patient_counts(ctx, design)
+        return TaskReply(counts, contributors=counts["n_obs"])
     patients = count_patients(ctx, design.rows, design.n_obs)
     return TaskReply(
         {"n_obs": patients, "n_dropped": design.n_dropped, "n_events": events(spec, design)},
         contributors=patients,
     )
+
+
+def patient_counts(ctx: SiteContext, design: SiteDesign) -> dict[str, int]:
+    """The private counts of a frame with several rows per patient, each patient counted once:
+    ``n_obs`` patients with a complete row, ``n_dropped`` patients with none (so each patient is
+    in exactly one of the two), ``n_events`` patients with the outcome or event on a complete row
+    (a private release takes only 0/1 outcomes). Removing one patient moves ``n_obs`` or
+    ``n_dropped`` by 1 and ``n_events`` by at most 1: the ``sqrt(2)`` of
+    :func:`prepare_private_release`."""
+    patients = patients_of(ctx.frame)
+    if patients is None:  # one row per patient: each row is its own patient
+        patients = np.arange(len(ctx.frame))
+    rows = np.arange(len(patients)) if design.rows is None else design.rows
+    kept = np.unique(patients[rows])
+    with_event = np.unique(patients[rows][design.y > 0])
+    return {
+        "n_obs": len(kept),
+        "n_dropped": int(patients.max()) + 1 - len(kept),
+        "n_events": len(with_event),
+    }
 
 
 def events(spec: DesignSpec, design: SiteDesign) -> float:

@@ -24,6 +24,13 @@ from scipy.special import expit
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array, Number
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
+from fedstats.site.patient_clipping import (
+    clip_factors,
+    design_patients,
+    gram_frobenius,
+    patient_clip_factors,
+)
+from fedstats.site.patient_rows import count_patients
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
@@ -65,13 +72,18 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         eta = eta + design.offset
     mu = expit(eta)
     weights = mu * (1.0 - mu)
+    contributors = count_patients(ctx, design.rows, design.n_obs)
+    if private:
+        patients = design_patients(ctx, design.rows)
+        if patients is not None:
+            return TaskReply(patient_clipped(args, X, y - mu, weights, patients), contributors)
     gradient = X.T @ (y - mu)
     hessian = X.T @ (X * weights[:, None])
     if private:
         released = {"gradient": gradient}
         if not gradient_only(args):
             released["hessian"] = hessian
-        return TaskReply(released, contributors=design.n_obs)
+        return TaskReply(released, contributors=contributors)
     loglik = float(np.sum(y * eta - np.logaddexp(0.0, eta)))
     extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
     return TaskReply(
@@ -82,7 +94,7 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
             "all_extreme": bool(extreme.all()),
             "any_extreme": bool(extreme.any()),
         },
-        contributors=design.n_obs,
+        contributors=contributors,
     )
 
 
@@ -97,13 +109,41 @@ def summaries_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
     information (Frobenius norm, hence its upper triangle) by at most
     ``B^2 / 4`` — the sensitivities of the noisy Newton method of
     Avella-Medina, Bradshaw & Loh (2023), "Differentially private inference
-    via noisy optimization", Ann. Statist.
+    via noisy optimization", Ann. Statist. A patient of several rows has its
+    rows' contributions summed and clipped to the same bounds
+    (:func:`patient_clipped`).
     """
     row_norm, _ = clip_from_args(args, spec_from_args(args).n_params)
     groups = [NoisyGroup(("gradient",), l2_sensitivity=row_norm)]
     if not gradient_only(args):
         groups.append(NoisyGroup(("hessian",), l2_sensitivity=row_norm**2 / 4, symmetric=True))
     return groups
+
+
+def patient_clipped(
+    args: dict[str, Any],
+    X: np.ndarray,
+    residual: np.ndarray,
+    weights: np.ndarray,
+    patients: np.ndarray,
+) -> dict[str, np.ndarray]:
+    """The score and information with each *patient's* rows summed, then clipped to the
+    sensitivities :func:`summaries_private_release` charges (a frame with several rows per
+    patient; :mod:`fedstats.site.patient_clipping`).
+
+    Patient ``i`` contributes ``g_i = sum_{r in i} x_r (y_r - mu_r)``, released as
+    ``g_i min(1, B / ||g_i||)``, and ``H_i = sum_{r in i} w_r x_r x_r'`` as
+    ``H_i min(1, (B^2 / 4) / ||H_i||_F)``: a patient of one row is within both bounds and
+    unchanged, a patient of ``m`` rows (up to ``m B`` and ``m B^2 / 4``) is scaled down, so
+    removing any one patient moves each release by at most its charged sensitivity.
+    """
+    row_norm, _ = clip_from_args(args, X.shape[1])
+    score_factor = patient_clip_factors(patients, X * residual[:, None], row_norm)
+    released = {"gradient": X.T @ (residual * score_factor)}
+    if not gradient_only(args):
+        info_factor = clip_factors(gram_frobenius(patients, X, weights), row_norm**2 / 4)
+        released["hessian"] = X.T @ (X * (weights * info_factor[patients])[:, None])
+    return released
 
 
 def gradient_only(args: dict[str, Any]) -> bool:

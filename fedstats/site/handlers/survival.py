@@ -57,12 +57,20 @@ from fedstats.site.handlers.survival_cells import (
     refuse_private_weights,
     stratum_codes,
 )
+from fedstats.site.patient_clipping import refuse_several_rows
 from fedstats.site.private_rows import outside_levels, usable_survival
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import frequency_weights
 
 TASK = "survival.counts"
+ONE_LEAVING = (
+    "the private counts charge one death or censoring per patient while each of a patient's "
+    "rows leaves the risk set once"
+)
+"""Why private counts are refused on a frame with several rows per patient: one patient of
+``m`` rows would move the counts by ``sqrt(m)`` (``m`` cells) to ``m`` (one cell) times the
+charged sensitivity."""
 
 __all__ = ["MAX_GRID", "TASK", "checked_grid", "counts", "grid_counts", "grid_problem"]
 
@@ -80,6 +88,13 @@ def counts_schema(args: dict[str, Any]) -> dict:
     }
 
 
+def validate_private(ctx: SiteContext, args: dict[str, Any]) -> None:
+    """Before a private release is charged: no weights, and one row per patient (the frame's
+    layout, public; see :data:`ONE_LEAVING`)."""
+    refuse_private_weights(read_counts_request(args))
+    refuse_several_rows(ctx, TASK, ONE_LEAVING)
+
+
 def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """At-risk and event counts (sums of weights, when weighted) per cell and grid point,
     under the rules above and those of :mod:`fedstats.site.handlers.survival_cells`."""
@@ -87,6 +102,7 @@ def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     private = ctx.private(args)
     if private:
         refuse_private_weights(request)
+        refuse_several_rows(ctx, TASK, ONE_LEAVING)
     else:
         require_study_grid(ctx, request.time, request.event, request.grid, task=TASK)
     frame = ctx.frame
@@ -330,7 +346,9 @@ def counts_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
     tables by 1, an L2 sensitivity of 1 for both together, with no clipping
     and no threshold (the Gaussian noise protects small cells). The numbers
     at risk are their reverse cumulative sums, post-processing at the
-    coordinator.
+    coordinator. That holds when each row is a patient: on a frame with several
+    rows per patient a patient leaves once per row (``m`` cells for ``m`` rows), so
+    the private counts are refused there (:data:`ONE_LEAVING`).
     """
     refuse_private_weights(read_counts_request(args))
     return [NoisyGroup(("events", "censored"), l2_sensitivity=1.0)]
