@@ -277,7 +277,7 @@ def test_private_reply_holds_only_noisy_deaths_and_censorings(tmp_path):
     assert len(results) == 3
     for result in results:
         assert set(result) == {"events", "censored", "dp_epsilon_spent", "dp_budget_epsilon",
-                               "dp_fixed_seed"}  # fmt: skip
+                               "dp_fixed_seed", "dp_ledger_entries", "dp_ledger_head"}  # fmt: skip
         assert not np.allclose(result["events"], np.round(result["events"]))  # noised
 
 
