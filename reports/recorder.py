@@ -99,6 +99,7 @@ class StudyRecorder:
         self._curves: list[str] = []
         self._spec_sha: str | None = None
         self._configuration_sha: str | None = None
+        self._heads: dict[tuple[str, str], dict[str, Any]] = {}
         self._created = datetime.now(UTC)
 
     # -- ledgers -----------------------------------------------------------
@@ -163,6 +164,7 @@ class StudyRecorder:
         path = _write_json(self.layout.fits / f"{name}.json", record)
         if name not in self._fits:
             self._fits.append(name)
+        self._note_ledger_heads(name, record["result"])
         return path
 
     def record_curves(
@@ -212,7 +214,43 @@ class StudyRecorder:
             self.layout.diagnostics / f"{checked_name('diagnostic', name)}.json", record
         )
 
+    # -- ledger chain heads ------------------------------------------------
+
+    def _note_ledger_heads(self, fit: str, result: Mapping[str, Any]) -> None:
+        """Keep, per site scope, the latest ledger chain head a private fit's replies carried."""
+        privacy = result.get("privacy") or {}
+        for spending in privacy.get("scopes") or ():
+            entries, head = spending.get("ledger_entries"), spending.get("ledger_head")
+            if not isinstance(entries, int) or not isinstance(head, str):
+                continue
+            key = (str(spending.get("unit")), str(spending.get("owner")))
+            kept = self._heads.get(key)
+            if kept is None or entries >= kept["entries"]:
+                scope = accounting.Scope(key[0], key[1], self.study)
+                self._heads[key] = {
+                    **accounting.ChainHead(scope, entries, head).to_record(),
+                    "fit": fit,
+                }
+
+    def record_ledger_heads(self) -> Path | None:
+        """Write ``ledger_heads.json``: each site's ledger chain head after its last release.
+
+        The heads come from the sites' private replies (recorded with each
+        fit's privacy account). They are the coordinator's record, outside
+        every site's ledger, of the history each site released under: the
+        compliance report checks that each ledger it reads extends them, and
+        a site's ledger rewritten after the study no longer does. Returns the
+        path, or None when no reply carried a head.
+        """
+        if not self._heads:
+            return None
+        return _write_json(self.layout.ledger_heads, list(self._heads.values()))
+
     # -- manifest ----------------------------------------------------------
+
+    def _ledger_heads_hash(self) -> dict[str, str]:
+        path = self.record_ledger_heads()
+        return {} if path is None else {path.name: file_sha256(path)}
 
     def finish(self) -> Path:
         """Write ``study.json`` and close the ledgers; returns the study directory."""
@@ -228,7 +266,11 @@ class StudyRecorder:
             "finished_at": datetime.now(UTC).isoformat(),
             "package_versions": package_versions(),
             "platform": platform.platform(),
-            "hashes": {"spec.toml": self._spec_sha, "configuration.json": self._configuration_sha},
+            "hashes": {
+                "spec.toml": self._spec_sha,
+                "configuration.json": self._configuration_sha,
+                **self._ledger_heads_hash(),
+            },
             "fits": list(self._fits),
             "curves": list(self._curves),
         }

@@ -46,6 +46,8 @@ class ScopeSpendingRecord(_Record):
     noise_multipliers: list[Number]
     releases: int
     fixed_seed: bool
+    ledger_entries: int | None = None
+    ledger_head: str | None = None
 
 
 class PrivacyRecord(_Record):
