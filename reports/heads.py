@@ -2,7 +2,7 @@
 
 Each private reply carries the site's ledger chain head after its charge
 (entry count and hash, :class:`accounting.ChainHead`); the study record keeps
-the latest per site (``ledger_heads.json``). A hash chain makes a head commit
+the latest per site (``ledger-heads.json``). A hash chain makes a head commit
 to every entry before it (Haber & Stornetta 1991), so a ledger that still
 holds the recorded history *extends* the head; one rewritten after the
 release (entries deleted, its scope reset to genesis, a consistent forgery)

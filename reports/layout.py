@@ -12,7 +12,7 @@ A study directory is what ``fedstats report --study DIR`` reads and what
                               options (epsilon, delta, rounds, bounds), disclosure policy,
                               noise seed (null when OS entropy was used)
       ledgers/<owner>.ledger  each site's and the coordinator's privacy ledger (SQLite)
-      ledger_heads.json       each site's ledger chain head after its last private reply
+      ledger-heads.json       each site's ledger chain head after its last private reply
                               (entry count and hash, from the replies), if any; its
                               SHA-256 is in the manifest
       inventory.jsonl         every message of the federation (MessageInventory.save)
@@ -85,7 +85,7 @@ class StudyLayout:
 
     @property
     def ledger_heads(self) -> Path:
-        return self.root / "ledger_heads.json"
+        return self.root / "ledger-heads.json"
 
     @property
     def harmonization(self) -> Path:

@@ -191,6 +191,7 @@ class StudyRecorder:
         path = _write_json(self.layout.curves / f"{name}.json", record)
         if name not in self._curves:
             self._curves.append(name)
+        self._note_ledger_heads(name, record["result"])
         return path
 
     def record_inventory(self, inventory: MessageInventory) -> Path:
@@ -217,23 +218,30 @@ class StudyRecorder:
     # -- ledger chain heads ------------------------------------------------
 
     def _note_ledger_heads(self, fit: str, result: Mapping[str, Any]) -> None:
-        """Keep, per site scope, the latest ledger chain head a private fit's replies carried."""
+        """Keep, per site scope, the latest ledger chain head the replies of a private fit
+        (its privacy account) or private curve (its ``ledger_heads``) carried."""
         privacy = result.get("privacy") or {}
-        for spending in privacy.get("scopes") or ():
-            entries, head = spending.get("ledger_entries"), spending.get("ledger_head")
+        heads = [
+            (str(s.get("unit")), str(s.get("owner")), s.get("ledger_entries"), s.get("ledger_head"))
+            for s in privacy.get("scopes") or ()
+        ]
+        heads += [
+            ("patient", site, h.get("entries"), h.get("head"))
+            for site, h in (result.get("ledger_heads") or {}).items()
+        ]
+        for unit, owner, entries, head in heads:
             if not isinstance(entries, int) or not isinstance(head, str):
                 continue
-            key = (str(spending.get("unit")), str(spending.get("owner")))
-            kept = self._heads.get(key)
+            kept = self._heads.get((unit, owner))
             if kept is None or entries >= kept["entries"]:
-                scope = accounting.Scope(key[0], key[1], self.study)
-                self._heads[key] = {
+                scope = accounting.Scope(unit, owner, self.study)
+                self._heads[(unit, owner)] = {
                     **accounting.ChainHead(scope, entries, head).to_record(),
                     "fit": fit,
                 }
 
     def record_ledger_heads(self) -> Path | None:
-        """Write ``ledger_heads.json``: each site's ledger chain head after its last release.
+        """Write ``ledger-heads.json``: each site's ledger chain head after its last release.
 
         The heads come from the sites' private replies (recorded with each
         fit's privacy account). They are the coordinator's record, outside

@@ -76,7 +76,7 @@ class Study:
     """Recorded Kaplan–Meier fits, in the manifest's order."""
     recorded_heads: tuple[accounting.ChainHead, ...] = ()
     """The sites' ledger chain heads the coordinator recorded from their private replies
-    (``ledger_heads.json``; empty for a study recorded without one)."""
+    (``ledger-heads.json``; empty for a study recorded without one)."""
 
     @property
     def scopes(self) -> list[ScopeRecord]:
@@ -131,7 +131,7 @@ class Study:
             },
             curves=curves,
             recorded_heads=_read_heads(
-                layout.ledger_heads, manifest.hashes.get("ledger_heads.json")
+                layout.ledger_heads, manifest.hashes.get("ledger-heads.json")
             ),
         )
 
@@ -194,7 +194,7 @@ def _read_ledger(path: Path) -> LedgerRecord:
 
 
 def _read_heads(path: Path, recorded: str | None) -> tuple[accounting.ChainHead, ...]:
-    """The chain heads in ``ledger_heads.json``, checked against the manifest's SHA-256."""
+    """The chain heads in ``ledger-heads.json``, checked against the manifest's SHA-256."""
     if recorded is None:
         return ()
     _check_hash(path, recorded, path.parent / "study.json")

@@ -211,9 +211,9 @@ def test_the_report_says_on_page_one_when_a_ledger_was_rewritten(tmp_path):
 
 def test_the_report_refuses_an_edited_record_of_heads(tmp_path):
     study = recorded_study(tmp_path / "study")
-    heads = study / "ledger_heads.json"
+    heads = study / "ledger-heads.json"
     records = json.loads(heads.read_text())
     records[0]["entries"] = 0
     heads.write_text(json.dumps(records))
-    with pytest.raises(StudyRecordError, match=r"ledger_heads\.json"):
+    with pytest.raises(StudyRecordError, match=r"ledger-heads\.json"):
         Study.load(study)
