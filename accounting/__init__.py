@@ -22,6 +22,8 @@ from accounting.errors import (
     InvalidScope,
     LedgerCorrupted,
     LedgerError,
+    LedgerIntegrityError,
+    LedgerRewritten,
     MalformedEvent,
     ScopeConflict,
     UnknownScope,
@@ -29,7 +31,15 @@ from accounting.errors import (
 )
 from accounting.events import describe_event, event_from_json, event_to_json
 from accounting.ledger import DEFAULT_DURABILITY, Ledger
-from accounting.records import Budget, BudgetChange, Entry, Preview, Spent, VerifyReport
+from accounting.records import (
+    Budget,
+    BudgetChange,
+    ChainHead,
+    Entry,
+    Preview,
+    Spent,
+    VerifyReport,
+)
 from accounting.scope import Scope
 from accounting.units import Neighbouring, PrivacyUnit
 
@@ -40,6 +50,7 @@ __all__ = [
     "BudgetBelowSpent",
     "BudgetChange",
     "BudgetExceeded",
+    "ChainHead",
     "Entry",
     "InvalidBudget",
     "InvalidEntry",
@@ -47,6 +58,8 @@ __all__ = [
     "Ledger",
     "LedgerCorrupted",
     "LedgerError",
+    "LedgerIntegrityError",
+    "LedgerRewritten",
     "MalformedEvent",
     "Neighbouring",
     "Preview",

@@ -144,6 +144,45 @@ class LedgerCorrupted(LedgerError):
     """A ledger file is damaged: SQLite cannot read it or its contents are inconsistent."""
 
 
+class LedgerIntegrityError(LedgerCorrupted):
+    """A scope's stored budget state disagrees with its hash-chained entries: nothing is charged.
+
+    The scope row caches the cumulative RDP curve, epsilon, entry count and
+    chain head; the entries are the record. When the cache is not what the
+    entries compose to (a hand-reset curve, deleted entries, a rewritten
+    head), a charge against the cache could pass a budget that the entries
+    have already spent, so the ledger refuses every charge to the scope.
+
+    Attributes
+    ----------
+    path:
+        The ledger file.
+    scope:
+        The scope refused, or None for a problem of the whole file.
+    problems:
+        What disagrees, one sentence each.
+    """
+
+    def __init__(self, *, path: str, scope: Scope | None, problems: tuple[str, ...]) -> None:
+        self.path = path
+        self.scope = scope
+        self.problems = problems
+        what = "the ledger" if scope is None else str(scope)
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        super().__init__(
+            f"ledger {path}: {what} does not verify, so nothing was charged and nothing may be "
+            f"released: {problems[0] if problems else 'state disagrees with its entries'}{more}. "
+            "The file was changed outside fedstats (or damaged). Restore it from a backup, "
+            "list every problem with Ledger.verify() (fedstats budget show --ledger), and "
+            "have the site's privacy officer decide before any further release."
+        )
+
+
+class LedgerRewritten(LedgerIntegrityError):
+    """A ledger does not extend a chain head recorded outside it (run records, replies, study
+    record): its history was rewritten or replaced since that head was recorded."""
+
+
 class UnknownScope(LedgerError, LookupError):
     """The ledger holds no budget for this scope."""
 

@@ -127,3 +127,50 @@ class VerifyReport:
         state = "ok" if self.ok else "NOT ok"
         head = f"ledger {state}: {self.scopes} scopes, {self.entries} entries"
         return "\n".join([head, *(f"- {problem}" for problem in self.problems)])
+
+
+@dataclasses.dataclass(frozen=True)
+class ChainHead:
+    """A scope's hash-chain head and entry count, as recorded outside the ledger file.
+
+    A hash chain (Haber & Stornetta 1991) makes each head commit to every
+    entry before it, so a ledger *extends* a recorded head when its entry
+    number ``entries`` has hash ``head`` (for ``entries == 0``, the scope's
+    genesis hash): the history up to that head is then unchanged. A site
+    writes its heads into its run records and private replies, the
+    coordinator into its study record; a ledger rewritten wholesale (entries
+    deleted, the scope row reset to genesis) no longer extends them.
+    """
+
+    scope: Scope
+    entries: int
+    head: str
+
+    def to_record(self) -> dict[str, Any]:
+        """Plain JSON values: the scope's identity, ``entries`` and ``head``."""
+        return {
+            "unit": self.scope.unit,
+            "owner": self.scope.owner,
+            "study": self.scope.study,
+            "neighbouring": self.scope.neighbouring,
+            "entries": self.entries,
+            "head": self.head,
+        }
+
+    @classmethod
+    def from_record(cls, record: object) -> ChainHead:
+        """The head a :meth:`to_record` value describes; ``ValueError`` if it is not one."""
+        if not isinstance(record, dict):
+            raise ValueError(f"a chain head record is a mapping, got {type(record).__name__}")
+        entries, head = record.get("entries"), record.get("head")
+        if isinstance(entries, bool) or not isinstance(entries, int) or entries < 0:
+            raise ValueError(f"a chain head's entries is a count, got {entries!r}")
+        if not (isinstance(head, str) and len(head) == 64):
+            raise ValueError(f"a chain head's head is a sha256 hex digest, got {head!r}")
+        scope = Scope(
+            str(record.get("unit")),
+            str(record.get("owner")),
+            str(record.get("study")),
+            str(record.get("neighbouring", "add_or_remove_one")),
+        )
+        return cls(scope, entries, head)

@@ -254,6 +254,29 @@ class NoBudgetError(SiteError):
         )
 
 
+class SiteLedgerIntegrityError(SiteError):
+    """A site refused a private release because its privacy ledger does not verify.
+
+    The site's ledger recomputes what each budget has spent from its
+    hash-chained entries and refuses to charge when the stored state
+    disagrees (``accounting.LedgerIntegrityError``): the file was edited or
+    replaced. Nothing was charged or released; what disagrees is in the
+    site's own log, not in the reply.
+    """
+
+    fields = ("site", "task", "study")
+
+    def describe(self) -> str:
+        return (
+            f"site {self.site!r} refused task {self.task!r} for study {self.study!r}: its privacy "
+            "ledger does not verify (the budget it has stored disagrees with its hash-chained "
+            "entries, or the ledger does not extend the chain head it recorded before), so "
+            "nothing was charged or released. The site's privacy officer must restore the "
+            "ledger from a backup and check it (fedstats budget show --ledger) before the site "
+            "answers private requests again."
+        )
+
+
 class SiteDataError(SiteError):
     """Base class of problems with a site's analysis frame."""
 
@@ -360,6 +383,7 @@ SITE_ERRORS: dict[str, type[SiteError]] = {
         InternalSiteError,
         BudgetExceededError,
         NoBudgetError,
+        SiteLedgerIntegrityError,
         MissingColumnError,
         NonBinaryOutcomeError,
         MissingValuesError,

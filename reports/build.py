@@ -31,6 +31,7 @@ from harmonize.fingerprint import SiteFingerprint
 from reports.curves import curve_summary
 from reports.flows import data_flows
 from reports.formatting import format_number
+from reports.heads import head_checks
 from reports.labels import settings
 from reports.mechanisms import event_facts
 from reports.model import (
@@ -169,6 +170,7 @@ def build_report(study: Study) -> ComplianceReport:
         configuration=study.configuration,
         sign_off_roles=SIGN_OFF_ROLES,
         site_identities=_site_identities(study),
+        ledger_heads=head_checks(study),
     )
     return replace(report, verdict=verdict(report))
 

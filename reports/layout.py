@@ -12,6 +12,9 @@ A study directory is what ``fedstats report --study DIR`` reads and what
                               options (epsilon, delta, rounds, bounds), disclosure policy,
                               noise seed (null when OS entropy was used)
       ledgers/<owner>.ledger  each site's and the coordinator's privacy ledger (SQLite)
+      ledger-heads.json       each site's ledger chain head after its last private reply
+                              (entry count and hash, from the replies), if any; its
+                              SHA-256 is in the manifest
       inventory.jsonl         every message of the federation (MessageInventory.save)
       harmonization/<site>.json   each site's HarmonizationReport (to_dict)
       fits/<name>.json        one fit: description, the non-private fit it is compared
@@ -79,6 +82,10 @@ class StudyLayout:
     @property
     def ledgers(self) -> Path:
         return self.root / "ledgers"
+
+    @property
+    def ledger_heads(self) -> Path:
+        return self.root / "ledger-heads.json"
 
     @property
     def harmonization(self) -> Path:

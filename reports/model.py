@@ -357,6 +357,24 @@ class LedgerIntegrity:
 
 
 @dataclass(frozen=True)
+class HeadCheck:
+    """A site's ledger chain head recorded by the coordinator, compared with the ledger read.
+
+    ``state`` is ``"extends"`` (the ledger holds the recorded history),
+    ``"rewritten"`` (it does not: ``problem`` says how) or ``"not compared"``
+    (the site's ledger is not in the study directory: it stays at the site,
+    which compares the head at its next run).
+    """
+
+    owner: str
+    study: str
+    entries: int
+    head: str
+    state: str
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The verdict paragraph and the facts a reader (or a test) may want to check in it."""
 
@@ -406,3 +424,5 @@ class ComplianceReport:
     """The first page's plain-language verdict (:func:`reports.verdict.verdict`)."""
     site_identities: SiteIdentities | None = None
     """Each site's node key fingerprint and refused claims (``None``: not a Flower run)."""
+    ledger_heads: tuple[HeadCheck, ...] = ()
+    """The sites' recorded chain heads against the ledgers read (:mod:`reports.heads`)."""

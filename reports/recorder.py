@@ -99,6 +99,7 @@ class StudyRecorder:
         self._curves: list[str] = []
         self._spec_sha: str | None = None
         self._configuration_sha: str | None = None
+        self._heads: dict[tuple[str, str], dict[str, Any]] = {}
         self._created = datetime.now(UTC)
 
     # -- ledgers -----------------------------------------------------------
@@ -163,6 +164,7 @@ class StudyRecorder:
         path = _write_json(self.layout.fits / f"{name}.json", record)
         if name not in self._fits:
             self._fits.append(name)
+        self._note_ledger_heads(name, record["result"])
         return path
 
     def record_curves(
@@ -189,6 +191,7 @@ class StudyRecorder:
         path = _write_json(self.layout.curves / f"{name}.json", record)
         if name not in self._curves:
             self._curves.append(name)
+        self._note_ledger_heads(name, record["result"])
         return path
 
     def record_inventory(self, inventory: MessageInventory) -> Path:
@@ -212,7 +215,50 @@ class StudyRecorder:
             self.layout.diagnostics / f"{checked_name('diagnostic', name)}.json", record
         )
 
+    # -- ledger chain heads ------------------------------------------------
+
+    def _note_ledger_heads(self, fit: str, result: Mapping[str, Any]) -> None:
+        """Keep, per site scope, the latest ledger chain head the replies of a private fit
+        (its privacy account) or private curve (its ``ledger_heads``) carried."""
+        privacy = result.get("privacy") or {}
+        heads = [
+            (str(s.get("unit")), str(s.get("owner")), s.get("ledger_entries"), s.get("ledger_head"))
+            for s in privacy.get("scopes") or ()
+        ]
+        heads += [
+            ("patient", site, h.get("entries"), h.get("head"))
+            for site, h in (result.get("ledger_heads") or {}).items()
+        ]
+        for unit, owner, entries, head in heads:
+            if not isinstance(entries, int) or not isinstance(head, str):
+                continue
+            kept = self._heads.get((unit, owner))
+            if kept is None or entries >= kept["entries"]:
+                scope = accounting.Scope(unit, owner, self.study)
+                self._heads[(unit, owner)] = {
+                    **accounting.ChainHead(scope, entries, head).to_record(),
+                    "fit": fit,
+                }
+
+    def record_ledger_heads(self) -> Path | None:
+        """Write ``ledger-heads.json``: each site's ledger chain head after its last release.
+
+        The heads come from the sites' private replies (recorded with each
+        fit's privacy account). They are the coordinator's record, outside
+        every site's ledger, of the history each site released under: the
+        compliance report checks that each ledger it reads extends them, and
+        a site's ledger rewritten after the study no longer does. Returns the
+        path, or None when no reply carried a head.
+        """
+        if not self._heads:
+            return None
+        return _write_json(self.layout.ledger_heads, list(self._heads.values()))
+
     # -- manifest ----------------------------------------------------------
+
+    def _ledger_heads_hash(self) -> dict[str, str]:
+        path = self.record_ledger_heads()
+        return {} if path is None else {path.name: file_sha256(path)}
 
     def finish(self) -> Path:
         """Write ``study.json`` and close the ledgers; returns the study directory."""
@@ -228,7 +274,11 @@ class StudyRecorder:
             "finished_at": datetime.now(UTC).isoformat(),
             "package_versions": package_versions(),
             "platform": platform.platform(),
-            "hashes": {"spec.toml": self._spec_sha, "configuration.json": self._configuration_sha},
+            "hashes": {
+                "spec.toml": self._spec_sha,
+                "configuration.json": self._configuration_sha,
+                **self._ledger_heads_hash(),
+            },
             "fits": list(self._fits),
             "curves": list(self._curves),
         }

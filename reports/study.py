@@ -74,6 +74,9 @@ class Study:
     diagnostics: dict[str, DiagnosticRecord]
     curves: tuple[CurveFitRecord, ...] = ()
     """Recorded Kaplan–Meier fits, in the manifest's order."""
+    recorded_heads: tuple[accounting.ChainHead, ...] = ()
+    """The sites' ledger chain heads the coordinator recorded from their private replies
+    (``ledger-heads.json``; empty for a study recorded without one)."""
 
     @property
     def scopes(self) -> list[ScopeRecord]:
@@ -127,6 +130,9 @@ class Study:
                 for p in sorted(layout.diagnostics.glob("*.json"))
             },
             curves=curves,
+            recorded_heads=_read_heads(
+                layout.ledger_heads, manifest.hashes.get("ledger-heads.json")
+            ),
         )
 
 
@@ -185,6 +191,20 @@ def _read_ledger(path: Path) -> LedgerRecord:
     except accounting.AccountingError as error:
         raise StudyRecordError(path, f"not a readable ledger ({error})") from None
     return LedgerRecord(path, verification, scopes)
+
+
+def _read_heads(path: Path, recorded: str | None) -> tuple[accounting.ChainHead, ...]:
+    """The chain heads in ``ledger-heads.json``, checked against the manifest's SHA-256."""
+    if recorded is None:
+        return ()
+    _check_hash(path, recorded, path.parent / "study.json")
+    try:
+        values = json.loads(_read_text(path))
+        if not isinstance(values, list):
+            raise ValueError(f"expected a JSON list, got {type(values).__name__}")
+        return tuple(accounting.ChainHead.from_record(value) for value in values)
+    except (ValueError, RecursionError) as error:
+        raise StudyRecordError(path, f"not a list of chain heads ({error})") from None
 
 
 def _read_inventory(path: Path) -> MessageInventory | None:

@@ -66,6 +66,7 @@ def verdict(report: ComplianceReport) -> Verdict:
             "Every scope stayed within its budget (ε spent of ε budget: "
             f"{_spent_of_budget(report.scopes, within)})."
         )
+    sentences += _ledger_trust(report)
     if report.noise_seed is not None:
         sentences.append(
             f"The noise was drawn from a fixed seed ({report.noise_seed}): it can be reproduced, "
@@ -80,6 +81,29 @@ def verdict(report: ComplianceReport) -> Verdict:
             f"{'its' if len(swamped) == 1 else 'their'} point estimates (box below and section 8)."
         )
     return Verdict(" ".join(s.strip() for s in sentences), within, over, bool(report.scopes))
+
+
+def _ledger_trust(report: ComplianceReport) -> list[str]:
+    """Plain sentences when a ledger does not verify, or does not extend a chain head the
+    coordinator recorded from a site's replies (:mod:`reports.heads`)."""
+    sentences = []
+    broken = [ledger.file for ledger in report.ledgers if not ledger.ok]
+    if broken:
+        sentences.append(
+            f"WARNING: the privacy ledger{'s' if len(broken) > 1 else ''} {join_words(broken)} "
+            f"{'do' if len(broken) > 1 else 'does'} not verify: what it records was changed "
+            "outside fedstats, so its budgets cannot be trusted (section 10 lists each problem)."
+        )
+    rewritten = [h for h in report.ledger_heads if h.state == "rewritten"]
+    if rewritten:
+        owners = join_words(sorted({h.owner for h in rewritten}))
+        sentences.append(
+            f"WARNING: the privacy ledger of {owners} was rewritten after it released: it does "
+            "not extend the chain head recorded with its replies "
+            f"({'; '.join(h.problem or '' for h in rewritten)}). Charges made for this study "
+            "are missing from it, so the budget it shows cannot be trusted (section 10)."
+        )
+    return sentences
 
 
 def _released(report: ComplianceReport) -> str:

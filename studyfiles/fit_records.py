@@ -46,6 +46,8 @@ class ScopeSpendingRecord(_Record):
     noise_multipliers: list[Number]
     releases: int
     fixed_seed: bool
+    ledger_entries: int | None = None
+    ledger_head: str | None = None
 
 
 class PrivacyRecord(_Record):
@@ -156,6 +158,8 @@ class CurveRecord(_Record):
     """Whether the counts were summed by secure aggregation (the coordinator saw totals only)."""
     fixed_seed: dict[str, bool] | None = None
     """Per site, whether its noise came from a fixed seed (private curves)."""
+    ledger_heads: dict[str, dict[str, int | str]] | None = None
+    """Per site, its ledger's entry count and chain head after this release (private curves)."""
 
     @model_validator(mode="after")
     def _one_value_per_group_and_time(self) -> CurveRecord:

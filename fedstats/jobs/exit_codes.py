@@ -16,12 +16,15 @@ class SiteExit(IntEnum):
     DISCLOSURE_REFUSED = 6
     ALREADY_RUNNING = 7
     SERVE_FAILED = 8
+    LEDGER_INTEGRITY = 11
 
 
 SITE_EXIT_HELP = (
     "Exit codes: 0 success (also 'nothing new'); 2 configuration error; 3 harmonisation "
     "failure; 4 budget exhausted; 5 coordinator unreachable; 6 refused by disclosure control; "
-    "7 already running; 8 the site's Flower processes failed or the job was stopped."
+    "7 already running; 8 the site's Flower processes failed or the job was stopped; "
+    "11 the privacy ledger does not verify or does not extend the chain head a run "
+    "recorded (nothing was served)."
 )
 
 

@@ -16,6 +16,8 @@ import accounting
 
 BUDGET_ERRORS = frozenset({"BudgetExceededError", "NoBudgetError"})
 """Error types of a reply refused because of the site's privacy budget."""
+LEDGER_ERRORS = frozenset({"SiteLedgerIntegrityError"})
+"""Error types of a reply refused because the site's privacy ledger does not verify."""
 DISCLOSURE_ERRORS = frozenset(
     {"DisclosureError", "ProtocolError", "FormulaRefusedError", "ResourceLimitError"}
 )
@@ -65,6 +67,10 @@ class Activity:
     @property
     def budget_refusals(self) -> list[dict[str, Any]]:
         return [r for r in self.refused if r["error_type"] in BUDGET_ERRORS]
+
+    @property
+    def ledger_refusals(self) -> list[dict[str, Any]]:
+        return [r for r in self.refused if r["error_type"] in LEDGER_ERRORS]
 
     @property
     def disclosure_refusals(self) -> list[dict[str, Any]]:

@@ -11,7 +11,10 @@ One run, for cron, a systemd timer or Airflow:
    the last harmonised frame if the sources, specification and options are
    unchanged, else harmonises them again and writes the new frame atomically
    (:mod:`fedstats.jobs.site_frame`);
-5. refuses to serve when every privacy budget the site holds is spent;
+5. refuses to serve when its privacy ledger does not verify or does not
+   extend the chain heads recorded by the journal and the last run record
+   (:mod:`fedstats.jobs.ledger_heads`), and when every privacy budget the
+   site holds is spent;
 6. serves the study's requests over Flower until the coordinator stops asking
    or ``serve_timeout`` passes (:mod:`fedstats.jobs.site_serving`, which explains
    how the job knows it is done), then stops every process it started;
@@ -20,8 +23,9 @@ One run, for cron, a systemd timer or Airflow:
    served (count and bytes per task), charged (ledger entries and epsilon per
    scope) and refused (task, error type, detail) — derived from the journal
    lines added during the run and the ledger (:mod:`fedstats.jobs.site_activity`) —
-   the approved protocol's SHA-256 when the site has one, and the exit code
-   with its reason.
+   the approved protocol's SHA-256 when the site has one, the ledger's chain
+   heads before and after serving (``ledger_heads_before``, ``ledger_heads_after``),
+   and the exit code with its reason.
 
 Exit codes (:class:`SiteExit`):
 
@@ -39,6 +43,9 @@ Exit codes (:class:`SiteExit`):
    the resource limits (nothing was released for it)
 7  already running: another run holds the lock (this one did nothing)
 8  the site's Flower processes failed, or the job was stopped (SIGTERM)
+11 the privacy ledger does not verify, or does not extend the chain head
+   recorded in the journal or the last run record (it was edited, rolled
+   back or rewritten): nothing was served, or a private request was refused
 == ======================================================================
 
 A run with nothing new (same sources, no request from the coordinator)
@@ -70,6 +77,7 @@ from fedstats.errors import (
 from fedstats.jobs.events import emit
 from fedstats.jobs.exit_codes import SiteExit
 from fedstats.jobs.job_lock import JobLock
+from fedstats.jobs.ledger_heads import check_ledger, head_records
 from fedstats.jobs.site_activity import Activity, activity, ledger_state, spent_scopes
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_frame import PreparedFrame, prepare_frame
@@ -166,6 +174,15 @@ def _locked_run(
         return SiteRun(SiteExit.CONFIGURATION, message, record)
     try:
         journal = SiteJournal(config.workdir / JOURNAL_FILE)
+        try:
+            check_ledger(ledger, config.name, journal, config.workdir / RUNS_DIR)
+        except accounting.LedgerIntegrityError as error:
+            return SiteRun(
+                SiteExit.LEDGER_INTEGRITY,
+                f"site {config.name!r}: {error} Nothing was served.",
+                record,
+            )
+        record["ledger_heads_before"] = head_records(ledger)
         record["rolled_forward"] = journal.roll_forward(ledger)
         emit(
             _log,
@@ -253,6 +270,7 @@ def _record_activity(
 ) -> Activity:
     done = activity(journal.records()[known:], before, ledger_state(ledger))
     record.update(done.as_record())
+    record["ledger_heads_after"] = head_records(ledger)
     return done
 
 
@@ -260,6 +278,15 @@ def _judge(
     site: str, frame: PreparedFrame, served: ServeResult, done: Activity, record: dict[str, Any]
 ) -> SiteRun:
     """Exit code and reason of a run that served."""
+    if done.ledger_refusals:
+        first = done.ledger_refusals[0]
+        return SiteRun(
+            SiteExit.LEDGER_INTEGRITY,
+            f"site {site!r}: {len(done.ledger_refusals)} private request(s) refused because the "
+            f"privacy ledger does not verify (first: task {first['task']!r}); the site's log "
+            "says what disagrees. Restore the ledger from a backup before serving again.",
+            record,
+        )
     if done.budget_refusals:
         first = done.budget_refusals[0]
         return SiteRun(

@@ -4,8 +4,10 @@
 ``site.toml`` alone (its frame, disclosure policy and ledger) and wraps
 :meth:`Silo.handle` with the site's journal (:mod:`fedstats.jobs.site_journal`):
 a ``received`` line before the silo runs, an ``answered`` line after and
-before the reply is returned. Any transport (Flower's ClientApp, a test)
-calls :meth:`SiteService.answer` with the request bytes.
+before the reply is returned, which records the ledger's chain heads
+(:mod:`fedstats.jobs.ledger_heads`) so a later rewrite of the ledger shows.
+Any transport (Flower's ClientApp, a test) calls :meth:`SiteService.answer`
+with the request bytes.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pandas as pd
 
 import accounting
 from fedstats.errors import CodecError, StudyConfigurationError
+from fedstats.jobs.ledger_heads import HEADS_FIELD, head_records
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
@@ -113,6 +116,7 @@ class SiteService:
                 "reply_sha256": digest(reply),
                 "reply_bytes": len(reply),
                 "ledger_entries": ledger_entry_count(self.ledger),
+                HEADS_FIELD: head_records(self.ledger),
             }
         )
         return reply

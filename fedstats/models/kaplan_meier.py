@@ -87,6 +87,9 @@ class GridCounts:
     fixed_seed: dict[str, bool] | None = None
     """Under record-level privacy: whether each site's noise came from a fixed seed (as the
     site reported it; fixed noise gives no privacy)."""
+    ledger_heads: dict[str, tuple[int, str]] | None = None
+    """Under record-level privacy: each site's ledger chain head after its charge, as
+    (entry count, hash) from its reply; the study record keeps them."""
     strata: tuple[str, ...] = ()
     """The strata columns, when the counts are stratified."""
     strata_levels: tuple[tuple[Level, ...], ...] = ()
@@ -294,6 +297,11 @@ def _private_counts(
         noise_multiplier=float(sigma),
         epsilon_spent={s: float(r["dp_epsilon_spent"]) for s, r in replies.items()},
         fixed_seed={s: bool(r["dp_fixed_seed"]) for s, r in replies.items()},
+        ledger_heads={
+            s: (int(r["dp_ledger_entries"]), str(r["dp_ledger_head"]))
+            for s, r in replies.items()
+            if "dp_ledger_entries" in r and "dp_ledger_head" in r
+        },
         sites=len(replies),
         secure=secure is not None,
         censored=censored,
@@ -532,9 +540,10 @@ class KaplanMeierResults:
         ``None`` for an exact fit: ``noise_multiplier``, ``noise_sd_per_count``
         (the standard deviation of the noise in each summed count) and
         ``epsilon_spent`` (each site's cumulative epsilon for the study after
-        this release) and ``fixed_seed`` (per site, whether its noise came
-        from a fixed seed); ``secure_aggregation`` says whether the counts were
-        summed by secure aggregation. The format is
+        this release), ``fixed_seed`` (per site, whether its noise came
+        from a fixed seed) and ``ledger_heads`` (per site, its ledger's entry
+        count and chain head after this release); ``secure_aggregation`` says
+        whether the counts were summed by secure aggregation. The format is
         :class:`studyfiles.fit_records.CurveRecord`, checked before it is returned.
         """
         counts = self.counts
@@ -570,6 +579,9 @@ class KaplanMeierResults:
             if counts.epsilon_spent is None
             else {site: json_number(e) for site, e in counts.epsilon_spent.items()},
             "fixed_seed": None if counts.fixed_seed is None else dict(counts.fixed_seed),
+            "ledger_heads": None
+            if counts.ledger_heads is None
+            else {s: {"entries": n, "head": h} for s, (n, h) in counts.ledger_heads.items()},
             "secure_aggregation": bool(counts.secure),
         }
         return checked_curve_record(record)

@@ -30,17 +30,25 @@ import dp_accounting
 import numpy as np
 
 from fedstats.errors import DisclosureError, MalformedRequestError
-from fedstats.schema import Number, ReplySchema
+from fedstats.schema import Number, ReplySchema, Text
 from fedstats.secagg.site import masked_schema
 from fedstats.site.task import NoisyGroup, Task
 
-DP_REPLY_FIELDS: dict[str, Number] = {
+DP_REPLY_FIELDS: dict[str, Number | Text] = {
     "dp_epsilon_spent": Number(),
     "dp_budget_epsilon": Number(),
     "dp_fixed_seed": Number(),
+    "dp_ledger_entries": Number(),
+    "dp_ledger_head": Text(max_chars=64),
 }
 """Public facts a site adds to every private reply: its cumulative RDP epsilon for
-the study after this charge, its budget, and whether its noise used a fixed seed."""
+the study after this charge, its budget, whether its noise used a fixed seed, and
+the study scope's ledger chain head after this charge (entry count and sha256 hash,
+:class:`accounting.ChainHead`). The coordinator records the heads in its study
+record, so a ledger rewritten later no longer extends what the site released under
+(the compliance report compares them). The head is a hash of the ledger's entries
+(mechanisms, notes, times), which hold no patient data; the count is the number of
+private releases this site made for the study."""
 
 
 @dataclass(frozen=True)

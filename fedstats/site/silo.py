@@ -30,6 +30,7 @@ from fedstats.errors import (
     MalformedRequestError,
     NoBudgetError,
     SiteError,
+    SiteLedgerIntegrityError,
     StudyConfigurationError,
     UnknownTaskError,
     to_wire,
@@ -246,9 +247,9 @@ class Silo:
         if task.validate is not None:
             task.validate(self._context, args)
         event = training_event(task, args, self.name)
-        spent, budget = self._charge(task_name, dp, event, {})
+        entry, budget = self._charge(task_name, dp, event, {})
         reply = task.handler(self._context, {**args, "noise_seed": self._training_seed()})
-        return reply, None, self._private_facts(spent, budget)
+        return reply, None, self._private_facts(entry, budget)
 
     def _released(
         self,
@@ -286,12 +287,12 @@ class Silo:
             }
         )
         event = release_event(charged_sigmas(sigmas, session))
-        spent, budget = self._charge(task_name, dp, event, distributed)
+        entry, budget = self._charge(task_name, dp, event, distributed)
         reply = task.handler(self._context, args)
         noise = draw_noise(
             reply.payload, groups, site_sigmas, self._noise_rng(), site=self.name, task=task_name
         )
-        return reply, noise, self._private_facts(spent, budget)
+        return reply, noise, self._private_facts(entry, budget)
 
     def _outgoing(
         self,
@@ -355,11 +356,14 @@ class Silo:
                     self.name, task_name, f"protocol:{approved.name}", limit=approved.max_rounds
                 )
 
-    def _private_facts(self, spent: float, budget: float) -> dict[str, Any]:
+    def _private_facts(self, entry: accounting.Entry, budget: float) -> dict[str, Any]:
+        """:data:`~fedstats.site.private_release.DP_REPLY_FIELDS` after the charge ``entry``."""
         return {
-            "dp_epsilon_spent": spent,
+            "dp_epsilon_spent": entry.epsilon_after,
             "dp_budget_epsilon": budget,
             "dp_fixed_seed": self._seeded_rng is not None,
+            "dp_ledger_entries": entry.seq,
+            "dp_ledger_head": entry.entry_hash,
         }
 
     def _charge(
@@ -368,8 +372,8 @@ class Silo:
         dp: DpRequest,
         event: dp_accounting.DpEvent,
         distributed: dict[str, float],
-    ) -> tuple[float, float]:
-        """Charge the site's ledger for a release; returns (epsilon spent, budget).
+    ) -> tuple[accounting.Entry, float]:
+        """Charge the site's ledger for a release; returns (the entry committed, budget).
 
         ``event`` describes the release the coordinator can see; under secure
         aggregation this site adds only its share of the noise, which the
@@ -412,7 +416,10 @@ class Silo:
             ) from None
         except accounting.UnsupportedMechanism as unsupported:
             raise DisclosureError(site=self.name, task=task, reason=str(unsupported)) from None
-        return entry.epsilon_after, self.ledger.budget(scope).epsilon
+        except accounting.LedgerIntegrityError as broken:
+            log.error("site %s: %s", self.name, broken)
+            raise SiteLedgerIntegrityError(site=self.name, task=task, study=dp.study) from None
+        return entry, self.ledger.budget(scope).epsilon
 
     def _training_seed(self) -> int | None:
         """The seed a training mechanism must use: ``None`` (OS entropy) unless fixed for tests."""

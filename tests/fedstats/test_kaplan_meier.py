@@ -277,8 +277,24 @@ def test_private_reply_holds_only_noisy_deaths_and_censorings(tmp_path):
     assert len(results) == 3
     for result in results:
         assert set(result) == {"events", "censored", "dp_epsilon_spent", "dp_budget_epsilon",
-                               "dp_fixed_seed"}  # fmt: skip
+                               "dp_fixed_seed", "dp_ledger_entries", "dp_ledger_head"}  # fmt: skip
         assert not np.allclose(result["events"], np.round(result["events"]))  # noised
+
+
+def test_a_private_curve_records_each_sites_ledger_chain_head(tmp_path):
+    """Each site's reply carries its ledger's head after the charge; the curve's record keeps
+    them so the study record can later show a ledger rewritten after the release."""
+    frames = dp_sites(n_per_site=500)
+    ledgers = ledgers_for(tmp_path, frames, epsilon=5.0)
+    fed = fedstats.Federation.in_process(frames, study="study", ledgers=ledgers)
+    privacy = fedstats.RecordDP(noise_multiplier=3.0)
+    result = fedstats.KaplanMeier("days", "died", width=100, horizon=1500, privacy=privacy).fit(fed)
+    heads = result.to_record()["ledger_heads"]
+    assert set(heads) == set(frames)
+    for site, ledger in ledgers.items():
+        (head,) = ledger.heads()
+        assert heads[site] == {"entries": head.entries, "head": head.head}
+        assert head.entries == 1
 
 
 def test_summary_html_and_plot(rossi):

@@ -252,6 +252,8 @@ def test_private_reply_carries_only_noised_fields(big_sites, tmp_path):
             "dp_epsilon_spent",
             "dp_budget_epsilon",
             "dp_fixed_seed",
+            "dp_ledger_entries",
+            "dp_ledger_head",
         }
         np.testing.assert_allclose(reply["hessian"], reply["hessian"].T)
 

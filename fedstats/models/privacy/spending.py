@@ -28,6 +28,11 @@ class ScopeSpending:
     noise_multipliers: tuple[float, ...]
     releases: int
     fixed_seed: bool
+    ledger_entries: int | None = None
+    """The scope's ledger entry count after the fit's last charge (the site's reply)."""
+    ledger_head: str | None = None
+    """The scope's ledger chain head after that charge (:class:`accounting.ChainHead`): the
+    study record keeps it, so a ledger rewritten later no longer extends it."""
 
 
 def site_spending(
@@ -40,10 +45,12 @@ def site_spending(
 ) -> ScopeSpending:
     """What one site's record-level scope paid for a fit's ``event``, and where it now stands.
 
-    The cumulative figures are the public facts the site added to its last
-    private reply (:data:`fedstats.site.private_release.DP_REPLY_FIELDS`).
+    The cumulative figures and the ledger's chain head are the public facts the
+    site added to its last private reply
+    (:data:`fedstats.site.private_release.DP_REPLY_FIELDS`).
     """
     rdp, pld = fit_epsilon(event, delta)
+    entries, head = reply.get("dp_ledger_entries"), reply.get("dp_ledger_head")
     return ScopeSpending(
         unit="patient",
         owner=site,
@@ -55,6 +62,8 @@ def site_spending(
         noise_multipliers=noise_multipliers,
         releases=releases,
         fixed_seed=bool(reply.get("dp_fixed_seed", False)),
+        ledger_entries=None if entries is None else int(entries),
+        ledger_head=head if isinstance(head, str) else None,
     )
 
 

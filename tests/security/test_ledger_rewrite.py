@@ -1,0 +1,219 @@
+"""A site administrator with write access rewrites the site's privacy ledger wholesale.
+
+The strongest rewrite the file allows: every entry deleted, each scope row reset to its
+genesis head with a zero curve, and SQLite's id counter reset, so the ledger is
+consistent with itself and ``Ledger.verify()`` passes. The budget would start again.
+It is caught by the chain heads recorded outside the file at every release: by the
+silo's ledger before its next charge (the head it verified), by the site's next batch
+run (its journal and run records) and by the compliance report (the heads the
+coordinator recorded from the site's replies).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+import accounting
+import fedstats
+from accounting.chain import genesis_hash
+from fedstats import datasets
+from fedstats.errors import SiteLedgerIntegrityError
+from fedstats.jobs.site_batch import SiteExit, run_site_job
+from fedstats.jobs.site_journal import SiteJournal
+from fedstats.jobs.site_service import SiteService
+from fedstats.jobs.site_serving import ServeResult
+from reports import build_report
+from reports.errors import StudyRecordError
+from reports.recorder import StudyRecorder
+from reports.render import render_html
+from reports.study import Study
+
+STUDY = "rewrite-study"
+SITE = "cleveland"
+PRIVACY = fedstats.RecordDP(epsilon=1.0, delta=1e-3, bounds=datasets.HEART_BOUNDS)
+
+
+def model() -> fedstats.LogisticRegression:
+    return fedstats.LogisticRegression(datasets.HEART_FORMULA, levels=datasets.HEART_LEVELS)
+
+
+def scope(site: str) -> accounting.Scope:
+    return accounting.Scope(unit="patient", owner=site, study=STUDY)
+
+
+def rewrite_wholesale(path: Path) -> None:
+    """Every scope back to genesis, every entry gone, the id counter reset: the ledger then
+    agrees with itself."""
+    with sqlite3.connect(path, isolation_level=None) as conn:
+        rows = conn.execute("SELECT id, unit, owner, study, neighbouring, rdp FROM scopes")
+        for sid, unit, owner, study, neighbouring, rdp in rows.fetchall():
+            genesis = genesis_hash(accounting.Scope(unit, owner, study, neighbouring))
+            conn.execute("DELETE FROM entries WHERE scope_id = ?", (sid,))
+            conn.execute(
+                "UPDATE scopes SET rdp = ?, epsilon = 0.0, entries = 0, last_hash = ? WHERE id = ?",
+                (bytes(len(rdp)), genesis, sid),
+            )
+        conn.execute("DELETE FROM sqlite_sequence WHERE name = 'entries'")
+    with accounting.Ledger(path) as ledger:
+        assert ledger.verify().ok  # the file alone shows nothing
+        assert all(problems == () for problems in ledger.integrity_problems().values())
+
+
+# -- through a real Silo ------------------------------------------------------------
+
+
+def test_a_rewrite_under_a_serving_silo_is_refused_before_its_next_charge(tmp_path):
+    """On main the second fit was answered: the budget for three fits started again."""
+    frames = datasets.heart_disease().frames
+    ledgers = {}
+    for site in frames:
+        ledgers[site] = accounting.Ledger(tmp_path / f"{site}.ledger")
+        ledgers[site].set_budget(scope(site), epsilon=3.0, delta=1e-3)
+    federation = fedstats.Federation.in_process(frames, study=STUDY, ledgers=ledgers)
+    first = model().fit(federation, privacy=PRIVACY)
+    recorded = {s.owner: (s.ledger_entries, s.ledger_head) for s in first.privacy.scopes}
+    assert recorded[SITE] == (
+        ledgers[SITE].heads()[0].entries,
+        ledgers[SITE].heads()[0].head,
+    )  # each private reply carried its site's chain head
+
+    rewrite_wholesale(tmp_path / f"{SITE}.ledger")
+    with pytest.raises(SiteLedgerIntegrityError) as refused:
+        model().fit(federation, privacy=PRIVACY)
+    assert refused.value.site == SITE and refused.value.study == STUDY
+    assert "does not verify" in str(refused.value) and "restore" in str(refused.value)
+
+    # a fresh process opening the rewritten file sees a consistent ledger; the recorded
+    # head (from the reply) is what shows the rewrite
+    entries, head = recorded[SITE]
+    with accounting.Ledger(tmp_path / f"{SITE}.ledger") as ledger:
+        problem = ledger.rewritten_since(accounting.ChainHead(scope(SITE), entries, head))
+    assert problem is not None and "charges were removed" in problem
+    for ledger in ledgers.values():
+        ledger.close()
+
+
+# -- through the site's batch job -----------------------------------------------------
+
+
+def heart_site(folder: Path) -> Path:
+    """A site.toml for one hospital's frame, with a budget for the study."""
+    folder.mkdir(parents=True, exist_ok=True)
+    datasets.heart_disease().frames[SITE].to_parquet(folder / "frame.parquet")
+    config = {
+        "site": {"name": SITE, "workdir": str(folder / "work")},
+        "data": {"frame": str(folder / "frame.parquet")},
+        "privacy": {"ledger": str(folder / "site.ledger")},
+        "disclosure": {"min_count": 10},
+        "coordinator": {"superlink": "127.0.0.1:1", "insecure": True},
+    }
+    path = folder / "site.toml"
+    path.write_text(tomli_w.dumps(config), encoding="utf-8")
+    with accounting.Ledger(folder / "site.ledger") as ledger:
+        ledger.set_budget(scope(SITE), epsilon=3.0, delta=1e-3)
+    return path
+
+
+def private_fit_in_process(asked: list[str]):
+    """The run's serving step: a coordinator in process fitting the private model."""
+
+    def serve(config, path, journal: SiteJournal) -> ServeResult:
+        asked.append("serve")
+        service = SiteService(config)
+        try:
+            federation = fedstats.Federation({SITE: service.answer}, study=STUDY)
+            model().fit(federation, privacy=PRIVACY)
+        finally:
+            service.close()
+        return ServeResult("idle", 0.0, [])
+
+    return serve
+
+
+def test_a_rewrite_between_runs_stops_the_next_site_run(tmp_path):
+    path = heart_site(tmp_path)
+    asked: list[str] = []
+    first = run_site_job(path, serve=private_fit_in_process(asked))
+    assert first.exit_code == SiteExit.OK, first.reason
+    (after,) = first.record["ledger_heads_after"]
+    assert after["entries"] == first.record["charged"]["ledger_entries_added"] > 0
+    journal = SiteJournal(tmp_path / "work" / "journal.jsonl").records()
+    assert journal[-1]["ledger_heads"] == first.record["ledger_heads_after"]
+
+    rewrite_wholesale(tmp_path / "site.ledger")
+    second = run_site_job(path, serve=private_fit_in_process(asked))
+    assert second.exit_code == SiteExit.LEDGER_INTEGRITY == 11, second.reason
+    assert asked == ["serve"]  # nothing was served in the second run
+    assert "charges were removed" in second.reason and "Nothing was served" in second.reason
+    assert "ledger_heads_before" not in second.record  # a rewritten head is never recorded
+    # the refusal holds at the run after, until the ledger is restored
+    third = run_site_job(path, serve=private_fit_in_process(asked))
+    assert third.exit_code == SiteExit.LEDGER_INTEGRITY and asked == ["serve"]
+
+
+def test_an_edited_curve_between_runs_stops_the_next_site_run(tmp_path):
+    path = heart_site(tmp_path)
+    asked: list[str] = []
+    assert run_site_job(path, serve=private_fit_in_process(asked)).exit_code == SiteExit.OK
+    with sqlite3.connect(tmp_path / "site.ledger", isolation_level=None) as conn:
+        (blob,) = conn.execute("SELECT rdp FROM scopes").fetchone()
+        conn.execute("UPDATE scopes SET rdp = ?, epsilon = 0.0", (bytes(len(blob)),))
+    run = run_site_job(path, serve=private_fit_in_process(asked))
+    assert run.exit_code == SiteExit.LEDGER_INTEGRITY, run.reason
+    assert "RDP curve" in run.reason and asked == ["serve"]
+
+
+# -- through the compliance report ------------------------------------------------------
+
+
+def recorded_study(folder: Path) -> Path:
+    """A study whose sites' ledgers live in its directory (the embedded runtime)."""
+    frames = datasets.heart_disease().frames
+    recorder = StudyRecorder(folder, study=STUDY)
+    spec = folder.parent / "spec.toml"
+    spec.write_text('[study]\nname = "rewrite-study"\n', encoding="utf-8")
+    recorder.record_spec(spec)
+    recorder.record_configuration({"study": STUDY, "noise_seed": None})
+    ledgers = {}
+    for site in frames:
+        ledgers[site] = recorder.ledger(site)
+        ledgers[site].set_budget(scope(site), epsilon=3.0, delta=1e-3)
+    federation = fedstats.Federation.in_process(frames, study=STUDY, ledgers=ledgers)
+    result = model().fit(federation, privacy=PRIVACY)
+    recorder.record_fit("private", result, description="private logistic regression")
+    return recorder.finish()
+
+
+def test_the_report_says_on_page_one_when_a_ledger_was_rewritten(tmp_path):
+    study = recorded_study(tmp_path / "study")
+    honest = build_report(Study.load(study))
+    assert {h.owner: h.state for h in honest.ledger_heads} == {
+        site: "extends" for site in datasets.heart_disease().frames
+    }
+    assert "rewritten" not in honest.verdict.text
+
+    rewrite_wholesale(study / "ledgers" / f"{SITE}.ledger")
+    report = build_report(Study.load(study))
+    assert all(ledger.ok for ledger in report.ledgers)  # the file alone shows nothing
+    states = {h.owner: h.state for h in report.ledger_heads}
+    assert states.pop(SITE) == "rewritten" and set(states.values()) == {"extends"}
+    assert f"the privacy ledger of {SITE} was rewritten after it released" in report.verdict.text
+    html = render_html(report)
+    page_one = html[: html.index('id="verdict"') + 2000]
+    assert "was rewritten after it released" in page_one
+    assert "REWRITTEN" in html
+
+
+def test_the_report_refuses_an_edited_record_of_heads(tmp_path):
+    study = recorded_study(tmp_path / "study")
+    heads = study / "ledger-heads.json"
+    records = json.loads(heads.read_text())
+    records[0]["entries"] = 0
+    heads.write_text(json.dumps(records))
+    with pytest.raises(StudyRecordError, match=r"ledger-heads\.json"):
+        Study.load(study)
