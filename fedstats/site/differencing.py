@@ -53,7 +53,7 @@ import pandas as pd
 
 from fedstats.errors import DisclosureError
 from fedstats.site.disclosure import DisclosurePolicy
-from fedstats.site.near_copies import differing_units
+from fedstats.site.near_copies import near_copies
 
 
 def frame_digest(frame: pd.DataFrame) -> str:
@@ -223,23 +223,28 @@ class DifferencingGuard:
                         | ((self.n - differ > 0) & (self.n - differ < k))
                     ).any()
                 ):
-                    near = f"the rows of {label!r} differ from rows"
+                    near = (
+                        f"the rows of {label!r} differ from rows this site has already answered "
+                        f"about on fewer than {k} rows (differencing guard)"
+                    )
                 if not (differ == 0).any():
                     fresh_sets.append((label, bits))
             fresh_columns: list[tuple[str, np.ndarray]] = []
             kept = self._answered.get(group, [])
             for label, column in values:
                 others = [*kept, *(c for _, c in fresh_columns)]
-                differ = differing_units(
+                close, same = near_copies(
                     np.stack(others) if others else np.zeros((0, width)), column, k, units
                 )
-                if near is None and ((differ > 0) & (differ < k)).any():
+                if near is None and close.any():
                     unit = "rows" if units is None else "patients"
                     near = (
-                        f"the values of {label!r} differ from a column (or a multiple of one "
-                        f"plus a constant) on {unit}"
+                        f"the values of {label!r} differ from a column this site has already "
+                        "answered about (or from a multiple of it plus a constant) by amounts "
+                        f"held mostly by fewer than {k} {unit}, so two answers would give "
+                        f"those {unit}' values by subtraction (differencing guard)"
                     )
-                if not (differ == 0).any():
+                if not same.any():
                     fresh_columns.append((label, column))
             fresh = len(fresh_sets) + len(fresh_columns)
             cap = self.policy.max_guard_entries
@@ -260,10 +265,7 @@ class DifferencingGuard:
                 raise DisclosureError(
                     site=site,
                     task=task,
-                    reason=(
-                        f"{near} this site has already answered about on fewer than {k} "
-                        f"{'rows' if units is None else 'patients'} (differencing guard)"
-                    ),
+                    reason=near,
                     rule="differencing",
                 )
             self._keep(fresh_sets)

@@ -46,7 +46,7 @@ from fedstats.site.design_outcomes import (
     survival_outcome_values,
 )
 from fedstats.site.disclosure import check_levels, check_saturation
-from fedstats.site.patient_rows import count_patients, patient_release_sets
+from fedstats.site.patient_rows import count_patients, patient_release_sets, patients_of
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
@@ -350,7 +350,9 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     column (:func:`fedstats.site.cell_rules.check_columns`), the outcome or event
     indicator and the strata (:func:`fedstats.site.cell_rules.check_groups`); then
     the row sets of the design — its rows, each indicator's, each 0/1
-    column's and each stratum's — go to the differencing guard.
+    column's and each stratum's — and the columns it is computed from
+    (:func:`answered_columns`) go to the differencing guard, which refuses a
+    near-copy of a column it answered about before.
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
     if spec.key in checked:
@@ -421,8 +423,42 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         sets=sets,
         over_frame=over_frame,
     )
-    ctx.guard.check_row_sets(site, None, sets)
+    patients = patients_of(ctx.frame)
+    ctx.guard.check_release(
+        site,
+        None,
+        sets,
+        answered_columns(spec, design, varying),
+        rows=rows,
+        units=None if patients is None else patients[rows],
+    )
     checked.add(spec.key)
+
+
+def answered_columns(
+    spec: DesignSpec, design: SiteDesign, varying: list[int]
+) -> list[tuple[str, np.ndarray]]:
+    """The columns an exact answer about ``design`` is computed from, for the differencing
+    guard's near-copy check (:mod:`fedstats.site.near_copies`): every design column with
+    three or more values (one with two values is a row set already), and the outcome,
+    follow-up times, entry times, offset and weights whenever they vary (the 0/1 outcome
+    and event indicator of a binary or survival design excepted: the cell rules cover them).
+    """
+    columns = []
+    for j in varying:
+        if np.unique(design.X[:, j]).size > 2:
+            columns.append((spec.columns[j], design.X[:, j]))
+    roles = [
+        (spec.outcome, design.y if spec.outcome_kind in ("count", "continuous") else None),
+        (f"the follow-up times of {spec.outcome}", design.time),
+        (f"the entry times of {spec.outcome}", design.entry),
+        (spec.offset or f"log({spec.exposure})", design.offset),
+        (spec.weights or "weights", design.weights),
+    ]
+    for label, values in roles:
+        if values is not None and np.unique(values).size > 1:
+            columns.append((label, values))
+    return columns
 
 
 def _checked_formula(spec: DesignSpec) -> ParsedFormula:
