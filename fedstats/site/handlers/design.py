@@ -441,8 +441,10 @@ def answered_columns(
     """The columns an exact answer about ``design`` is computed from, for the differencing
     guard's near-copy check (:mod:`fedstats.site.near_copies`): every design column with
     three or more values (one with two values is a row set already), and the outcome,
-    follow-up times, entry times, offset and weights whenever they vary (the 0/1 outcome
-    and event indicator of a binary or survival design excepted: the cell rules cover them).
+    follow-up times, offset and weights whenever they vary. Not here: the 0/1 outcome and
+    event indicator of a binary or survival design (the cell rules cover them), and the
+    entry times of ``Surv(start, stop, event)``, which the study pins to one column per
+    outcome (rule ``entry``, :mod:`fedstats.site.handlers.cox`).
     """
     columns = []
     for j in varying:
@@ -451,7 +453,6 @@ def answered_columns(
     roles = [
         (spec.outcome, design.y if spec.outcome_kind in ("count", "continuous") else None),
         (f"the follow-up times of {spec.outcome}", design.time),
-        (f"the entry times of {spec.outcome}", design.entry),
         (spec.offset or f"log({spec.exposure})", design.offset),
         (spec.weights or "weights", design.weights),
     ]
