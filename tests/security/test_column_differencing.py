@@ -98,6 +98,16 @@ def test_two_weights_columns_differing_on_one_patient(cleveland):
     assert info.value.rule == "differencing" and "w2" in info.value.reason
 
 
+def test_weights_that_count_one_patient_twice(cleveland):
+    """Weights of 1 but 2 for one patient, against the unweighted fit (weights all 1): the
+    two answers differ by that patient's terms."""
+    _, fed = federation(cleveland.assign(w=np.where(cleveland.index == ROW, 2.0, 1.0)))
+    fedstats.GLM("disease ~ age + chol", family="binomial").fit(fed)
+    with pytest.raises(DisclosureError) as info:
+        fedstats.GLM("disease ~ age + chol", family="binomial", weights="w").fit(fed)
+    assert info.value.rule in ("cells", "differencing")
+
+
 @pytest.mark.parametrize("near_copy", ["I(2 * chol_lab + 7)", "I(-chol_lab / 38.67 + 1)"])
 def test_an_affine_near_copy(cleveland, near_copy):
     _, fed = federation(cleveland)
