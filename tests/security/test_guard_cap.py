@@ -157,3 +157,20 @@ def test_site_toml_sets_the_cap():
     section = DisclosureSection.model_validate({"max_guard_entries": 123})
     assert section.policy().max_guard_entries == 123
     assert section.policy().as_record()["max_guard_entries"] == 123
+
+
+def test_remembered_columns_count_against_the_cap(cleveland, tmp_path):
+    """A full record refuses a design whose continuous columns it has not seen (one a
+    near-copy or not): a column it cannot remember is a column it cannot compare later."""
+    path = tmp_path / "guard.sqlite"
+    silo, fed = site(cleveland, path, cap=4)
+    agree_design(fed, "disease ~ age + chol", analysis="a")  # design rows, age, chol
+    agree_design(fed, "disease ~ trestbps", analysis="b")  # the fourth entry
+    assert silo._context.guard.entries == 4
+    assert refusal(fed, "disease ~ thalach", "c").rule == "guard-full"
+    agree_design(fed, "disease ~ I(age / 10) + chol", analysis="d")  # copies: nothing new
+    silo._context.guard.close()
+    silo, fed = site(cleveland, path, cap=4)
+    assert silo._context.guard.entries == 4
+    assert refusal(fed, "disease ~ thalach", "c").rule == "guard-full"
+    silo._context.guard.close()
