@@ -104,6 +104,7 @@ class DifferencingGuard:
         self._columns: dict[str, str] = {}
         self._matrix: np.ndarray | None = None
         self._answered: dict[str, list[np.ndarray]] = {}
+        self._stacked: dict[str, np.ndarray] = {}
         self._db: sqlite3.Connection | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,12 +231,10 @@ class DifferencingGuard:
                 if not (differ == 0).any():
                     fresh_sets.append((label, bits))
             fresh_columns: list[tuple[str, np.ndarray]] = []
-            kept = self._answered.get(group, [])
+            kept = self._column_matrix(group, width)
             for label, column in values:
-                others = [*kept, *(c for _, c in fresh_columns)]
-                close, same = near_copies(
-                    np.stack(others) if others else np.zeros((0, width)), column, k, units
-                )
+                others = np.vstack([kept, *(c[None, :] for _, c in fresh_columns)])
+                close, same = near_copies(others, column, k, units)
                 if near is None and close.any():
                     unit = "rows" if units is None else "patients"
                     near = (
@@ -304,6 +303,15 @@ class DifferencingGuard:
                     "INSERT OR IGNORE INTO row_sets VALUES (?, ?, ?)",
                     (self._frame, label[:200], bits.tobytes()),
                 )
+
+    def _column_matrix(self, group: str, width: int) -> np.ndarray:
+        """The remembered columns over the rows ``group``, one per row (stacked once)."""
+        kept = self._answered.get(group, [])
+        cached = self._stacked.get(group)
+        if cached is None or len(cached) != len(kept):
+            cached = np.stack(kept) if kept else np.zeros((0, width))
+            self._stacked[group] = cached
+        return cached
 
     def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray]]) -> None:
         for label, column in fresh:
