@@ -58,6 +58,7 @@ FIELD_LABELS: Mapping[str, str] = {
     "max_parameter_ratio": "largest ratio of parameters to patients",
     "max_rounds_per_analysis": "most rounds of one analysis",
     "max_analyses_per_study": "most analyses per study",
+    "max_guard_entries": "most row sets and columns the differencing guard remembers",
     "require_privacy": "differential privacy required for every release",
     "set by": "set by",
     "seen by the coordinator": "seen by the coordinator",

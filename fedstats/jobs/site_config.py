@@ -70,6 +70,9 @@ class DisclosureSection(BaseModel):
     min_count: Annotated[int, Field(ge=1)] = 10
     k_cell: Annotated[int, Field(ge=1)] | None = None
     require_privacy: bool = False
+    max_guard_entries: Annotated[int, Field(ge=1)] = DisclosurePolicy.max_guard_entries
+    """The most row sets and columns the differencing guard remembers; once full, exact
+    requests that need a new entry are refused (nothing is forgotten)."""
     protocol: Path | None = None
     """The protocol the site's privacy officer approved (TOML); exact requests outside it
     are refused."""
@@ -82,7 +85,10 @@ class DisclosureSection(BaseModel):
     def policy(self) -> DisclosurePolicy:
         """The :class:`~fedstats.site.disclosure.DisclosurePolicy` these settings give."""
         return DisclosurePolicy(
-            min_count=self.min_count, k_cell=self.k_cell, require_privacy=self.require_privacy
+            min_count=self.min_count,
+            k_cell=self.k_cell,
+            require_privacy=self.require_privacy,
+            max_guard_entries=self.max_guard_entries,
         )
 
 

@@ -17,6 +17,20 @@ Row sets are kept as bitsets over the frame's rows, at the site only, in
 memory or in a SQLite file in the site's working folder, keyed by a digest of
 the frame (a re-harmonised frame starts a new record).
 
+It also remembers the *columns* its exact answers were computed from — every
+design column, continuous outcome, offset, follow-up time and weights vector
+— and refuses a new column that differs from a remembered one over the same
+rows, or from an affine image ``c a + d`` of it, on 1 to k - 1 rows (patients,
+when a frame holds several rows per patient): sums over the two differ by
+those rows' terms (:mod:`fedstats.site.near_copies`). The columns are kept as
+they are (float64), at the site only, beside the row sets.
+
+The record fails closed: it holds at most ``max_guard_entries`` row sets and
+columns together (a privacy officer's setting, :class:`DisclosurePolicy`).
+When a request would need more, it is refused (rule ``guard-full``) and
+nothing is forgotten; forgetting the oldest entries would let a coordinator
+flood the record and then ask again what it was refused.
+
 The guard also caps how often one analysis (one agreed design, or one
 survival outcome) is asked (``max_rounds_per_analysis``) and how many
 analyses a study may ask (``max_analyses_per_study``).
@@ -39,9 +53,7 @@ import pandas as pd
 
 from fedstats.errors import DisclosureError
 from fedstats.site.disclosure import DisclosurePolicy
-
-MAX_ROW_SETS = 20_000
-"""Most row sets remembered per frame; the oldest are forgotten beyond it."""
+from fedstats.site.near_copies import near_copies
 
 
 def frame_digest(frame: pd.DataFrame) -> str:
@@ -91,6 +103,8 @@ class DifferencingGuard:
         self._grids: dict[str, np.ndarray] = {}
         self._columns: dict[str, str] = {}
         self._matrix: np.ndarray | None = None
+        self._answered: dict[str, list[np.ndarray]] = {}
+        self._stacked: dict[str, np.ndarray] = {}
         self._db: sqlite3.Connection | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,6 +126,15 @@ class DifferencingGuard:
                 "CREATE TABLE IF NOT EXISTS columns "
                 "(frame TEXT, role TEXT, name TEXT, PRIMARY KEY (frame, role))"
             )
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS answered_columns (frame TEXT, rows TEXT, "
+                "label TEXT, column BLOB, PRIMARY KEY (frame, rows, column))"
+            )
+            for rows, column in self._db.execute(
+                "SELECT rows, column FROM answered_columns WHERE frame = ? ORDER BY rowid",
+                (self._frame,),
+            ):
+                self._answered.setdefault(rows, []).append(np.frombuffer(column, np.float64))
             self._columns = dict(
                 self._db.execute(
                     "SELECT role, name FROM columns WHERE frame = ?", (self._frame,)
@@ -134,15 +157,41 @@ class DifferencingGuard:
                 ).fetchall()
             )
 
-    # ------------------------------------------------------------ row sets
+    # ------------------------------------------------------------ row sets and columns
 
     def check_row_sets(
         self, site: str, task: str | None, sets: Iterable[tuple[str, np.ndarray]]
     ) -> None:
-        """Refuse any row set near one answered before or another of this request; then keep them.
+        """:meth:`check_release` of row sets alone."""
+        self.check_release(site, task, sets)
 
-        ``sets`` holds ``(label, mask)`` pairs, each mask a boolean array over
-        the frame's rows. Nothing is kept when one is refused.
+    def check_release(
+        self,
+        site: str,
+        task: str | None,
+        sets: Iterable[tuple[str, np.ndarray]],
+        columns: Iterable[tuple[str, np.ndarray]] = (),
+        *,
+        rows: np.ndarray | None = None,
+        units: np.ndarray | None = None,
+    ) -> None:
+        """Refuse a row set or column near one answered before or another of this request;
+        then keep the new ones (nothing is kept when one is refused).
+
+        Parameters
+        ----------
+        sets:
+            ``(label, mask)`` pairs, each mask a boolean array over the frame's rows.
+        columns:
+            ``(label, values)`` pairs: the columns the exact answer is computed from, each
+            over the frame rows ``rows`` (in that order; ``None``: every frame row).
+        units:
+            The patient of each of those rows, when a frame holds several rows per patient
+            (near-copies are then counted in patients).
+
+        Raises :class:`~fedstats.errors.DisclosureError`: rule ``guard-full`` when the new
+        entries would take the record past ``policy.max_guard_entries``, rule
+        ``differencing`` when an entry is near a remembered one.
         """
         k = self.policy.k_cell
         if k <= 1:
@@ -153,30 +202,87 @@ class DifferencingGuard:
             if mask.shape != (self.n,):
                 raise ValueError(f"row set {label!r} must be a mask over the {self.n} frame rows")
             packed.append((label, np.packbits(mask)))
+        group = self._rows_key(rows)
+        width = self.n if rows is None else len(rows)
+        values = []
+        for label, column in columns:
+            column = np.ascontiguousarray(column, dtype=np.float64)
+            if column.shape != (width,) or not np.isfinite(column).all():
+                raise ValueError(f"column {label!r} must hold {width} finite values")
+            values.append((label, column))
         with self._lock:
-            fresh: list[tuple[str, np.ndarray]] = []
+            near: str | None = None
+            fresh_sets: list[tuple[str, np.ndarray]] = []
             for label, bits in packed:
                 differ = np.concatenate(
-                    [
-                        self._differences(bits),
-                        [_differ(bits, other) for _, other in fresh],
-                    ]
+                    [self._differences(bits), [_differ(bits, other) for _, other in fresh_sets]]
                 ).astype(np.int64)
                 if (
-                    ((differ > 0) & (differ < k)) | ((self.n - differ > 0) & (self.n - differ < k))
-                ).any():
-                    raise DisclosureError(
-                        site=site,
-                        task=task,
-                        reason=(
-                            f"the rows of {label!r} differ from rows this site has already "
-                            f"answered about on fewer than {k} rows (differencing guard)"
-                        ),
-                        rule="differencing",
+                    near is None
+                    and (
+                        ((differ > 0) & (differ < k))
+                        | ((self.n - differ > 0) & (self.n - differ < k))
+                    ).any()
+                ):
+                    near = (
+                        f"the rows of {label!r} differ from rows this site has already answered "
+                        f"about on fewer than {k} rows (differencing guard)"
                     )
                 if not (differ == 0).any():
-                    fresh.append((label, bits))
-            self._keep(fresh)
+                    fresh_sets.append((label, bits))
+            fresh_columns: list[tuple[str, np.ndarray]] = []
+            kept = self._column_matrix(group, width)
+            for label, column in values:
+                others = np.vstack([kept, *(c[None, :] for _, c in fresh_columns)])
+                close, same = near_copies(others, column, k, units)
+                if near is None and close.any():
+                    unit = "rows" if units is None else "patients"
+                    near = (
+                        f"the values of {label!r} differ from a column this site has already "
+                        "answered about (or from a multiple of it plus a constant) by amounts "
+                        f"held mostly by fewer than {k} {unit}, so two answers would give "
+                        f"those {unit}' values by subtraction (differencing guard)"
+                    )
+                if not same.any():
+                    fresh_columns.append((label, column))
+            fresh = len(fresh_sets) + len(fresh_columns)
+            cap = self.policy.max_guard_entries
+            if fresh and self.entries + fresh > cap:
+                raise DisclosureError(
+                    site=site,
+                    task=task,
+                    reason=(
+                        f"the differencing guard's record is full: it remembers {self.entries} "
+                        f"row sets and columns, and this request needs {fresh} more, past the "
+                        f"site's cap of {cap} (max_guard_entries). Nothing is forgotten, so "
+                        "requests that repeat answered designs are still served; the site's "
+                        "privacy officer can raise max_guard_entries in site.toml [disclosure]"
+                    ),
+                    rule="guard-full",
+                )
+            if near is not None:
+                raise DisclosureError(
+                    site=site,
+                    task=task,
+                    reason=near,
+                    rule="differencing",
+                )
+            self._keep(fresh_sets)
+            self._keep_columns(group, fresh_columns)
+
+    @property
+    def entries(self) -> int:
+        """Row sets and columns remembered (the count ``max_guard_entries`` caps)."""
+        return len(self._sets) + sum(len(group) for group in self._answered.values())
+
+    @staticmethod
+    def _rows_key(rows: np.ndarray | None) -> str:
+        """Columns are compared over the same frame rows only: a column over other rows
+        differs on the rows in one but not the other, which the design's row set meets."""
+        if rows is None:
+            return "all"
+        positions = np.ascontiguousarray(rows, dtype=np.int64)
+        return hashlib.sha256(positions.tobytes()).hexdigest()[:32]
 
     def _differences(self, bits: np.ndarray) -> np.ndarray:
         """``|S xor T|`` for every kept row set ``T``."""
@@ -197,9 +303,24 @@ class DifferencingGuard:
                     "INSERT OR IGNORE INTO row_sets VALUES (?, ?, ?)",
                     (self._frame, label[:200], bits.tobytes()),
                 )
-        overflow = len(self._sets) - MAX_ROW_SETS
-        if overflow > 0:
-            del self._sets[:overflow], self._labels[:overflow]
+
+    def _column_matrix(self, group: str, width: int) -> np.ndarray:
+        """The remembered columns over the rows ``group``, one per row (stacked once)."""
+        kept = self._answered.get(group, [])
+        cached = self._stacked.get(group)
+        if cached is None or len(cached) != len(kept):
+            cached = np.stack(kept) if kept else np.zeros((0, width))
+            self._stacked[group] = cached
+        return cached
+
+    def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray]]) -> None:
+        for label, column in fresh:
+            self._answered.setdefault(group, []).append(column)
+            if self._db is not None:
+                self._db.execute(
+                    "INSERT OR IGNORE INTO answered_columns VALUES (?, ?, ?, ?)",
+                    (self._frame, group, label[:200], column.tobytes()),
+                )
 
     # ------------------------------------------------------------ rounds
 

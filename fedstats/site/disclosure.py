@@ -42,6 +42,13 @@ class DisclosurePolicy:
     ``max_rounds_per_analysis`` and ``max_analyses_per_study`` cap the exact
     requests one agreed design may take (a TPR-fairness penalty search takes
     about 750) and how many designs a study may ask a site for.
+
+    ``max_guard_entries``: the most row sets and columns the differencing guard
+    (:mod:`fedstats.site.differencing`) remembers for one frame. The guard fails
+    closed: once the record is full, an exact request that needs a new entry is
+    refused (rule ``guard-full``) and nothing is forgotten. The record takes about
+    ``n / 8`` bytes per row set and ``8 n`` bytes per column for a frame of ``n``
+    rows (20,000 entries: under 50 MB at 300 rows).
     """
 
     min_count: int = 10
@@ -52,6 +59,7 @@ class DisclosurePolicy:
     require_privacy: bool = False
     max_rounds_per_analysis: int = 2_000
     max_analyses_per_study: int = 1_000
+    max_guard_entries: int = 20_000
 
     def __post_init__(self) -> None:
         if type(self.min_count) is not int or self.min_count < 1:
@@ -64,6 +72,11 @@ class DisclosurePolicy:
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise StudyConfigurationError(f"{name} must be a positive integer, got {value!r}")
+        if type(self.max_guard_entries) is not int or self.max_guard_entries < 1:
+            raise StudyConfigurationError(
+                "max_guard_entries (the differencing guard's cap) must be a positive integer, "
+                f"got {self.max_guard_entries!r}"
+            )
         if type(self.max_levels) is not int or self.max_levels < 2:
             raise StudyConfigurationError(
                 f"max_levels must be an integer >= 2, got {self.max_levels!r}"
@@ -84,6 +97,7 @@ class DisclosurePolicy:
             "require_privacy": self.require_privacy,
             "max_rounds_per_analysis": self.max_rounds_per_analysis,
             "max_analyses_per_study": self.max_analyses_per_study,
+            "max_guard_entries": self.max_guard_entries,
         }
 
 

@@ -19,7 +19,12 @@ to a small remainder. Hence, before any exact weighted release:
   ``1 / k`` of the total weight (``k`` the site's cell threshold), the largest
   share any row has in an unweighted sum over ``k`` rows — the (n, k)
   dominance rule with ``n = 1`` (Hundepool et al., *Statistical Disclosure
-  Control*, Wiley 2012, §4.2.2).
+  Control*, Wiley 2012, §4.2.2);
+* **mode and dominance of a column** (:func:`fedstats.site.cell_rules.column_problem`):
+  the weights differ from their most common value on 0 or at least ``k`` rows,
+  and no ``k - 1`` rows hold most of their deviation from the median. Weights
+  of 1 but 2 on one row, against the unweighted answer (weights all 1), give
+  that row's terms by subtraction.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from fedstats.errors import DisclosureError, InconsistentColumnError
-from fedstats.site.cell_rules import check_indicator
+from fedstats.site.cell_rules import check_columns, check_indicator
 from fedstats.site.column_values import as_numbers
 from fedstats.site.disclosure import DisclosurePolicy
 
@@ -68,8 +73,9 @@ def check_weight_dominance(
     """Refuse weights that single out rows: too few weighted rows, or one row dominating.
 
     With ``k = policy.k_cell``: the rows of positive weight must pass the
-    small-cell rule (0 or at least ``k`` rows hold it, and fail it), and no row
-    may carry more than ``1/k`` of the total weight.
+    small-cell rule (0 or at least ``k`` rows hold it, and fail it), the weights
+    the mode and dominance rules of a design column, and no row may carry more
+    than ``1/k`` of the total weight.
     """
     k = policy.k_cell
     check_indicator(policy, site=site, task=task, term=f"{column} > 0", mask=weights > 0)
@@ -85,3 +91,4 @@ def check_weight_dominance(
             ),
             rule="cells",
         )
+    check_columns(policy, site=site, task=task, names=[column], X=weights[:, None])

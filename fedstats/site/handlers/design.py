@@ -399,7 +399,9 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     column (:func:`fedstats.site.cell_rules.check_columns`), the outcome or event
     indicator and the strata (:func:`fedstats.site.cell_rules.check_groups`); then
     the row sets of the design — its rows, each indicator's, each 0/1
-    column's and each stratum's — go to the differencing guard.
+    column's and each stratum's — and the columns it is computed from
+    (:func:`answered_columns`) go to the differencing guard, which refuses a
+    near-copy of a column it answered about before.
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
     if spec.key in checked:
@@ -470,8 +472,43 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         sets=sets,
         over_frame=over_frame,
     )
-    ctx.guard.check_row_sets(site, None, sets)
+    patients = patients_of(ctx.frame)
+    ctx.guard.check_release(
+        site,
+        None,
+        sets,
+        answered_columns(spec, design, varying),
+        rows=rows,
+        units=None if patients is None else patients[rows],
+    )
     checked.add(spec.key)
+
+
+def answered_columns(
+    spec: DesignSpec, design: SiteDesign, varying: list[int]
+) -> list[tuple[str, np.ndarray]]:
+    """The columns an exact answer about ``design`` is computed from, for the differencing
+    guard's near-copy check (:mod:`fedstats.site.near_copies`): every design column with
+    three or more values (one with two values is a row set already), and the outcome,
+    follow-up times, offset and weights whenever they vary. Not here: the 0/1 outcome and
+    event indicator of a binary or survival design (the cell rules cover them), and the
+    entry times of ``Surv(start, stop, event)``, which the study pins to one column per
+    outcome (rule ``entry``, :mod:`fedstats.site.handlers.cox`).
+    """
+    columns = []
+    for j in varying:
+        if np.unique(design.X[:, j]).size > 2:
+            columns.append((spec.columns[j], design.X[:, j]))
+    roles = [
+        (spec.outcome, design.y if spec.outcome_kind in ("count", "continuous") else None),
+        (f"the follow-up times of {spec.outcome}", design.time),
+        (spec.offset or f"log({spec.exposure})", design.offset),
+        (spec.weights or "weights", design.weights),
+    ]
+    for label, values in roles:
+        if values is not None and np.unique(values).size > 1:
+            columns.append((label, values))
+    return columns
 
 
 def _checked_formula(spec: DesignSpec) -> ParsedFormula:
