@@ -126,6 +126,7 @@ DISCLOSURE_RULES = (
     "grid",
     "entry",
     "dominance",
+    "cross-cells",
 )
 """The disclosure rules a site applies; a refusal names one of them."""
 

@@ -28,6 +28,7 @@ from fedstats.errors import (
 from fedstats.schema import Number, Text, Values
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
+from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
 from fedstats.site.design import (
     SITE_COLUMN,
     DesignSpec,
@@ -46,7 +47,7 @@ from fedstats.site.design_outcomes import (
     survival_outcome_values,
 )
 from fedstats.site.disclosure import check_levels, check_saturation
-from fedstats.site.patient_rows import count_patients, patient_release_sets
+from fedstats.site.patient_rows import count_patients, patient_release_sets, patients_of
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
@@ -350,7 +351,8 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     column (:func:`fedstats.site.cell_rules.check_columns`), the outcome or event
     indicator and the strata (:func:`fedstats.site.cell_rules.check_groups`); then
     the row sets of the design — its rows, each indicator's, each 0/1
-    column's and each stratum's — go to the differencing guard.
+    column's and each stratum's — go to the differencing guard. Before the guard, the
+    cross-cell rule (:func:`check_design_cross_cells`) on a binary or survival design.
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
     if spec.key in checked:
@@ -421,8 +423,43 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         sets=sets,
         over_frame=over_frame,
     )
+    if spec.outcome_kind in ("binary", "survival"):  # after the rules on one column at a time
+        check_design_cross_cells(ctx, spec, design, rows, what, varying)
     ctx.guard.check_row_sets(site, None, sets)
     checked.add(spec.key)
+
+
+def check_design_cross_cells(
+    ctx: SiteContext,
+    spec: DesignSpec,
+    design: SiteDesign,
+    rows: np.ndarray,
+    what: str,
+    varying: list[int],
+) -> None:
+    """The cross-cell rule (:mod:`fedstats.site.cross_cells`) on a binary or survival design:
+    its outcome or event indicator crossed with every two-valued design column, every level
+    of every categorical term, every indicator the formula computed and every stratum."""
+    crossed = two_valued_columns([spec.columns[j] for j in varying], design.X[:, varying])
+    for var, levels in spec.levels.items():
+        agreed = as_agreed_categorical(ctx.name, var, ctx.frame[var].iloc[rows], levels)
+        crossed += level_masks(repr(var), np.asarray(agreed.codes), levels)
+    crossed += [(repr(term), mask) for term, mask in design.indicators]
+    if design.stratum is not None and spec.strata:
+        crossed += [
+            (f"a stratum of {list(spec.strata)}", design.stratum == s)
+            for s in np.unique(design.stratum)
+        ]
+    patients = patients_of(ctx.frame)
+    check_cross_cells(
+        ctx.policy,
+        site=ctx.name,
+        task=None,
+        outcome=(what, design.y),
+        crossed=crossed,
+        patients=None if patients is None else patients[rows],
+        counted=None if design.weights is None else design.weights > 0,
+    )
 
 
 def _checked_formula(spec: DesignSpec) -> ParsedFormula:
