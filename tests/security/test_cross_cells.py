@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 
 import fedstats
 from fedstats.errors import DisclosureError
+from fedstats.models import fairness
 from fedstats.models.agree import agree_design
 from fedstats.site import codec
 from fedstats.site.silo import Silo
@@ -217,3 +218,80 @@ def test_an_ordinary_table_is_answered():
     reply = ask(Silo("s", two_by_two(K, K, 7, 9)), PROBE.to_wire(), PROBE.n_params)
     assert reply["status"] == "ok"
     assert reply["result"]["gradient"][1] + 2 * reply["result"]["hessian"][1, 1] == K
+
+
+# ------------------------------------------------------------------ every exact model
+
+
+def competing_frame(seed: int = 9) -> pd.DataFrame:
+    """120 patients, 30 exposed; of the exposed, one failed from cause 1, 15 from cause 2 and
+    14 were censored (times on (0, 10], every cause common in both halves of follow-up)."""
+    rng = np.random.default_rng(seed)
+    status = np.r_[[1] + [2] * 15 + [0] * 14, rng.permutation([1] * 35 + [2] * 25 + [0] * 30)]
+    return pd.DataFrame(
+        {
+            "t": rng.uniform(0.5, 10, 120).round(2),
+            "status": status,
+            "event": (status > 0).astype(int),
+            "disease": (status == 1).astype(int),
+            "exposed": np.r_[np.ones(30, int), np.zeros(90, int)],
+            "x": rng.normal(size=120).round(3),
+            "sex": rng.integers(0, 2, 120),
+        }
+    )
+
+
+EXACT_MODELS = {
+    "logistic": lambda fed: fedstats.LogisticRegression("disease ~ exposed + x").fit(fed),
+    "glm binomial": lambda fed: fedstats.GLM("disease ~ exposed + x", "binomial").fit(fed),
+    "fairness": lambda fed: fairness.fit_penalized(
+        fedstats.LogisticRegression("disease ~ exposed + x"), fed, groups="sex", gamma=1.0
+    ),
+    "fine-gray": lambda fed: fedstats.FineGray(
+        "Surv(t, status) ~ exposed + x", cause=1, grid=[5.0, 10.0]
+    ).fit(fed),
+}
+
+
+@pytest.mark.parametrize("model", sorted(EXACT_MODELS))
+def test_every_exact_model_refuses_the_one_patient_cell(model):
+    """One exposed patient has the outcome (cause 1): every exact model over ``exposed`` and
+    that outcome is refused by the same rule, naming the column."""
+    fed = fedstats.Federation.in_process({"s": competing_frame()})
+    error = refusal(lambda: EXACT_MODELS[model](fed))
+    assert_cross_cells(error, "s", "exposed")
+
+
+def test_the_competing_cause_is_answered_where_its_cells_are_large():
+    """Control for the Fine-Gray case: cause 2 crossed with ``exposed`` has cells of 15."""
+    fed = fedstats.Federation.in_process({"s": competing_frame()})
+    fedstats.FineGray("Surv(t, status) ~ exposed + x", cause=2, grid=[5.0, 10.0]).fit(fed)
+
+
+def test_a_cox_fit_refuses_the_one_patient_cell_of_the_event():
+    frame = competing_frame().assign(event=lambda f: (f.status == 1).astype(int))
+    fed = fedstats.Federation.in_process({"s": frame})
+    error = refusal(lambda: fedstats.CoxPH("Surv(t, event) ~ exposed + x").fit(fed))
+    assert error.rule == "cross-cells" and "the event indicator" in error.reason
+
+
+def test_survival_counts_release_no_event_of_a_one_event_stratum():
+    """A stratified ``survival.counts`` request (Kaplan-Meier, log-rank) is not refused by the
+    cross-cell rule: its own horizon rule already releases an event count only where at least
+    ``min_count`` events share a cell and grid point, so the one-event stratum's events are
+    not released (its curve ends before them)."""
+    rng = np.random.default_rng(11)
+    centre = np.repeat(["x", "y"], 60)
+    event = (rng.random(120) < 0.6).astype(int)
+    event[:60] = 0
+    event[0] = 1
+    frame = pd.DataFrame({"time": rng.uniform(1, 10, 120).round(2), "event": event,
+                          "centre": centre})  # fmt: skip
+    request = {"time": "time", "event": "event", "group": None, "grid": np.array([5.0, 10.0]),
+               "strata": ["centre"], "strata_levels": [["x", "y"]]}  # fmt: skip
+    reply = codec.decode(
+        Silo("s", frame).handle(codec.encode({"task": "survival.counts", "args": request}))
+    )
+    assert reply["status"] == "ok", reply
+    events = reply["result"]["events"]
+    assert events[0].sum() == 0 and not ((events > 0) & (events < DEFAULT.min_count)).any()
