@@ -31,10 +31,17 @@ model fit implies.
 
 It is a heuristic, like the rules it extends. It is pairwise: the outcome
 crossed with the *intersection* of two columns (exposed *and* old) is a cell
-no pairwise rule sees; a design that names the interaction as a column is
-checked, a fit of ``x1 + x2`` without it is not (its estimates do not give the
-three-way table exactly, but they constrain it). Continuous columns crossed
-with the outcome (``sum x_i y_i``) are not cells.
+no pairwise rule sees. A logistic or binomial fit of ``x1 + x2`` does not
+release it (the outcome enters every reply only through ``X'y`` and
+``y'X beta``), and a design that names the interaction as a column is
+checked; but a column that takes more than two values is not a cell here,
+and a computed one can encode a cell in its ``X'y`` entry: with ``a`` in the
+design, ``I(a + 2 * b * (1 - a))`` (values 0, 1, 2) gives the count of
+diseased patients with ``b`` and not ``a``, and adding a small multiple of a
+continuous column spreads it over many values. Sums over the risk sets of a
+Cox or Fine–Gray fit carry more than the cells. Only an approved protocol
+(the formula fixed in advance) or differential privacy bounds what exact
+aggregates of coordinator-chosen columns reveal.
 """
 
 from __future__ import annotations
