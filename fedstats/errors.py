@@ -127,6 +127,7 @@ DISCLOSURE_RULES = (
     "entry",
     "dominance",
     "guard-full",
+    "cross-cells",
 )
 """The disclosure rules a site applies; a refusal names one of them."""
 

@@ -260,7 +260,9 @@ def run_heart_demo(
             _study_demo(out_dir)
         raise DemoFailed(f"the heart-disease part did not run: {error}") from None
     try:
-        model = fedstats.LogisticRegression(datasets.HEART_FORMULA, site_intercepts=site_intercepts)
+        model = fedstats.LogisticRegression(
+            datasets.HEART_EXACT_FORMULA, site_intercepts=site_intercepts
+        )
         data, federation, result = _fit_where_answered(everyone, model)
     except FedstatsError as error:
         raise DemoFailed(str(error)) from None
@@ -328,7 +330,8 @@ def _fit_where_answered(
     data: datasets.SiteFrames, model: fedstats.LogisticRegression
 ) -> tuple[datasets.SiteFrames, fedstats.Federation, fedstats.LogisticRegressionResults]:
     """Fit at every hospital that answers; a hospital whose disclosure rules refuse the exact
-    fit (Switzerland's cells are too small) is named with its reason and left out."""
+    fit (Switzerland's cells are too small, VA's women without disease too few) is named with
+    its reason and left out."""
     while True:
         federation = fedstats.Federation.in_process(data.frames, study="heart-disease-demo")
         try:
@@ -374,12 +377,12 @@ def _private_demo(
             "1e-3 for this fit, out of a budget of 3):"
         )
         typer.echo(result.summary())
-        ratios = pd.DataFrame(
+        ratios = pd.DataFrame(  # the coefficients both fits have (restecg is coded apart)
             {
                 "exact odds ratio": exact.odds_ratios()["odds_ratio"],
                 "private odds ratio": result.odds_ratios()["odds_ratio"],
             }
-        )
+        ).dropna()
         typer.echo(ratios.to_string(float_format=lambda v: f"{v:.3f}"))
         typer.echo("\nEach hospital's ledger after the fit:")
         budgets = pd.concat(
@@ -403,7 +406,7 @@ def _compare_with_pooled(
     import statsmodels.formula.api as smf
 
     pooled = pd.concat(frames.values(), ignore_index=True)
-    formula = datasets.HEART_FORMULA
+    formula = datasets.HEART_EXACT_FORMULA
     if site_intercepts:
         pooled["site"] = np.repeat(list(frames), [len(f) for f in frames.values()])
         formula = formula.replace("~", "~ 0 + C(site) +")
@@ -411,7 +414,10 @@ def _compare_with_pooled(
     first = model.fit(tol=1e-12)
     # One more IRLS pass from the estimate, so statsmodels' weights (and bse) are at the MLE.
     reference = model.fit(start_params=first.params, tol=1e-12)
-    rename = {n: n.replace("C(site)[", "site[") for n in reference.params.index}
+    # statsmodels names a true/false term I(...)[T.True]; fedstats names it I(...)
+    rename = {
+        n: n.replace("C(site)[", "site[").replace(")[T.True]", ")") for n in reference.params.index
+    }
     ref_params = reference.params.rename(rename)[result.params.index]
     ref_bse = reference.bse.rename(rename)[result.params.index]
     table = pd.DataFrame(

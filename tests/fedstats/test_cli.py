@@ -29,8 +29,11 @@ def test_demo_prints_federated_fit_and_largest_difference(tmp_path):
 def test_demo_with_site_intercepts():
     result = CliRunner().invoke(app, ["demo", "--site-intercepts", "--no-private"])
     assert result.exit_code == 0, result.output
-    assert "site[cleveland]" in result.output and "site[va]" in result.output
+    assert "site[cleveland]" in result.output and "site[hungary]" in result.output
     assert "without 'switzerland'" in result.output
+    assert "without 'va'" in result.output and "crossed with the design column 'sex'" in (
+        result.output
+    )
 
 
 def test_demo_reports_a_missing_data_folder_without_traceback(tmp_path):

@@ -27,7 +27,9 @@ ROSSI = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
 TOL = 1e-6
 OPEN = fedstats.DisclosurePolicy(min_count=1)
 SMALL_CELLS_ALLOWED = fedstats.DisclosurePolicy(k_cell=1)
-"""A study whose approval allows exact small cells (the real TCGA regions hold some)."""
+"""A study whose approval allows exact small cells (the real TCGA regions hold some; Rossi's
+four sites of 108 hold 1-2 arrested married or non-Black men: cross-cells of ``arrest`` with
+``mar`` and ``race``, :func:`test_rossi_sites_hold_cross_cells_the_default_rules_refuse`)."""
 
 
 def split(frame: pd.DataFrame, site: np.ndarray) -> dict[str, pd.DataFrame]:
@@ -65,9 +67,18 @@ def rossi():
     return frame, site
 
 
+def test_rossi_sites_hold_cross_cells_the_default_rules_refuse(rossi):
+    frame, site = rossi
+    with pytest.raises(DisclosureError) as refused:
+        fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI)).fit(
+            fedstats.Federation.in_process(split(frame, site))
+        )
+    assert refused.value.rule == "cross-cells" and "'mar'" in str(refused.value)
+
+
 def test_rossi_stratified_by_site_matches_lifelines_and_phreg(rossi):
     frame, site = rossi
-    fed = fedstats.Federation.in_process(split(frame, site))
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
     formula = "Surv(week, arrest) ~ " + " + ".join(ROSSI)
     efron = fedstats.CoxPH(formula, strata="site", ties="efron").fit(fed)
     assert efron.converged and list(efron.params.index) == ROSSI
@@ -91,7 +102,7 @@ def test_rossi_stratified_by_site_matches_lifelines_and_phreg(rossi):
 
 def test_covariate_strata_are_stratified_within_sites(rossi):
     frame, site = rossi
-    fed = fedstats.Federation.in_process(split(frame, site))
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
     covariates = [c for c in ROSSI if c != "race"]
     fit = fedstats.CoxPH(
         "Surv(week, arrest) ~ " + " + ".join(covariates), strata=["site", "race"]
@@ -142,9 +153,14 @@ def test_tcga_brca_six_regions_as_sites():
                   "ajcc_pathologic_t_t3", "ajcc_pathologic_n_n1"]  # fmt: skip
     with pytest.raises(DisclosureError) as refused:  # region_5's small cells, default rules
         fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(
-            fedstats.Federation.in_process(brca.frames)
+            fedstats.Federation.in_process(brca.only(["region_5"]).frames)
         )
     assert refused.value.site == "region_5" and refused.value.rule == "cells"
+    with pytest.raises(DisclosureError) as refused:  # region_3's: 1-2 non-white patients died
+        fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(
+            fedstats.Federation.in_process(brca.only(["region_3"]).frames)
+        )
+    assert refused.value.rule == "cross-cells" and "'race_white'" in str(refused.value)
     # a study whose approval allows exact small cells
     fed = fedstats.Federation.in_process(brca.frames, disclosure=SMALL_CELLS_ALLOWED)
     fit = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(fed)
@@ -198,7 +214,7 @@ def test_synthetic_heavy_ties_and_categorical_covariate(ties):
 def test_ridge_penalty_matches_statsmodels_penalised_likelihood(rossi):
     """``penalizer=lam`` maximises ``l(beta) - n lam / 2 ||beta||^2`` (statsmodels' ridge)."""
     frame, site = rossi
-    fed = fedstats.Federation.in_process(split(frame, site))
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
     lam, n = 0.01, len(frame)
     fit = fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI), penalizer=lam).fit(fed)
     model = PHReg(frame["week"], frame[ROSSI].to_numpy(float), status=frame["arrest"],
@@ -351,7 +367,7 @@ def test_concordance_pools_within_site_pair_counts_as_lifelines_counts_them(ross
 
     frame, site = rossi
     frames = split(frame, site)
-    fed = fedstats.Federation.in_process(frames)
+    fed = fedstats.Federation.in_process(frames, disclosure=SMALL_CELLS_ALLOWED)
     fit = fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI)).fit(fed)
     totals = np.zeros(3)
     for part in frames.values():
@@ -409,7 +425,7 @@ def test_robust_covariance_matches_statsmodels_sandwich(rossi, ties):
     frame, site = rossi
     frame = frame.assign(family=np.arange(len(frame)) // 3)  # clusters of three, within sites
     site = np.repeat(np.arange(len(frame) // 3) % 4, 3)
-    fed = fedstats.Federation.in_process(split(frame, site))
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
     formula = "Surv(week, arrest) ~ " + " + ".join(ROSSI)
     X, week, arrest = frame[ROSSI].to_numpy(float), frame["week"], frame["arrest"]
     for cluster in (None, "family"):

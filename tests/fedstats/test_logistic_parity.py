@@ -24,6 +24,10 @@ from fedstats.errors import DisclosureError
 from tests.conftest import pooled
 
 TOL = 1e-8
+SMALL_CELLS_ALLOWED = fedstats.DisclosurePolicy(k_cell=1)
+"""A study whose approval allows exact small cells: the reference heart-disease model crossed
+with its outcome holds cells of 1-2 patients at every hospital (the cross-cell rule refuses it
+under the default rules: ``test_the_heart_model_is_refused_for_its_cross_cells``)."""
 
 
 def reference_glm(formula: str, data: pd.DataFrame):
@@ -50,8 +54,9 @@ def assert_parity(result: fedstats.LogisticRegressionResults, reference) -> None
 
 
 def test_heart_disease_three_hospitals_equal_pooled_statsmodels_glm(heart_exact):
-    """Default disclosure rules: the three hospitals whose cells allow an exact fit."""
-    fed = fedstats.Federation.in_process(heart_exact.frames)
+    """The three hospitals whose columns pass the single-column cell rules (their cross-cells
+    need a study that allows small cells)."""
+    fed = fedstats.Federation.in_process(heart_exact.frames, disclosure=SMALL_CELLS_ALLOWED)
     result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
     reference = reference_glm(datasets.HEART_FORMULA, pooled(heart_exact.frames))
     assert_parity(result, reference)
@@ -77,15 +82,31 @@ def test_heart_disease_four_sites_equal_the_data_readme_where_small_cells_are_al
 
 def test_switzerland_refuses_an_exact_heart_disease_fit_under_the_default_rules(heart):
     """Switzerland's 46 complete cases hold one patient without disease: a cell of one."""
-    fed = fedstats.Federation.in_process(heart.frames)
+    fed = fedstats.Federation.in_process(heart.only(["switzerland"]).frames)
     with pytest.raises(DisclosureError) as info:
         fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
     assert info.value.site == "switzerland" and info.value.rule == "cells"
     assert "fewer than 3 rows" in str(info.value) and "Nothing was released" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("site", "column"),
+    [("cleveland", "C(restecg)[T.1]"), ("hungary", "C(restecg)[T.2]"), ("va", "sex")],
+)
+def test_the_heart_model_is_refused_for_its_cross_cells(heart_exact, site, column):
+    """What the cross-cell rule costs the reference model under the default rules: at each
+    hospital one of its two-valued columns crossed with ``disease`` holds 1-2 patients
+    (Cleveland: one of the four with an ST-T abnormality is healthy; Hungary: one of those
+    with LV hypertrophy is diseased; VA: two women are healthy)."""
+    fed = fedstats.Federation.in_process(heart_exact.only([site]).frames)
+    with pytest.raises(DisclosureError) as info:
+        fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
+    assert info.value.site == site and info.value.rule == "cross-cells"
+    assert f"the design column {column!r}" in str(info.value)
+
+
 def test_heart_disease_site_intercepts_equal_statsmodels_with_site_dummies(heart_exact):
-    fed = fedstats.Federation.in_process(heart_exact.frames)
+    fed = fedstats.Federation.in_process(heart_exact.frames, disclosure=SMALL_CELLS_ALLOWED)
     result = fedstats.LogisticRegression(datasets.HEART_FORMULA, site_intercepts=True).fit(fed)
     formula = datasets.HEART_FORMULA.replace("~", "~ 0 + C(site) +")
     reference = reference_glm(formula, pooled(heart_exact.frames, with_site=True))
@@ -167,9 +188,15 @@ def test_spector_split_over_two_sites_matches_stata_logit():
     """
     data = sm.datasets.spector.load_pandas().data
     # alternate rows: a split by row order would leave site b two students without PSI,
-    # a cell its disclosure rules refuse
+    # a cell its disclosure rules refuse; 16 students per site leave cells of PSI x GRADE
+    # of 1-2 students, which the cross-cell rule refuses: a study allowing small cells
     frames = {"a": data.iloc[::2], "b": data.iloc[1::2]}
-    fed = fedstats.Federation.in_process(frames)
+    with pytest.raises(DisclosureError) as refused:
+        fedstats.LogisticRegression("GRADE ~ GPA + TUCE + PSI").fit(
+            fedstats.Federation.in_process(frames)
+        )
+    assert refused.value.rule == "cross-cells" and "'PSI'" in str(refused.value)
+    fed = fedstats.Federation.in_process(frames, disclosure=SMALL_CELLS_ALLOWED)
     result = fedstats.LogisticRegression("GRADE ~ GPA + TUCE + PSI").fit(fed)
     stata = Spector.logit
     order = ["GPA", "TUCE", "PSI", "Intercept"]  # Stata orders the constant last
@@ -187,7 +214,7 @@ def test_spector_split_over_two_sites_matches_stata_logit():
 
 
 def test_inference_columns_follow_from_params_and_bse(heart_exact):
-    fed = fedstats.Federation.in_process(heart_exact.frames)
+    fed = fedstats.Federation.in_process(heart_exact.frames, disclosure=SMALL_CELLS_ALLOWED)
     result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
     reference = reference_glm(datasets.HEART_FORMULA, pooled(heart_exact.frames))
     idx = result.params.index

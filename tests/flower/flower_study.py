@@ -8,7 +8,7 @@ DEEP_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("torch"
 """Without the deep extra the study has no deep fit (its tests are marked ``deep``)."""
 
 SITES = ["region_0", "region_1", "region_2"]
-COVARIATES = ["age_at_index", "ajcc_pathologic_n_n0_i", "prior_malignancy_yes"]
+COVARIATES = ["age_at_index", "ajcc_pathologic_n_n1", "prior_malignancy_yes"]
 TERMS = " + ".join(COVARIATES)
 FITS = f"""
 [[fits]]
@@ -58,7 +58,7 @@ hidden = [8]
 
 [fits.bounds]
 age_at_index = [20, 95]
-ajcc_pathologic_n_n0_i = [0, 1]
+ajcc_pathologic_n_n1 = [0, 1]
 prior_malignancy_yes = [0, 1]
 """
 if DEEP_EXTRA:

@@ -53,7 +53,7 @@ from studyfiles.durable import file_sha256
 ROOT = Path(__file__).resolve().parents[2]
 SPEC = ROOT / "fedstats" / "examples" / "demo" / "study.toml"
 BULK = datasets.default_data_dir() / "fhir" / "synthea_bulk_10_patients"
-COVARIATES = "age_at_index + ajcc_pathologic_n_n0_i + prior_malignancy_yes"
+COVARIATES = "age_at_index + ajcc_pathologic_n_n1 + prior_malignancy_yes"
 FORMULA = f"event ~ {COVARIATES}"
 LATEST = date(2030, 1, 1)
 
@@ -265,7 +265,7 @@ def test_a_request_refused_for_budget_exits_budget_exhausted(tmp_path: Path, mon
         )
     bounds = {
         "age_at_index": (20.0, 90.0),
-        "ajcc_pathologic_n_n0_i": (0.0, 1.0),
+        "ajcc_pathologic_n_n1": (0.0, 1.0),
         "prior_malignancy_yes": (0.0, 1.0),
     }
 

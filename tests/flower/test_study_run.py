@@ -31,7 +31,7 @@ from fedstats.jobs.study_run import StudyExit
 from reports.study import Study
 
 SITES = ["region_0", "region_1", "region_2"]
-COVARIATES = "age_at_index + ajcc_pathologic_n_n0_i + prior_malignancy_yes"
+COVARIATES = "age_at_index + ajcc_pathologic_n_n1 + prior_malignancy_yes"
 FITS = [
     {"kind": "logistic", "name": "event_logistic", "formula": f"event ~ {COVARIATES}"},
     {"kind": "kaplan_meier", "name": "survival", "time": "time", "event": "event",

@@ -28,6 +28,7 @@ from fedstats.errors import (
 from fedstats.schema import Number, Text, Values
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
+from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
 from fedstats.site.design import (
     SITE_COLUMN,
     DesignSpec,
@@ -401,7 +402,8 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     the row sets of the design — its rows, each indicator's, each 0/1
     column's and each stratum's — and the columns it is computed from
     (:func:`answered_columns`) go to the differencing guard, which refuses a
-    near-copy of a column it answered about before.
+    near-copy of a column it answered about before. Before the guard, the
+    cross-cell rule (:func:`check_design_cross_cells`) on a binary or survival design.
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
     if spec.key in checked:
@@ -472,6 +474,8 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         sets=sets,
         over_frame=over_frame,
     )
+    if spec.outcome_kind in ("binary", "survival"):  # after the rules on one column at a time
+        check_design_cross_cells(ctx, spec, design, rows, what, varying)
     patients = patients_of(ctx.frame)
     ctx.guard.check_release(
         site,
@@ -509,6 +513,39 @@ def answered_columns(
         if values is not None and np.unique(values).size > 1:
             columns.append((label, values))
     return columns
+
+
+def check_design_cross_cells(
+    ctx: SiteContext,
+    spec: DesignSpec,
+    design: SiteDesign,
+    rows: np.ndarray,
+    what: str,
+    varying: list[int],
+) -> None:
+    """The cross-cell rule (:mod:`fedstats.site.cross_cells`) on a binary or survival design:
+    its outcome or event indicator crossed with every two-valued design column, every level
+    of every categorical term, every indicator the formula computed and every stratum."""
+    crossed = two_valued_columns([spec.columns[j] for j in varying], design.X[:, varying])
+    for var, levels in spec.levels.items():
+        agreed = as_agreed_categorical(ctx.name, var, ctx.frame[var].iloc[rows], levels)
+        crossed += level_masks(repr(var), np.asarray(agreed.codes), levels)
+    crossed += [(repr(term), mask) for term, mask in design.indicators]
+    if design.stratum is not None and spec.strata:
+        crossed += [
+            (f"a stratum of {list(spec.strata)}", design.stratum == s)
+            for s in np.unique(design.stratum)
+        ]
+    patients = patients_of(ctx.frame)
+    check_cross_cells(
+        ctx.policy,
+        site=ctx.name,
+        task=None,
+        outcome=(what, design.y),
+        crossed=crossed,
+        patients=None if patients is None else patients[rows],
+        counted=None if design.weights is None else design.weights > 0,
+    )
 
 
 def _checked_formula(spec: DesignSpec) -> ParsedFormula:
