@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.disclosure import MIN_K_CELL, DisclosurePolicy
 from fedstats.toml_config import STRICT, Name, load_toml_model, resolve_path
 
 
@@ -68,7 +68,8 @@ class DisclosureSection(BaseModel):
 
     model_config = STRICT
     min_count: Annotated[int, Field(ge=1)] = 10
-    k_cell: Annotated[int, Field(ge=1)] | None = None
+    k_cell: Annotated[int, Field(ge=MIN_K_CELL)] | None = None
+    """The small-cell threshold, at least 2 (a cell of one patient is that patient)."""
     require_privacy: bool = False
     protocol: Path | None = None
     """The protocol the site's privacy officer approved (TOML); exact requests outside it

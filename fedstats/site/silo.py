@@ -59,6 +59,7 @@ from fedstats.site.private_release import (
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
+from studyfiles.names import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -128,8 +129,11 @@ class Silo:
         limits: RequestLimits | None = None,
         guard_path: Path | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise StudyConfigurationError(f"a site needs a non-empty name, got {name!r}")
+        problem = name_problem(name)
+        if problem is not None:
+            raise StudyConfigurationError(
+                f"site name: {problem} (it names the site's ledger scope, records and folders)"
+            )
         if not isinstance(frame, pd.DataFrame):
             raise StudyConfigurationError(
                 f"site {name!r}: the analysis frame must be a pandas DataFrame, "
