@@ -34,7 +34,7 @@ from fedstats.cox_math import concordance_counts
 from fedstats.deep.dp_sgd import DpSgdPlan
 from fedstats.deep.local_training import ALGORITHMS, LocalPlan, train_locally
 from fedstats.deep.losses import BINARY, SURVIVAL
-from fedstats.deep.models import build_model
+from fedstats.deep.models import build_model, count_parameters
 from fedstats.deep.site_data import checked_spec, input_columns, site_tensors
 from fedstats.deep.weights import checked_arrays, load_arrays
 from fedstats.errors import MalformedRequestError, ModelSpecError
@@ -91,7 +91,19 @@ def model_request(args: dict[str, Any]) -> ModelRequest:
         raise MalformedRequestError(
             site=None, task=None, reason="'weights' must be a list of float arrays"
         )
-    return ModelRequest(spec, name, hyper, int(sum(w.size for w in weights)))
+    try:  # counted from the hyperparameters on the meta device, before anything is built
+        n_params = count_parameters(name, len(input_columns(spec)), hyper)
+    except ModelSpecError as error:
+        raise MalformedRequestError(site=None, task=None, reason=f"'hyper': {error}") from None
+    sent = int(sum(w.size for w in weights))
+    if sent != n_params:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason=f"'weights' hold {sent} values; model {name!r} with these hyperparameters "
+            f"has {n_params} parameters",
+        )
+    return ModelRequest(spec, name, hyper, n_params)
 
 
 # ------------------------------------------------------------------ training

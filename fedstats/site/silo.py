@@ -167,8 +167,11 @@ class Silo:
     def handle(self, request: bytes) -> bytes:
         """Answer one request; the reply is always bytes, an error reply included.
 
-        In order, before any row is read: the request's size, its arguments
-        (the task's schema), the site's resource limits, its approved
+        In order, before any row is read: the request's size and its header's
+        (before decoding), the design columns its agreed levels imply (before any
+        design is built), its arguments (the task's schema, which for a network
+        counts the parameters its hyperparameters make without building it), the
+        site's other resource limits, its approved
         protocol, whether it requires privacy or secure aggregation, and the
         rounds of the analysis. Then the handler computes the reply (data
         checks and small-cell rules refuse here, before any charge); a private
@@ -185,6 +188,7 @@ class Silo:
             task = self._registry.get(task_name)
             if task is None:
                 raise UnknownTaskError(site=self.name, task=task_name)
+            self.limits.check_design(self.name, task_name, args)
             plain = task.schema(args)
             schema = reply_schema(task, args, plain)
             dp = DpRequest.from_args(args)

@@ -126,3 +126,141 @@ def test_the_recorder_refuses_unsafe_fit_and_site_names(tmp_path, name):
     with pytest.raises(RecordingError, match="starting with a letter or digit"):
         checked_name("fit", name)
     assert checked_name("fit", "fit_1.v2") == "fit_1.v2"
+
+
+# ----------------------------------------------------------------- order: limits before work
+class SpyRegistry:
+    """The site's registry, with every handler, data check and cost of a task counted."""
+
+    def __init__(self) -> None:
+        from fedstats.site.registry import REGISTRY
+
+        self.calls: list[str] = []
+        self._registry = REGISTRY
+
+    def get(self, name: str):
+        import dataclasses
+
+        task = self._registry.get(name)
+        if task is None:
+            return None
+
+        def spy(what, function):
+            if function is None:
+                return None
+
+            def called(*args):
+                self.calls.append(what)
+                return function(*args)
+
+            return called
+
+        return dataclasses.replace(
+            task,
+            handler=spy("handler", task.handler),
+            validate=spy("validate", task.validate),
+            cost=spy("cost", task.cost),
+        )
+
+
+def cleveland():
+    from fedstats.datasets import heart_disease
+
+    return heart_disease().frames["cleveland"]
+
+
+def ask_timed(silo, request: bytes) -> tuple[dict, float]:
+    import time
+
+    from fedstats.site import codec
+
+    started = time.perf_counter()
+    reply = codec.decode(silo.handle(request))
+    return reply, time.perf_counter() - started
+
+
+def test_a_design_of_100000_agreed_levels_is_refused_before_any_work():
+    """The attack cost 18.7 s and 1 GB at Cleveland's 303 rows before the site refused it."""
+    from fedstats.site import codec
+    from fedstats.site.silo import Silo
+
+    spy = SpyRegistry()
+    silo = Silo("cleveland", cleveland(), registry=spy)
+    levels = list(range(100_000))
+    design = {
+        "formula": "disease ~ C(cp)", "outcome": "disease", "variables": ["cp", "disease"],
+        "levels": {"cp": levels}, "columns": ["Intercept", "C(cp)[T.1]"],
+        "site_intercepts": False, "sites": ["cleveland"], "offset": None, "missing": "raise",
+        "outcome_kind": "binary", "strata": [], "weights": None, "exposure": None,
+    }  # fmt: skip
+    request = codec.encode({"task": "prepare", "args": {"design": design}})
+    reply, seconds = ask_timed(silo, request)
+    assert reply["status"] == "error" and reply["error"]["type"] == "ResourceLimitError"
+    assert reply["error"]["values"]["limit"] == "max_design_columns"
+    assert spy.calls == [] and seconds < 1.0
+    assert silo.log[-1].reason == "resources"
+
+
+@pytest.mark.deep
+def test_a_network_of_268_million_parameters_is_refused_before_it_is_built():
+    """The attack (16 hidden layers of 4,096, a few weights sent) cost 6.4 s and 1.44 GB."""
+    import numpy as np
+
+    from fedstats.site import codec
+    from fedstats.site.silo import Silo
+
+    spy = SpyRegistry()
+    spy.get("deep.train")  # torch and Opacus are imported on the first deep request
+    silo = Silo("cleveland", cleveland(), registry=spy)
+    design = {
+        "formula": "disease ~ age + chol", "outcome": "disease",
+        "variables": ["age", "chol", "disease"], "levels": {},
+        "columns": ["Intercept", "age", "chol"], "site_intercepts": False,
+        "sites": ["cleveland"], "offset": None, "missing": "raise", "outcome_kind": "binary",
+        "strata": [], "weights": None, "exposure": None,
+    }  # fmt: skip
+    args = {
+        "design": design, "scaling": np.array([[0.0, 1.0]] * 3), "model": "mlp",
+        "hyper": {"hidden": [4096] * 16}, "weights": [np.zeros(3, dtype=np.float32)],
+        "algorithm": "fedavg", "lr": 0.1, "batch_size": 8, "local_steps": 1, "analysis": "a",
+    }  # fmt: skip
+    reply, seconds = ask_timed(silo, codec.encode({"task": "deep.train", "args": args}))
+    assert reply["status"] == "error", reply
+    assert reply["error"]["type"] == "MalformedRequestError"
+    assert "parameters" in reply["error"]["values"]["reason"]
+    assert spy.calls == [] and seconds < 1.0
+
+
+def test_a_64_megabyte_header_is_refused_before_it_is_parsed():
+    """The attack cost 17.6 s and 1.1 GB: the JSON was parsed before any limit was checked."""
+    import struct
+
+    from fedstats.site.resource_limits import RequestLimits
+    from fedstats.site.silo import Silo
+
+    spy = SpyRegistry()
+    silo = Silo("cleveland", cleveland(), registry=spy, limits=RequestLimits())
+    body = (
+        b'{"v":{"task":"describe","args":{"variables":['
+        + b'"age",' * (11 * 2**20)
+        + b'"age"]}},"b":[]}'
+    )
+    request = b"FSC1" + struct.pack("<I", len(body)) + body
+    assert len(body) > 64 * 2**20 - 2**20
+    reply, seconds = ask_timed(silo, request)
+    assert reply["status"] == "error" and reply["error"]["type"] == "ResourceLimitError"
+    assert reply["error"]["values"]["limit"] in ("max_header_bytes", "max_request_bytes")
+    assert spy.calls == [] and seconds < 1.0
+    small = RequestLimits(max_request_bytes=2**30, max_header_bytes=2**20)
+    silo = Silo("cleveland", cleveland(), registry=spy, limits=small)
+    reply, seconds = ask_timed(silo, request)
+    assert reply["error"]["values"]["limit"] == "max_header_bytes" and seconds < 1.0
+
+
+@pytest.mark.parametrize("field", ["max_header_bytes", "max_design_columns"])
+@pytest.mark.parametrize("value", [0, -1, True, "10"])
+def test_the_new_limits_must_be_positive_numbers(field, value):
+    from fedstats.site.resource_limits import RequestLimits
+
+    with pytest.raises(StudyConfigurationError, match=field):
+        RequestLimits(**{field: value})
