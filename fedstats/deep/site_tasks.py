@@ -53,6 +53,10 @@ SCAFFOLD_CACHE = "deep.scaffold"
 LOGIT_EDGES = np.linspace(-8.0, 8.0, 1601)
 """Bins of the predicted logits in an evaluation reply (values beyond are put in the end bins)."""
 MAX_STEPS = 100_000
+STEP_UNITS = 400_000
+"""The least work one local step counts for: a step's fixed overhead (a forward, backward
+and optimiser call, 2 to 3 ms on a busy two-core server) is the work of a 400,000-unit
+step, so the default ``max_work`` allows at most 500 steps of the smallest network."""
 
 
 @dataclass(frozen=True)
@@ -209,9 +213,19 @@ def validate_train(ctx: SiteContext, args: dict[str, Any]) -> None:
 
 
 def train_cost(ctx: SiteContext, args: dict[str, Any]) -> float:
-    """Local steps times the network's parameters (epochs count passes over the site's rows)."""
+    """Examples seen times the network's parameters: local steps (epochs count passes over
+    the site's rows) x rows per step x parameters, the parameters counted from the
+    hyperparameters (:func:`~fedstats.deep.models.count_parameters`).
+
+    A step's forward and backward pass costs about six floating-point operations per
+    parameter and example, and per-example gradients (DP-SGD) hold one gradient per
+    example, so time and memory grow with the product. A private step's Poisson batch is
+    bounded by the site's rows."""
     request = train_request(args)
-    return float(request.local.steps_for(len(ctx.frame))) * request.model.n_params
+    n = len(ctx.frame)
+    per_step = n if request.private is not None else min(request.local.batch_size, n)
+    step = max(max(per_step, 1) * request.model.n_params, STEP_UNITS)
+    return float(request.local.steps_for(n)) * step
 
 
 def train_schema(args: dict[str, Any]) -> dict:

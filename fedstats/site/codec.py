@@ -80,8 +80,8 @@ def decode(data: bytes) -> Any:
 
 def header_length(data: bytes | bytearray | memoryview) -> int | None:
     """The header length a message declares, read without decoding anything (``None`` when
-    the bytes are too short to declare one): a site bounds it before it parses the header."""
-    if len(data) < len(MAGIC) + _HEADER.size:
+    the bytes are not a message): a site bounds it before it parses the header."""
+    if len(data) < len(MAGIC) + _HEADER.size or bytes(data[: len(MAGIC)]) != MAGIC:
         return None
     (length,) = _HEADER.unpack_from(data, len(MAGIC))
     return int(length)

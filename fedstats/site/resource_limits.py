@@ -14,8 +14,8 @@ work it bounds (:meth:`fedstats.site.silo.Silo.handle` checks them first):
   imply (:func:`design_width`), before any design is built;
 * ``max_array_items`` — the entries of all arrays in the request together;
 * ``max_work`` — the work a task declares from its arguments
-  (:attr:`fedstats.site.task.Task.cost`; for local training, local steps times the
-  network's parameters);
+  (:attr:`fedstats.site.task.Task.cost`; for local training, the examples it passes
+  through the network times the network's parameters);
 * ``max_seconds`` — wall time: long-running handlers check the request's
   deadline (:func:`check_deadline`) between steps and stop with nothing
   released when it has passed.
@@ -40,15 +40,21 @@ class RequestLimits:
 
     max_seconds: float = 900.0
     max_request_bytes: int = 64 * 2**20
-    max_header_bytes: int = 2 * 2**20
+    max_header_bytes: int = 512 * 2**10
     """The JSON header holds names, levels and options (arrays travel as buffers): the
-    heart-disease study's largest is a few kilobytes; a 64 MB header cost 17.6 s to parse."""
-    max_design_columns: int = 2_000
-    """Two categorical variables of 50 levels each, interacted, make 2,500 - 1 dummies
-    beside their main effects; a request with 100,000 agreed levels cost 18.7 s and 1 GB."""
-    max_array_items: int = 4_000_000
-    max_work: float = 5e9
-    """Local training steps x network parameters (2,000 steps of a 2.5M-parameter network)."""
+    heart-disease study's largest is a few kilobytes; a 64 MB header cost 17.6 s to parse,
+    and a 2 MB one of 350,000 names 2.3 s to parse and refuse."""
+    max_design_columns: int = 1_000
+    """Twenty categorical variables of 50 levels each; at Cleveland's 303 rows a design of
+    2,000 columns cost 1.7 s a request, and one of 100,000 agreed levels 18.7 s and 1 GB."""
+    max_array_items: int = 6_000_000
+    """Above the largest network a request may describe (5M parameters,
+    :data:`fedstats.deep.models.MAX_PARAMETERS`), whose weights travel as arrays."""
+    max_work: float = 2e8
+    """Local training examples x network parameters (steps x rows per step x parameters):
+    100 steps of 32 rows through a 60,000-parameter network. The largest request this allows
+    costs about a second on one core (``benchmarks/worst_request.py``); a site that trains
+    bigger networks raises it."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -116,7 +122,7 @@ class RequestLimits:
                 site=site,
                 task=task,
                 limit="max_work",
-                reason=f"the request asks for {work:.3g} units of work (local steps x parameters), "
+                reason=f"the request asks for {work:.3g} units of work (examples x parameters), "
                 f"more than {self.max_work:.3g}",
             )
 

@@ -264,3 +264,23 @@ def test_the_new_limits_must_be_positive_numbers(field, value):
 
     with pytest.raises(StudyConfigurationError, match=field):
         RequestLimits(**{field: value})
+
+
+def test_the_worst_request_benchmark_runs_at_a_tiny_size():
+    """``benchmarks/worst_request.py`` at 1% of every limit: each family answers or refuses
+    with a typed error (never an internal failure) and is measured."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "worst_request.py"
+    spec = importlib.util.spec_from_file_location("worst_request", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    families = ("header", "bytes", "arrays", "design")
+    if importlib.util.find_spec("torch") is not None:
+        families += ("deep_steps", "deep_private")
+    result = module.run(families, scale=0.01)
+    assert set(result["families"]) == set(families)
+    for measured in result["families"].values():
+        assert measured["seconds"] >= 0 and measured["peak_mb"] >= 0
+        assert "InternalSiteError" not in measured["replies"]
