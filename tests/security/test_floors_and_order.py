@@ -182,6 +182,7 @@ def ask_timed(silo, request: bytes) -> tuple[dict, float]:
 def test_a_design_of_100000_agreed_levels_is_refused_before_any_work():
     """The attack cost 18.7 s and 1 GB at Cleveland's 303 rows before the site refused it."""
     from fedstats.site import codec
+    from fedstats.site.resource_limits import RequestLimits
     from fedstats.site.silo import Silo
 
     spy = SpyRegistry()
@@ -194,11 +195,18 @@ def test_a_design_of_100000_agreed_levels_is_refused_before_any_work():
         "outcome_kind": "binary", "strata": [], "weights": None, "exposure": None,
     }  # fmt: skip
     request = codec.encode({"task": "prepare", "args": {"design": design}})
-    reply, seconds = ask_timed(silo, request)
+    reply, seconds = ask_timed(silo, request)  # the default limits: its header is too long
     assert reply["status"] == "error" and reply["error"]["type"] == "ResourceLimitError"
+    assert reply["error"]["values"]["limit"] in ("max_header_bytes", "max_design_columns")
+    assert spy.calls == [] and seconds < 1.0
+    wide = Silo(
+        "cleveland", cleveland(), registry=spy, limits=RequestLimits(max_header_bytes=2**22)
+    )
+    reply, seconds = ask_timed(wide, request)  # a site allowing long headers counts columns
+    assert reply["error"]["type"] == "ResourceLimitError"
     assert reply["error"]["values"]["limit"] == "max_design_columns"
     assert spy.calls == [] and seconds < 1.0
-    assert silo.log[-1].reason == "resources"
+    assert wide.log[-1].reason == "resources"
 
 
 @pytest.mark.deep

@@ -9,6 +9,7 @@ request of every task the site registry serves, at any depth, with a random JSON
 
 from __future__ import annotations
 
+import contextlib
 import struct
 
 import numpy as np
@@ -70,6 +71,13 @@ def honest(tmp_path_factory) -> dict[str, dict]:
     fedstats.GLM("y ~ age", family="poisson").fit(fed)
     fedstats.KaplanMeier("time", "event", width=1.0, horizon=10.0).fit(fed)
     fedstats.CoxPH("Surv(time, event) ~ age").fit(fed)
+    for more in (
+        lambda: fedstats.CumulativeIncidence("time", "cause", cause=1, width=1.0, horizon=10.0),
+        lambda: fedstats.FineGray("Surv(time, cause) ~ age", cause=1, width=1.0, horizon=10.0),
+        lambda: fedstats.CoxPH("Surv(time, event) ~ age", robust=True),
+    ):
+        with contextlib.suppress(fedstats.FedstatsError, TypeError):  # as many tasks as fit
+            more().fit(fed)
     return seen
 
 
