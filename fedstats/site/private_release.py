@@ -43,10 +43,11 @@ DP_REPLY_FIELDS: dict[str, Number] = {
 the study after this charge, its budget, and whether its noise used a fixed seed."""
 
 
-MIN_NOISE_MULTIPLIER = 0.01
-"""The least noise multiplier a request may ask for: one Gaussian release at 0.01 already
-costs epsilon above 5,000 (RDP, delta = 1e-5), more than any budget, and smaller values
-underflow the accountant's orders (``alpha / (2 sigma^2)``)."""
+MIN_NOISE_MULTIPLIER = 1e-6
+"""The least noise multiplier a request may ask for. One Gaussian release at 0.01 already
+costs epsilon above 5,000 (RDP, delta = 1e-5), so only a test budget pays for less: the
+project checks that its noisy Newton path reproduces the exact fit at 1e-5. Far below
+(about 1e-160) ``sigma**2`` underflows to 0 in the accountant's ``alpha / (2 sigma^2)``."""
 
 MAX_NOISE_MULTIPLIER = 1e6
 """The largest: at 1e6 a release costs epsilon 0 to the accountant's precision, and past
