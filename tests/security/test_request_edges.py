@@ -153,7 +153,7 @@ def test_the_fuzzed_tasks_are_every_task_the_registry_serves(honest):
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(data=st.data())
 def test_no_field_of_any_task_makes_a_site_fail_internally(honest, data):
