@@ -12,17 +12,27 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, ValidationInfo
 
 from fedstats.errors import ConfigError
+from studyfiles.names import name_problem
 
 Model = TypeVar("Model", bound=BaseModel)
 
 STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 """Every section of a job configuration: unknown keys refused, no type coercion, immutable."""
 
-Name = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.-]+$")]
-"""A site, study or fit name: letters, digits, ``_ . -``; safe as a file name."""
+
+def _safe_name(value: str) -> str:
+    problem = name_problem(value)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
+
+
+Name = Annotated[str, AfterValidator(_safe_name)]
+"""A site, study or fit name: 1-100 letters, digits, ``_ . -``, starting with a letter or digit
+(:mod:`studyfiles.names`), so never ``.``, ``..`` or a path: safe as a file or folder name."""
 
 
 def resolve_path(value: object, info: ValidationInfo) -> object:

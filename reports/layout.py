@@ -35,25 +35,22 @@ directories recorded before curves existed have no ``curves/`` folder and no
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from reports.errors import RecordingError
+from studyfiles.names import name_problem
 
 FORMAT = "fedstats-study/1"
 """Value of ``format`` in ``study.json``; a reader refuses any other."""
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-
 
 def checked_name(kind: str, name: str) -> str:
-    """``name`` if it can be a file name in the study directory, else :class:`RecordingError`."""
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise RecordingError(
-            f"{kind} name {name!r} cannot be recorded: use 1-100 letters, digits, '.', '_' or "
-            "'-', starting with a letter or digit"
-        )
+    """``name`` if it can be a file name in the study directory, else :class:`RecordingError`
+    (the rule: :func:`studyfiles.names.name_problem`)."""
+    problem = name_problem(name)
+    if problem is not None:
+        raise RecordingError(f"{kind} name cannot be recorded: {problem}")
     return name
 
 

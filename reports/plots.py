@@ -2,16 +2,43 @@
 
 Embedding keeps the HTML self-contained (no file or network reference) and
 WeasyPrint reads the same data URIs for the PDF.
+
+Every text in a figure is drawn literally: term names, level labels, fit and
+site names come from the study's records, and matplotlib would otherwise read
+``$...$`` as mathtext (an unknown command such as ``$\\undefinedcommand{x}$``
+made the report fail to build) or hand text to TeX. Each figure is made and
+saved under :data:`LITERAL_TEXT` (``text.parse_math`` off, ``text.usetex``
+off), which every text artist created or drawn inside it inherits.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import ParamSpec, TypeVar
 
+import matplotlib
 from matplotlib.figure import Figure
+
+LITERAL_TEXT = {"text.parse_math": False, "text.usetex": False}
+"""matplotlib settings under which every figure is drawn: text is shown as written."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def literal_text(draw: Callable[P, R]) -> Callable[P, R]:
+    """Run a figure function with :data:`LITERAL_TEXT` (creation and saving alike)."""
+
+    @functools.wraps(draw)
+    def drawn(*args: P.args, **kwargs: P.kwargs) -> R:
+        with matplotlib.rc_context(LITERAL_TEXT):
+            return draw(*args, **kwargs)
+
+    return drawn
 
 
 def _data_uri(figure: Figure) -> str:
@@ -20,6 +47,7 @@ def _data_uri(figure: Figure) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+@literal_text
 def epsilon_timeline(
     series: Sequence[tuple[str, str, Sequence[tuple[datetime, float]], float]],
 ) -> str | None:
@@ -76,6 +104,7 @@ def epsilon_timeline(
     return _data_uri(figure)
 
 
+@literal_text
 def coefficient_comparison(
     terms: Sequence[str],
     estimate: Sequence[tuple[float, float, float]],

@@ -49,9 +49,17 @@ from torch import nn
 
 from fedstats.deep.losses import binary_loss
 from fedstats.errors import MalformedRequestError
+from fedstats.site.private_release import (
+    MAX_NOISE_MULTIPLIER,
+    MIN_NOISE_MULTIPLIER,
+    noise_multiplier_in_range,
+)
 
 ENGINES = ("auto", "bookkeeping", "ghost", "hooks")
 MAX_STEPS = 1_000_000
+MAX_GRAD_NORM = 1e6
+"""The largest per-example clipping norm a request may set: the noise is ``sigma`` times it,
+and past about 1e154 its square overflows; no network's gradients need more."""
 
 
 @dataclass(frozen=True)
@@ -88,11 +96,19 @@ class DpSgdPlan:
             )
         q, clip, sigma = block["sample_rate"], block["max_grad_norm"], block["noise_multiplier"]
         steps = block["steps"]
-        if not (_positive(q) and q <= 1 and _positive(sigma) and _positive(clip)):
+        if not (
+            _positive(q)
+            and q <= 1
+            and noise_multiplier_in_range(sigma)
+            and _positive(clip)
+            and clip <= MAX_GRAD_NORM
+        ):
             raise MalformedRequestError(
                 site=None,
                 task=None,
-                reason="dp_sgd needs 0 < sample_rate <= 1, noise_multiplier > 0, max_grad_norm > 0",
+                reason="'dp_sgd' needs 0 < sample_rate <= 1, noise_multiplier in "
+                f"[{MIN_NOISE_MULTIPLIER:g}, {MAX_NOISE_MULTIPLIER:g}] and "
+                f"0 < max_grad_norm <= {MAX_GRAD_NORM:g}",
             )
         if not (type(steps) is int and 1 <= steps <= MAX_STEPS):
             raise MalformedRequestError(

@@ -20,6 +20,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import torch
 from torch import nn
 
 from fedstats.errors import ModelSpecError
@@ -48,7 +49,22 @@ def registered_models() -> list[str]:
 
 
 def build_model(name: str, in_features: int, hyper: Mapping[str, Any]) -> nn.Module:
-    """The module registered as ``name``, built with ``hyper``; typed errors for bad input."""
+    """The module registered as ``name``, built with ``hyper``; typed errors for bad input.
+
+    Its size is counted first without allocating it (:func:`count_parameters`), so a
+    request for a network beyond ``MAX_PARAMETERS`` is refused before any memory is taken.
+    """
+    count_parameters(name, in_features, hyper)
+    return _built(name, _REGISTRY[name], in_features, hyper)
+
+
+def count_parameters(name: str, in_features: int, hyper: Mapping[str, Any]) -> int:
+    """The parameters the module ``name`` has with ``hyper``, counted without allocating it.
+
+    The factory runs on PyTorch's ``meta`` device, where tensors have shapes and no storage,
+    so a request describing a 268M-parameter network costs milliseconds, not 1.4 GB; a
+    count outside ``1..MAX_PARAMETERS`` raises :class:`~fedstats.errors.ModelSpecError`.
+    """
     factory = _REGISTRY.get(name) if isinstance(name, str) else None
     if factory is None:
         raise ModelSpecError(
@@ -59,9 +75,22 @@ def build_model(name: str, in_features: int, hyper: Mapping[str, Any]) -> nn.Mod
         raise ModelSpecError(f"model {name!r}: hyperparameters must be a mapping of names")
     if type(in_features) is not int or in_features < 1:
         raise ModelSpecError(f"model {name!r}: in_features must be a positive integer")
+    with torch.device("meta"):
+        module = _built(name, factory, in_features, hyper)
+    count = sum(p.numel() for p in module.parameters())
+    if count == 0 or count > MAX_PARAMETERS:
+        raise ModelSpecError(
+            f"model {name!r} has {count} parameters; between 1 and {MAX_PARAMETERS} are allowed"
+        )
+    return count
+
+
+def _built(
+    name: str, factory: ModelFactory, in_features: int, hyper: Mapping[str, Any]
+) -> nn.Module:
     try:
         module = factory(in_features, **dict(hyper))
-    except (TypeError, ValueError, RuntimeError) as error:
+    except (TypeError, ValueError, RuntimeError, NotImplementedError) as error:
         raise ModelSpecError(
             f"model {name!r} cannot be built with hyperparameters {dict(hyper)!r}: {error}"
         ) from None
@@ -71,11 +100,6 @@ def build_model(name: str, in_features: int, hyper: Mapping[str, Any]) -> nn.Mod
         raise ModelSpecError(
             f"model {name!r} has buffers (e.g. batch-norm statistics), which per-patient "
             "gradient clipping cannot protect; use a model with parameters only (e.g. GroupNorm)"
-        )
-    count = sum(p.numel() for p in module.parameters())
-    if count == 0 or count > MAX_PARAMETERS:
-        raise ModelSpecError(
-            f"model {name!r} has {count} parameters; between 1 and {MAX_PARAMETERS} are allowed"
         )
     return module
 

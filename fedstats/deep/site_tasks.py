@@ -34,7 +34,7 @@ from fedstats.cox_math import concordance_counts
 from fedstats.deep.dp_sgd import DpSgdPlan
 from fedstats.deep.local_training import ALGORITHMS, LocalPlan, train_locally
 from fedstats.deep.losses import BINARY, SURVIVAL
-from fedstats.deep.models import build_model
+from fedstats.deep.models import build_model, count_parameters
 from fedstats.deep.site_data import checked_spec, input_columns, site_tensors
 from fedstats.deep.weights import checked_arrays, load_arrays
 from fedstats.errors import MalformedRequestError, ModelSpecError
@@ -54,6 +54,10 @@ SCAFFOLD_CACHE = "deep.scaffold"
 LOGIT_EDGES = np.linspace(-8.0, 8.0, 1601)
 """Bins of the predicted logits in an evaluation reply (values beyond are put in the end bins)."""
 MAX_STEPS = 100_000
+STEP_UNITS = 400_000
+"""The least work one local step counts for: a step's fixed overhead (a forward, backward
+and optimiser call, 2 to 3 ms on a busy two-core server) is the work of a 400,000-unit
+step, so the default ``max_work`` allows at most 500 steps of the smallest network."""
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,19 @@ def model_request(args: dict[str, Any]) -> ModelRequest:
         raise MalformedRequestError(
             site=None, task=None, reason="'weights' must be a list of float arrays"
         )
-    return ModelRequest(spec, name, hyper, int(sum(w.size for w in weights)))
+    try:  # counted from the hyperparameters on the meta device, before anything is built
+        n_params = count_parameters(name, len(input_columns(spec)), hyper)
+    except ModelSpecError as error:
+        raise MalformedRequestError(site=None, task=None, reason=f"'hyper': {error}") from None
+    sent = int(sum(w.size for w in weights))
+    if sent != n_params:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason=f"'weights' hold {sent} values; model {name!r} with these hyperparameters "
+            f"has {n_params} parameters",
+        )
+    return ModelRequest(spec, name, hyper, n_params)
 
 
 # ------------------------------------------------------------------ training
@@ -208,9 +224,19 @@ def validate_train(ctx: SiteContext, args: dict[str, Any]) -> None:
 
 
 def train_cost(ctx: SiteContext, args: dict[str, Any]) -> float:
-    """Local steps times the network's parameters (epochs count passes over the site's rows)."""
+    """Examples seen times the network's parameters: local steps (epochs count passes over
+    the site's rows) x rows per step x parameters, the parameters counted from the
+    hyperparameters (:func:`~fedstats.deep.models.count_parameters`).
+
+    A step's forward and backward pass costs about six floating-point operations per
+    parameter and example, and per-example gradients (DP-SGD) hold one gradient per
+    example, so time and memory grow with the product. A private step's Poisson batch is
+    bounded by the site's rows."""
     request = train_request(args)
-    return float(request.local.steps_for(len(ctx.frame))) * request.model.n_params
+    n = len(ctx.frame)
+    per_step = n if request.private is not None else min(request.local.batch_size, n)
+    step = max(max(per_step, 1) * request.model.n_params, STEP_UNITS)
+    return float(request.local.steps_for(n)) * step
 
 
 def train_schema(args: dict[str, Any]) -> dict:

@@ -14,7 +14,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
-from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.disclosure import MIN_K_CELL, DisclosurePolicy
 from fedstats.toml_config import STRICT, Name, load_toml_model, resolve_path
 
 
@@ -68,7 +68,20 @@ class DisclosureSection(BaseModel):
 
     model_config = STRICT
     min_count: Annotated[int, Field(ge=1)] = 10
-    k_cell: Annotated[int, Field(ge=1)] | None = None
+    k_cell: int | None = None
+    """The small-cell threshold, at least 2 (a cell of one patient is that patient)."""
+
+    @field_validator("k_cell")
+    @classmethod
+    def _k_cell_floor(cls, value: int | None) -> int | None:
+        if value is not None and value < MIN_K_CELL:
+            raise ValueError(
+                f"k_cell must be at least {MIN_K_CELL}: a cell of one patient is that "
+                "patient's values, and k_cell = 1 would switch the cell rules and the "
+                "differencing guard off"
+            )
+        return value
+
     require_privacy: bool = False
     max_guard_entries: Annotated[int, Field(ge=1)] = DisclosurePolicy.max_guard_entries
     """The most row sets and columns the differencing guard remembers; once full, exact

@@ -39,6 +39,7 @@ from scipy import stats
 
 from fedstats.errors import DisclosureError, FedstatsError, FedstatsWarning
 from fedstats.models.federation import Federation
+from fedstats.models.plot_text import literal
 
 
 @dataclass
@@ -86,8 +87,8 @@ class HeterogeneityResults:
         summary = self.summary_frame.loc[coefficient]
         ax.axvline(summary["estimate_fe"], color="tab:blue", label="fixed effect")
         ax.set_yticks(rows)
-        ax.set_yticklabels(b.index)
-        ax.set_xlabel(f"{coefficient} (95% CI)")
+        ax.set_yticklabels([literal(site) for site in b.index])
+        ax.set_xlabel(f"{literal(coefficient)} (95% CI)")
         ax.set_title(f"Q = {summary['q']:.2f} (p = {summary['p_value']:.3f}), "
                      f"I² = {100 * summary['i2']:.0f}%")  # fmt: skip
         ax.legend(loc="best")

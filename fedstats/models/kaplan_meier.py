@@ -46,6 +46,7 @@ import accounting
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
+from fedstats.models.plot_text import literal
 from fedstats.models.privacy import RecordDP
 from fedstats.models.summary import render_html, render_text
 from fedstats.models.utility import NOISE_DOMINATES, warn
@@ -825,10 +826,10 @@ def step_curves(
         low = bands["lower"][group].loc[curve.index]
         high = bands["upper"][group].loc[curve.index]
         times = np.r_[0.0, curve.index.to_numpy(dtype=float)]
-        ax.step(times, np.r_[start, curve], where="post", label=str(group))
+        ax.step(times, np.r_[start, curve], where="post", label=literal(group))
         ax.fill_between(times, np.r_[start, low], np.r_[start, high], step="post", alpha=0.2)
     ax.set_xlabel("time")
-    ax.set_ylabel(label)
+    ax.set_ylabel(literal(label))
     ax.set_ylim(0, 1.02)
     if len(curves.columns) > 1:
         ax.legend()

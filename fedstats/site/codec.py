@@ -32,6 +32,8 @@ from fedstats.errors import CodecError
 MAGIC = b"FSC1"
 MAX_MESSAGE_BYTES = 1 << 30
 MAX_DEPTH = 32
+MAX_INT_DIGITS = 20
+"""The most digits a JSON integer in a header may have (2**64 has 20)."""
 _ARRAY_KEY = "$a"
 _ALLOWED_DTYPES = frozenset(
     ["|b1", "|i1", "<i2", "<i4", "<i8", "|u1", "<u2", "<u4", "<u8", "<f4", "<f8"]
@@ -66,7 +68,7 @@ def decode(data: bytes) -> Any:
     if start + header_len > len(data):
         raise CodecError("truncated message header")
     try:
-        header = json.loads(data[start : start + header_len].decode("utf-8"))
+        header = json.loads(data[start : start + header_len].decode("utf-8"), parse_int=_integer)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise CodecError(f"message header is not valid JSON: {exc}") from None
     if not isinstance(header, dict) or set(header) != {"v", "b"}:
@@ -74,6 +76,30 @@ def decode(data: bytes) -> Any:
     body = memoryview(data)[start + header_len :]
     arrays = _read_arrays(header["b"], body)
     return _from_tree(header["v"], arrays, path="message", depth=0)
+
+
+def header_length(data: bytes | bytearray | memoryview) -> int | None:
+    """The header length a message declares, read without decoding anything (``None`` when
+    the bytes are not a message): a site bounds it before it parses the header."""
+    if len(data) < len(MAGIC) + _HEADER.size or bytes(data[: len(MAGIC)]) != MAGIC:
+        return None
+    (length,) = _HEADER.unpack_from(data, len(MAGIC))
+    return int(length)
+
+
+def _integer(text: str) -> int:
+    """A JSON integer of at most :data:`MAX_INT_DIGITS` digits, else :class:`CodecError`.
+
+    Python refuses to convert longer digit strings (``int()`` raises ``ValueError`` past
+    4,300 digits, a guard against quadratic-time parsing, CVE-2020-10735); no field of a
+    message needs an integer beyond 64 bits, so anything longer is a malformed message.
+    """
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise CodecError(
+            f"message header holds an integer of {len(text.lstrip('-'))} digits; "
+            f"integers have at most {MAX_INT_DIGITS}"
+        )
+    return int(text)
 
 
 def _to_tree(

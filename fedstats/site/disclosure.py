@@ -28,6 +28,11 @@ DEFAULT_K_CELL = 3
 for exact federated analysis. At 5, the reference heart-disease model could not be fitted at
 Cleveland (4 patients with an ST-T abnormality): a site that wants more sets ``k_cell``."""
 
+MIN_K_CELL = 2
+"""The floor of ``k_cell``: a cell of one patient is that patient (a count of 1 is a row, and a
+difference of designs that isolates one row gives its values), so ``k_cell = 1`` would turn the
+cell rules and the differencing guard off. ``min_count = 1`` therefore keeps ``k_cell = 2``."""
+
 
 @dataclass(frozen=True)
 class DisclosurePolicy:
@@ -38,7 +43,8 @@ class DisclosurePolicy:
     requests are refused (a privacy officer's "private only" switch).
 
     ``k_cell``: the small-cell threshold of :mod:`fedstats.site.cell_rules` and
-    :mod:`fedstats.site.differencing` (default: 3, or ``min_count`` if smaller).
+    :mod:`fedstats.site.differencing` (default: 3, or ``min_count`` if smaller, never below
+    :data:`MIN_K_CELL` = 2, which is also the least a site may set).
     ``max_rounds_per_analysis`` and ``max_analyses_per_study`` cap the exact
     requests one agreed design may take (a TPR-fairness penalty search takes
     about 750) and how many designs a study may ask a site for.
@@ -67,8 +73,14 @@ class DisclosurePolicy:
                 f"min_count must be a positive integer, got {self.min_count!r}"
             )
         if self.k_cell is None:
-            object.__setattr__(self, "k_cell", min(DEFAULT_K_CELL, self.min_count))
-        for name in ("k_cell", "max_rounds_per_analysis", "max_analyses_per_study"):
+            object.__setattr__(self, "k_cell", max(MIN_K_CELL, min(DEFAULT_K_CELL, self.min_count)))
+        if type(self.k_cell) is not int or self.k_cell < MIN_K_CELL:
+            raise StudyConfigurationError(
+                f"k_cell must be an integer >= {MIN_K_CELL}, got {self.k_cell!r}: a cell of one "
+                "patient is that patient's values, and k_cell = 1 would switch the cell rules "
+                "and the differencing guard off; set k_cell to 2 or more"
+            )
+        for name in ("max_rounds_per_analysis", "max_analyses_per_study"):
             value = getattr(self, name)
             if type(value) is not int or value < 1:
                 raise StudyConfigurationError(f"{name} must be a positive integer, got {value!r}")

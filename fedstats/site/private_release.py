@@ -51,6 +51,28 @@ record, so a ledger rewritten later no longer extends what the site released und
 private releases this site made for the study."""
 
 
+MIN_NOISE_MULTIPLIER = 1e-6
+"""The least noise multiplier a request may ask for. One Gaussian release at 0.01 already
+costs epsilon above 5,000 (RDP, delta = 1e-5), so only a test budget pays for less: the
+project checks that its noisy Newton path reproduces the exact fit at 1e-5. Far below
+(about 1e-160) ``sigma**2`` underflows to 0 in the accountant's ``alpha / (2 sigma^2)``."""
+
+MAX_NOISE_MULTIPLIER = 1e6
+"""The largest: at 1e6 a release costs epsilon 0 to the accountant's precision, and past
+about 1e154 ``sigma**2`` overflows (``OverflowError`` in the RDP accountant)."""
+
+
+def noise_multiplier_in_range(value: object) -> bool:
+    """Whether ``value`` is a real number in ``[MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER]``
+    (not a bool, not NaN or infinite); every noise multiplier a request carries is checked so."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and MIN_NOISE_MULTIPLIER <= value <= MAX_NOISE_MULTIPLIER
+    )
+
+
 @dataclass(frozen=True)
 class DpRequest:
     """The ``dp`` block of a request: a noise multiplier per noisy group, and what it pays for.
@@ -85,24 +107,21 @@ class DpRequest:
         if (
             not isinstance(sigmas, dict)
             or not sigmas
-            or not all(
-                isinstance(v, int | float)
-                and not isinstance(v, bool)
-                and math.isfinite(v)
-                and v > 0
-                for v in sigmas.values()
-            )
+            or not all(noise_multiplier_in_range(v) for v in sigmas.values())
         ):
             raise MalformedRequestError(
                 site=None,
                 task=None,
-                reason="noise_multipliers must map each noisy group to a positive number",
+                reason="'dp.noise_multipliers' must map each noisy group to a number in "
+                f"[{MIN_NOISE_MULTIPLIER:g}, {MAX_NOISE_MULTIPLIER:g}]",
             )
         if not all(isinstance(block[k], str) and block[k] for k in ("study", "analysis")) or (
             not isinstance(block["note"], str)
         ):
             raise MalformedRequestError(
-                site=None, task=None, reason="study and analysis must be non-empty strings"
+                site=None,
+                task=None,
+                reason="'dp.study' and 'dp.analysis' must be non-empty strings, 'dp.note' a string",
             )
         return cls(
             {k: float(v) for k, v in sigmas.items()},

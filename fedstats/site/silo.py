@@ -61,6 +61,7 @@ from fedstats.site.private_rows import check_private_request
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
+from studyfiles.names import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -130,8 +131,11 @@ class Silo:
         limits: RequestLimits | None = None,
         guard_path: Path | None = None,
     ) -> None:
-        if not isinstance(name, str) or not name.strip():
-            raise StudyConfigurationError(f"a site needs a non-empty name, got {name!r}")
+        problem = name_problem(name)
+        if problem is not None:
+            raise StudyConfigurationError(
+                f"site name: {problem} (it names the site's ledger scope, records and folders)"
+            )
         if not isinstance(frame, pd.DataFrame):
             raise StudyConfigurationError(
                 f"site {name!r}: the analysis frame must be a pandas DataFrame, "
@@ -165,8 +169,11 @@ class Silo:
     def handle(self, request: bytes) -> bytes:
         """Answer one request; the reply is always bytes, an error reply included.
 
-        In order, before any row is read: the request's size, its arguments
-        (the task's schema), the site's resource limits, its approved
+        In order, before any row is read: the request's size and its header's
+        (before decoding), the design columns its agreed levels imply (before any
+        design is built), its arguments (the task's schema, which for a network
+        counts the parameters its hyperparameters make without building it), the
+        site's other resource limits, its approved
         protocol, whether it requires privacy or secure aggregation, and the
         rounds of the analysis; for a private request, everything that decides
         whether it is answered (:mod:`fedstats.site.private_rows`) and the
@@ -185,6 +192,7 @@ class Silo:
             task = self._registry.get(task_name)
             if task is None:
                 raise UnknownTaskError(site=self.name, task=task_name)
+            self.limits.check_design(self.name, task_name, args)
             plain = task.schema(args)
             schema = reply_schema(task, args, plain)
             dp = DpRequest.from_args(args)

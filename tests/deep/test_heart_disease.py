@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from deep_helpers import HEART_POLICY, heart_split
 
 import fedstats
 from fedstats import datasets
 from fedstats.deep import FederatedTrainer
+from fedstats.errors import DisclosureError
 
 
 def _accuracy(params, frames) -> float:
@@ -25,6 +27,12 @@ def _accuracy(params, frames) -> float:
     return float(np.mean(scores))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    raises=DisclosureError,
+    reason="k_cell may no longer be set below 2 (issue 27): Switzerland's test split holds one "
+    "patient with fbs = 1, a cell of one under every policy, so it cannot be evaluated exactly",
+)
 def test_fedavg_mlp_accuracy_is_in_the_range_of_the_exact_logistic_fit():
     """Switzerland's training split has one outcome, so (as in benchmarks/dp_logistic.py) it
     does not train; all four test splits are evaluated. The oracle is the exact federated

@@ -26,10 +26,15 @@ from fedstats.errors import DisclosureError
 ROSSI = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
 TOL = 1e-6
 OPEN = fedstats.DisclosurePolicy(min_count=1)
-SMALL_CELLS_ALLOWED = fedstats.DisclosurePolicy(k_cell=1)
-"""A study whose approval allows exact small cells (the real TCGA regions hold some; Rossi's
-four sites of 108 hold 1-2 arrested married or non-Black men: cross-cells of ``arrest`` with
-``mar`` and ``race``, :func:`test_rossi_sites_hold_cross_cells_the_default_rules_refuse`)."""
+SMALL_CELLS_ALLOWED = fedstats.DisclosurePolicy(k_cell=2)
+"""The least small-cell threshold a site may set (``k_cell = 1`` is refused, issue 27)."""
+FLOOR_REFUSES = pytest.mark.xfail(
+    strict=True,
+    raises=DisclosureError,
+    reason="k_cell may no longer be set below 2 (issue 27): a site of this split holds a cell "
+    "of one patient under every policy, so the exact fit is refused",
+)
+"""A study whose approval allows exact small cells (the real TCGA regions hold some)."""
 
 
 def split(frame: pd.DataFrame, site: np.ndarray) -> dict[str, pd.DataFrame]:
@@ -127,7 +132,10 @@ R_FILES = ["survival_data_20_1", "survival_data_50_1", "survival_data_50_2",
            "survival_data_100_5", "survival_data_1000_10"]  # fmt: skip
 
 
-@pytest.mark.parametrize("name", R_FILES)
+@pytest.mark.parametrize(
+    "name",
+    [pytest.param(n, marks=FLOOR_REFUSES) if n == "survival_data_20_1" else n for n in R_FILES],
+)
 @pytest.mark.parametrize("ties", ["breslow", "efron"])
 def test_r_survival_coxph_stratified_results(name, ties):
     """R's coxph with strata of n/5 consecutive rows: five sites, one stratum each."""
@@ -147,6 +155,7 @@ def test_r_survival_coxph_stratified_results(name, ties):
     assert np.max(np.abs(fit.params.to_numpy() - reference[0])) < 1e-9
 
 
+@FLOOR_REFUSES
 def test_tcga_brca_six_regions_as_sites():
     brca = datasets.tcga_brca()
     covariates = ["age_at_index", "race_white", "prior_malignancy_yes", "ajcc_pathologic_t_t2",
@@ -381,6 +390,7 @@ def test_concordance_pools_within_site_pair_counts_as_lifelines_counts_them(ross
     )
 
 
+@FLOOR_REFUSES
 def test_tcga_brca_held_out_concordance():
     """Fit on FLamby's training split of the six regions, evaluate on its test split.
 

@@ -93,7 +93,7 @@ def test_a_design_of_few_patients_with_many_rows_is_below_the_threshold():
         for j in range(5)
     ]
     frame = pd.DataFrame(rows, columns=["patient", "start", "stop", "event", "x", "lab"])
-    policy = fedstats.DisclosurePolicy(k_cell=1)
+    policy = fedstats.DisclosurePolicy(k_cell=2)
     refused(
         "threshold",
         lambda: fedstats.CoxPH("Surv(start, stop, event) ~ x").fit(
@@ -116,13 +116,16 @@ def summaries(silo: Silo, outcome: str) -> dict:
 
 def test_a_start_column_that_leaves_few_patients_at_risk_is_refused():
     """``crafted`` sits just before each row's stop, so each event's risk set is itself: the
-    default policy refuses; a permissive one (k = 1) answers, which is what the rule stops."""
+    default policy refuses, and so does the most permissive one (``min_count = 1`` keeps
+    ``k_cell = 2``; ``k_cell = 1``, which answered, is refused as a setting)."""
     frame = patients().assign(crafted=lambda f: f["stop"] - 0.001)
     reply = summaries(Silo("s", frame), "Surv(crafted, stop, event)")
     assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "cells"
     assert "fewer than 3 patients are at risk" in reply["error"]["values"]["reason"]
     permissive = Silo("s", frame, policy=fedstats.DisclosurePolicy(min_count=1))
-    assert summaries(permissive, "Surv(crafted, stop, event)")["status"] == "ok"
+    reply = summaries(permissive, "Surv(crafted, stop, event)")
+    assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "cells"
+    assert "fewer than 2 patients are at risk" in reply["error"]["values"]["reason"]
     assert summaries(Silo("s", frame), "Surv(start, stop, event)")["status"] == "ok"
 
 

@@ -23,7 +23,7 @@ import accounting
 import fedstats
 from fedstats.datasets import heart_disease, tcga_brca
 from fedstats.errors import ProtocolError, StudyConfigurationError
-from fedstats.models.agree import agree_design
+from fedstats.models.agree import agreed_design
 from fedstats.site import codec
 from fedstats.site.protocol import TASK_MODELS, Protocol, load_protocol
 from fedstats.site.registry import REGISTRY
@@ -71,13 +71,12 @@ def federation(heart, protocol, **options) -> fedstats.Federation:
 
 def summaries(silo: Silo, formula: str, fed: fedstats.Federation) -> dict:
     """A raw ``logistic.summaries`` request at beta = 0 for ``formula``, its design agreed on
-    the same frames without a protocol (the attacker crafts the request; ``prepare`` would be
-    refused first)."""
+    the same frames without a protocol and without ``prepare`` (the attacker crafts the
+    request; ``prepare`` would be refused first, by the protocol or the cell rules)."""
     free = fedstats.Federation.in_process(
-        {silo.name: silo._context.frame},
-        disclosure=fedstats.DisclosurePolicy(min_count=1, k_cell=1),
+        {silo.name: silo._context.frame}, disclosure=fedstats.DisclosurePolicy(min_count=1)
     )
-    spec = agree_design(free, formula, analysis="probe").spec
+    spec, _ = agreed_design(free, formula, analysis="probe")
     args = {"design": spec.to_wire(), "beta": np.zeros(spec.n_params)}
     return codec.decode(silo.handle(codec.encode({"task": "logistic.summaries", "args": args})))
 

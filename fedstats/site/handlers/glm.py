@@ -147,7 +147,7 @@ def check_fitted_dominance(ctx: SiteContext, fitted: np.ndarray) -> None:
 def checked_family(args: dict[str, Any], spec: DesignSpec) -> str:
     """The request's family, which must be one offered and match the design's outcome kind."""
     family = args.get("family")
-    if family not in FAMILY_OUTCOMES:
+    if not isinstance(family, str) or family not in FAMILY_OUTCOMES:
         raise MalformedRequestError(
             site=None, task=TASK, reason=f"'family' must be one of {sorted(FAMILY_OUTCOMES)}"
         )

@@ -1,0 +1,180 @@
+"""Codec and request edges: whatever a coordinator puts in any field, a site answers with a
+typed refusal, never an internal failure.
+
+The attacks: a 5,000-digit JSON integer (Python refuses to convert more than 4,300 digits
+with ``ValueError``) and a noise multiplier of 1e300 (whose square overflows in the RDP
+accountant) ended in ``InternalSiteError``. A hypothesis test replaces one field of an honest
+request of every task the site registry serves, at any depth, with a random JSON-like value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import struct
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import accounting
+import fedstats
+from fedstats.models.agree import agreed_design
+from fedstats.site import codec
+from fedstats.site.registry import REGISTRY
+from fedstats.site.silo import Silo
+
+
+def frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    age = rng.normal(60, 8, size=n).round()
+    return pd.DataFrame(
+        {
+            "age": age,
+            "sex": rng.choice(["female", "male"], size=n),
+            "y": (rng.random(n) < 0.4).astype(int),
+            "time": rng.exponential(5, size=n).round(2) + 0.01,
+            "event": (rng.random(n) < 0.6).astype(int),
+            "cause": rng.choice([0, 1, 2], size=n),
+        }
+    )
+
+
+def raw(header: str, body: bytes = b"") -> bytes:
+    data = header.encode()
+    return b"FSC1" + struct.pack("<I", len(data)) + data + body
+
+
+def ledger(tmp_path, site: str) -> accounting.Ledger:
+    book = accounting.Ledger(tmp_path / f"{site}.db")
+    book.set_budget(accounting.Scope(unit="patient", owner=site, study="st"), epsilon=5, delta=1e-5)
+    return book
+
+
+@pytest.fixture(scope="module")
+def honest(tmp_path_factory) -> dict[str, dict]:
+    """The first request of each task that a few honest fits send (their arguments)."""
+    seen: dict[str, dict] = {}
+    silos = {f"s{i}": Silo(f"s{i}", frame(300, i)) for i in range(2)}
+
+    def recording(silo: Silo):
+        def transport(request: bytes) -> bytes:
+            message = codec.decode(request)
+            seen.setdefault(message["task"], message["args"])
+            return silo.handle(request)
+
+        return transport
+
+    fed = fedstats.Federation({name: recording(silo) for name, silo in silos.items()})
+    fedstats.LogisticRegression("y ~ age + C(sex)").fit(fed)
+    fedstats.GLM("y ~ age", family="poisson").fit(fed)
+    fedstats.KaplanMeier("time", "event", width=1.0, horizon=10.0).fit(fed)
+    fedstats.CoxPH("Surv(time, event) ~ age").fit(fed)
+    for more in (
+        lambda: fedstats.CumulativeIncidence("time", "cause", cause=1, width=1.0, horizon=10.0),
+        lambda: fedstats.FineGray("Surv(time, cause) ~ age", cause=1, width=1.0, horizon=10.0),
+        lambda: fedstats.CoxPH("Surv(time, event) ~ age", robust=True),
+    ):
+        with contextlib.suppress(fedstats.FedstatsError, TypeError):  # as many tasks as fit
+            more().fit(fed)
+    return seen
+
+
+def test_a_5000_digit_integer_is_a_malformed_request():
+    silo = Silo("s", frame(50, 0))
+    reply = codec.decode(
+        silo.handle(raw('{"v":{"task":"describe","args":{"variables":' + "9" * 5000 + '}},"b":[]}'))
+    )
+    assert reply["error"]["type"] == "MalformedRequestError"
+    assert "integer" in reply["error"]["values"]["reason"]
+
+
+@pytest.mark.parametrize("sigma", [1e300, 1e-300, 0.0, -1.0, float("nan"), float("inf"), 1e7, True])
+def test_a_noise_multiplier_out_of_range_is_a_malformed_request_naming_the_field(tmp_path, sigma):
+    silo = Silo("s", frame(200, 0), ledger=ledger(tmp_path, "s"))
+    fed = fedstats.Federation.in_process({"s": frame(200, 0)})
+    spec, _ = agreed_design(fed, "y ~ age", analysis="a")
+    dp = {"noise_multipliers": {"n_obs": sigma}, "study": "st", "analysis": "a", "note": ""}
+    request = codec.encode({"task": "prepare", "args": {"design": spec.to_wire(), "dp": dp}})
+    reply = codec.decode(silo.handle(request))
+    assert reply["error"]["type"] == "MalformedRequestError", reply
+    assert "noise_multipliers" in reply["error"]["values"]["reason"]
+
+
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(10**20), max_value=10**20)
+    | st.sampled_from([0, 1, -1, 2**63, 2**64, 10**19, -(2**63)])
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([1e300, -1e300, 1e-300, 0.0, -0.0, float("nan"), float("inf")])
+    | st.text(max_size=20)
+    | st.sampled_from(["", ".", "..", "Intercept", "age", "y", "C(sex)", "Surv(time, event)"])
+    | st.builds(lambda v: np.asarray(v, dtype=float), st.lists(st.floats(), max_size=4)),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+    ),
+    max_leaves=10,
+)
+
+
+def paths(tree, prefix=()):
+    """Every place in a request's arguments a value can be replaced (dict keys and list items)."""
+    yield prefix
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from paths(value, (*prefix, key))
+    elif isinstance(tree, list):
+        for i, value in enumerate(tree[:4]):
+            yield from paths(value, (*prefix, i))
+
+
+def replaced(tree, path, value):
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(tree, dict):
+        return {**tree, head: replaced(tree[head], rest, value)}
+    out = list(tree)
+    out[head] = replaced(out[head], rest, value)
+    return out
+
+
+TASKS = sorted({*REGISTRY._tasks, *REGISTRY._optional})
+
+
+def test_the_fuzzed_tasks_are_every_task_the_registry_serves(honest):
+    """A task added to the registry later is fuzzed too (below, with or without an honest
+    request to start from)."""
+    assert {"describe", "prepare", "logistic.summaries", "glm.summaries", "survival.counts",
+            "cox.summaries"} <= set(honest)  # fmt: skip
+    assert set(TASKS) >= set(honest)
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_no_field_of_any_task_makes_a_site_fail_internally(honest, data):
+    task = data.draw(st.sampled_from(TASKS))
+    if task.startswith("deep."):
+        pytest.importorskip("torch")
+    base = honest.get(task, {})
+    path = data.draw(st.sampled_from([*list(paths(base)), ("dp",), ("design",)]))
+    value = data.draw(JSON)
+    args = (
+        replaced(base, path, value)
+        if (path and path[0] in base) or not path
+        else {**base, path[0]: value}
+    )
+    if not isinstance(args, dict):
+        args = {"value": args}
+    silo = Silo("s0", frame(300, 0))
+    try:
+        request = codec.encode({"task": task, "args": args})
+    except fedstats.CodecError:
+        return  # the coordinator's own codec refuses it (e.g. a non-string key)
+    reply = codec.decode(silo.handle(request))
+    if reply["status"] == "error":
+        assert reply["error"]["type"] != "InternalSiteError", (task, path, value, silo.log[-1])
