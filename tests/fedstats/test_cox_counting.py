@@ -13,7 +13,10 @@ Oracles, fitted to full convergence on the pooled rows:
 * for integer weights, the unweighted fit on the rows repeated ``w`` times.
 
 Tolerance: 1e-6 absolute on every coefficient and standard error (``TOL``).
-The federations are split over at least three sites, patients never split.
+The federations are split over at least three sites, patients never split, and
+every site applies the disclosure rules: ``OPEN`` is ``min_count=1``, which
+keeps ``k_cell = 2`` (cells, cross-cells, patient-level mode and dominance, the
+differencing guard over rows and patients).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from statsmodels.duration.hazard_regression import PHReg
 
 import fedstats
 from fedstats.errors import (
+    DisclosureError,
     FormulaError,
     InconsistentColumnError,
     MalformedRequestError,
@@ -70,14 +74,32 @@ def by_patient(frame: pd.DataFrame, site: np.ndarray) -> dict[str, pd.DataFrame]
 @pytest.fixture(scope="module")
 def stanford():
     """Stanford heart transplant data (Crowley & Hu, JASA 1977), counting-process form: 103
-    patients, 172 intervals; ``transplant`` switches from 0 to 1 at the transplant."""
+    patients, 172 intervals; ``transplant`` switches from 0 to 1 at the transplant. The
+    patients are allocated to three sites at random (seed 0; 58, 59 and 55 intervals): only
+    16 patients had prior bypass ``surgery``, and the split ``id % 3`` leaves a site where
+    one of them holds most of that column (refused, see the test below)."""
     frame = load_stanford_heart_transplants()
-    site = frame["id"].to_numpy() % 3
+    allocation = np.random.default_rng(0).permutation(frame["id"].max() + 1) % 3
+    site = allocation[frame["id"].to_numpy()]
     return frame, site
 
 
+def test_a_stanford_split_where_one_patient_dominates_surgery_is_refused(stanford):
+    """With ``id % 3`` one patient holds most of a site's ``surgery`` column (their rows
+    counted together): the patient-level dominance rule refuses the design."""
+    frame, _ = stanford
+    fed = fedstats.Federation.in_process(
+        by_patient(frame, frame["id"].to_numpy() % 3), disclosure=OPEN
+    )
+    formula = "Surv(start, stop, event) ~ " + " + ".join(STANFORD)
+    with pytest.raises(DisclosureError, match="'surgery' has fewer than 2 patients") as refused:
+        fedstats.CoxPH(formula).fit(fed)
+    assert refused.value.rule == "cells"
+
+
 def test_stanford_heart_stratified_by_site_matches_lifelines_and_phreg(stanford):
-    """R: coxph(Surv(start, stop, event) ~ age + year + surgery + transplant + strata(site))."""
+    """R: coxph(Surv(start, stop, event) ~ age + year + surgery + transplant + strata(site)),
+    three sites, cell rules on."""
     frame, site = stanford
     fed = fedstats.Federation.in_process(by_patient(frame, site), disclosure=OPEN)
     formula = "Surv(start, stop, event) ~ " + " + ".join(STANFORD)
@@ -128,15 +150,18 @@ def test_stanford_heart_pooled_baseline_on_every_distinct_time_matches_phreg(sta
 
 
 def delayed_entry(seed: int, n: int = 600) -> pd.DataFrame:
-    """Synthetic left-truncated data with a time-varying covariate: each patient enters at
-    ``U(0, 2)``, has a binary ``dose`` that switches on at a random time (lowering the hazard),
-    a covariate ``x`` and a level of ``g``; event times are exponential given the covariates,
-    censored at 8. Times are whole steps of 0.05, so that events tie."""
+    """Synthetic left-truncated data with a time-varying covariate: a third of the patients
+    are followed from 0, the others enter at a whole step in ``(0, 2)``; each has a binary
+    ``dose`` that switches on at a random time (lowering the hazard), a covariate ``x`` and a
+    level of ``g``; event times are exponential given the covariates, censored at 8. Times
+    are whole steps of 0.05, so that events tie. (With every entry uniform on ``[0, 2)`` the
+    patients followed from 0 who never switch were one or two at a site, a cell the
+    differencing guard over late entries refuses.)"""
     rng = np.random.default_rng(seed)
     step = 0.05
     rows = []
     for pid in range(n):
-        entry = int(rng.integers(0, 40))
+        entry = max(0, int(rng.integers(-20, 40)))
         x, g = rng.normal(), int(rng.integers(0, 2))
         rate = 0.2 * np.exp(0.5 * x + 0.3 * g)
         switch = entry + 1 + int(rng.exponential(2.0) / step)
@@ -177,6 +202,26 @@ def test_delayed_entry_with_strata_columns_matches_phreg_and_lifelines():
         fit_options={"precision": 1e-10},
     )
     assert_close(fit, reference.params_[["x", "dose"]], reference.standard_errors_[["x", "dose"]])
+
+
+def test_a_site_where_one_patient_alone_has_no_late_entry_is_refused():
+    """The patients with a row entering after 0 are a row set of the differencing guard: where
+    every patient of a site but one has such a row (a later interval counts), that set and the
+    design's patients differ by one patient, and the site refuses. Entries uniform on
+    ``[0, 2)`` made such sites by chance, hence the third of patients followed from 0 in
+    :func:`delayed_entry`."""
+    frame = delayed_entry(1)
+    site = frame["id"].to_numpy() % 4
+    patient = frame.groupby("id")["start"].agg(["first", "size"])
+    one_row_from_zero = patient.index[
+        (patient.index % 4 == 0) & (patient["first"] == 0) & (patient["size"] == 1)
+    ]
+    moved = frame["id"].isin(one_row_from_zero[1:])  # all of them but one enter late
+    frame.loc[moved, "start"] = frame.loc[moved, "stop"] / 2
+    fed = fedstats.Federation.in_process(by_patient(frame, site), disclosure=OPEN)
+    with pytest.raises(DisclosureError, match="rows entering after 0") as refused:
+        fedstats.CoxPH("Surv(start, stop, event) ~ x + dose").fit(fed)
+    assert refused.value.site == "s0" and refused.value.rule == "differencing"
 
 
 @pytest.mark.parametrize("ties", ["breslow", "efron"])
