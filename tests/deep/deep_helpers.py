@@ -36,6 +36,8 @@ def heart_split():
 
 
 HEART_POLICY = fedstats.DisclosurePolicy(max_parameter_ratio=0.5, k_cell=2)
-"""FLamby's published, non-private setting: its training split leaves cells of one or two
-patients (Cleveland's ST-T abnormality, VA's women) that the default small-cell rules refuse;
-a study training without privacy on it must allow them explicitly."""
+"""FLamby's published, non-private setting at the least small-cell threshold a site may set
+(``k_cell = 2``): its four training splits as sites hold cells of one patient crossed with the
+outcome (Hungary's LV hypertrophy, VA's women), which every policy refuses; held by two sites
+(``test_heart_disease.HEART_SITES``) they hold cells of two, which this threshold allows and
+the default (3) refuses."""

@@ -26,15 +26,10 @@ from fedstats.errors import DisclosureError
 ROSSI = ["fin", "age", "race", "wexp", "mar", "paro", "prio"]
 TOL = 1e-6
 OPEN = fedstats.DisclosurePolicy(min_count=1)
+"""No row threshold on a reply; ``k_cell = 2`` (the cell rules stay on)."""
+DEFAULT = fedstats.DisclosurePolicy()
 SMALL_CELLS_ALLOWED = fedstats.DisclosurePolicy(k_cell=2)
 """The least small-cell threshold a site may set (``k_cell = 1`` is refused, issue 27)."""
-FLOOR_REFUSES = pytest.mark.xfail(
-    strict=True,
-    raises=DisclosureError,
-    reason="k_cell may no longer be set below 2 (issue 27): a site of this split holds a cell "
-    "of one patient under every policy, so the exact fit is refused",
-)
-"""A study whose approval allows exact small cells (the real TCGA regions hold some)."""
 
 
 def split(frame: pd.DataFrame, site: np.ndarray) -> dict[str, pd.DataFrame]:
@@ -67,13 +62,32 @@ def assert_close(result, params, bse, llf=None):
 
 @pytest.fixture(scope="module")
 def rossi():
+    """Rossi's 432 released prisoners dealt alternately to two sites: every cell of the arrest
+    indicator crossed with 'fin', 'race', 'wexp', 'mar' and 'paro' holds at least 3 patients at
+    each site, so the default rules (``k_cell = 3``) allow the exact fits."""
+    frame = load_rossi()
+    site = np.arange(len(frame)) % 2
+    return frame, site
+
+
+@pytest.fixture(scope="module")
+def rossi_four_sites():
+    """The same rows dealt to four sites: some cells of 'mar' and 'race' x arrest hold one."""
     frame = load_rossi()
     site = np.arange(len(frame)) % 4
     return frame, site
 
 
-def test_rossi_sites_hold_cross_cells_the_default_rules_refuse(rossi):
-    frame, site = rossi
+def test_rossi_sites_hold_cross_cells_the_default_rules_refuse(rossi_four_sites):
+    """Four sites of Rossi are refused (rule ``cross-cells``) under the default rules and under
+    the least threshold a site may set (``k_cell = 2``); the parity tests use two sites."""
+    frame, site = rossi_four_sites
+    for policy in (fedstats.DisclosurePolicy(), SMALL_CELLS_ALLOWED):
+        with pytest.raises(DisclosureError) as refused:
+            fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI)).fit(
+                fedstats.Federation.in_process(split(frame, site), disclosure=policy)
+            )
+        assert refused.value.rule == "cross-cells" and "'mar'" in str(refused.value)
     with pytest.raises(DisclosureError) as refused:
         fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI)).fit(
             fedstats.Federation.in_process(split(frame, site))
@@ -83,7 +97,7 @@ def test_rossi_sites_hold_cross_cells_the_default_rules_refuse(rossi):
 
 def test_rossi_stratified_by_site_matches_lifelines_and_phreg(rossi):
     frame, site = rossi
-    fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=DEFAULT)
     formula = "Surv(week, arrest) ~ " + " + ".join(ROSSI)
     efron = fedstats.CoxPH(formula, strata="site", ties="efron").fit(fed)
     assert efron.converged and list(efron.params.index) == ROSSI
@@ -107,7 +121,7 @@ def test_rossi_stratified_by_site_matches_lifelines_and_phreg(rossi):
 
 def test_covariate_strata_are_stratified_within_sites(rossi):
     frame, site = rossi
-    fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=DEFAULT)
     covariates = [c for c in ROSSI if c != "race"]
     fit = fedstats.CoxPH(
         "Surv(week, arrest) ~ " + " + ".join(covariates), strata=["site", "race"]
@@ -128,24 +142,28 @@ def test_covariate_strata_are_stratified_within_sites(rossi):
     assert_close(breslow, *phreg_reference(frame["week"], X, frame["arrest"], combined, "breslow"))
 
 
-R_FILES = ["survival_data_20_1", "survival_data_50_1", "survival_data_50_2",
-           "survival_data_100_5", "survival_data_1000_10"]  # fmt: skip
+R_FILES = ["survival_data_50_1", "survival_data_50_2", "survival_data_100_5",
+           "survival_data_1000_10"]  # fmt: skip
 
 
-@pytest.mark.parametrize(
-    "name",
-    [pytest.param(n, marks=FLOOR_REFUSES) if n == "survival_data_20_1" else n for n in R_FILES],
-)
-@pytest.mark.parametrize("ties", ["breslow", "efron"])
-def test_r_survival_coxph_stratified_results(name, ties):
-    """R's coxph with strata of n/5 consecutive rows: five sites, one stratum each."""
+def r_survival_case(name: str) -> tuple[np.ndarray, pd.DataFrame, np.ndarray]:
+    """One of R's stratified cases as statsmodels ships it: strata of n/5 consecutive rows."""
     tests = Path(importlib.import_module("statsmodels.duration.tests").__file__).parent
-    results = importlib.import_module("statsmodels.duration.tests.results.survival_r_results")
     raw = pd.read_csv(tests / "results" / f"{name}.csv", sep=" ", header=None).to_numpy()
     n, p = (int(part) for part in name.split("_")[2:])
     columns = [f"x{j}" for j in range(p)]
     frame = pd.DataFrame(raw[:, 3:], columns=columns).assign(time=raw[:, 0], status=raw[:, 1])
-    site = np.kron(np.arange(5), np.ones(n // 5)).astype(int)
+    return raw, frame, np.kron(np.arange(5), np.ones(n // 5)).astype(int)
+
+
+@pytest.mark.parametrize("name", R_FILES)
+@pytest.mark.parametrize("ties", ["breslow", "efron"])
+def test_r_survival_coxph_stratified_results(name, ties):
+    """R's coxph with strata of n/5 consecutive rows: five sites, one stratum each."""
+    results = importlib.import_module("statsmodels.duration.tests.results.survival_r_results")
+    raw, frame, site = r_survival_case(name)
+    n, p = (int(part) for part in name.split("_")[2:])
+    columns = [f"x{j}" for j in range(p)]
     fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
     fit = fedstats.CoxPH("Surv(time, status) ~ " + " + ".join(columns), ties=ties).fit(fed)
     coef = getattr(results, f"coef_{n}_{p}_st_{ties[:3]}")
@@ -155,24 +173,52 @@ def test_r_survival_coxph_stratified_results(name, ties):
     assert np.max(np.abs(fit.params.to_numpy() - reference[0])) < 1e-9
 
 
-@FLOOR_REFUSES
-def test_tcga_brca_six_regions_as_sites():
+def test_r_survival_twenty_rows_in_strata_of_four_are_refused():
+    """R's 20-row case puts four patients in each stratum: a site holding one stratum has
+    x0 dominated by fewer than 2 rows, so its exact fit is refused (rule ``cells``) even at
+    the least threshold a site may set; the parity claim stands on R's other four cases."""
+    _, frame, site = r_survival_case("survival_data_20_1")
+    with pytest.raises(DisclosureError) as refused:
+        fedstats.CoxPH("Surv(time, status) ~ x0").fit(
+            fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+        )
+    assert refused.value.rule == "cells"
+
+
+TCGA_HOSPITALS = {"east": ["region_0", "region_3", "region_5"],
+                  "west": ["region_1", "region_2", "region_4"]}  # fmt: skip
+"""TCGA-BRCA's six regions held by two sites of three regions each: the region is a column."""
+
+
+def tcga_two_sites(frames: dict[str, pd.DataFrame]) -> dict[str, pd.DataFrame]:
+    return {
+        hospital: pd.concat(
+            [frames[r].assign(region=int(r.removeprefix("region_"))) for r in regions],
+            ignore_index=True,
+        )
+        for hospital, regions in TCGA_HOSPITALS.items()
+    }
+
+
+def test_tcga_brca_six_regions_as_strata_of_two_sites():
+    """The six regions as strata (R: ``coxph(Surv(time, event) ~ ... + strata(region))``).
+
+    A region as a site of its own is refused under the default rules (region_5's small
+    cells, region_3's cross-cells); two sites holding three regions each, the fit stratified
+    by region within sites, pass the default rules and equal the pooled region-stratified fit.
+    """
     brca = datasets.tcga_brca()
     covariates = ["age_at_index", "race_white", "prior_malignancy_yes", "ajcc_pathologic_t_t2",
                   "ajcc_pathologic_t_t3", "ajcc_pathologic_n_n1"]  # fmt: skip
+    formula = "Surv(time, event) ~ " + " + ".join(covariates)
     with pytest.raises(DisclosureError) as refused:  # region_5's small cells, default rules
-        fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(
-            fedstats.Federation.in_process(brca.only(["region_5"]).frames)
-        )
+        fedstats.CoxPH(formula).fit(fedstats.Federation.in_process(brca.only(["region_5"]).frames))
     assert refused.value.site == "region_5" and refused.value.rule == "cells"
     with pytest.raises(DisclosureError) as refused:  # region_3's: 1-2 non-white patients died
-        fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(
-            fedstats.Federation.in_process(brca.only(["region_3"]).frames)
-        )
+        fedstats.CoxPH(formula).fit(fedstats.Federation.in_process(brca.only(["region_3"]).frames))
     assert refused.value.rule == "cross-cells" and "'race_white'" in str(refused.value)
-    # a study whose approval allows exact small cells
-    fed = fedstats.Federation.in_process(brca.frames, disclosure=SMALL_CELLS_ALLOWED)
-    fit = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(fed)
+    fed = fedstats.Federation.in_process(tcga_two_sites(brca.frames), disclosure=DEFAULT)
+    fit = fedstats.CoxPH(formula, strata=["region"]).fit(fed)
     pooled = pd.concat(
         [frame.assign(region=site) for site, frame in brca.frames.items()], ignore_index=True
     )
@@ -188,7 +234,7 @@ def test_tcga_brca_six_regions_as_sites():
     region = pooled["region"].str.removeprefix("region_").astype(int).to_numpy()
     X = pooled[covariates].to_numpy(float)
     for ties in ("breslow", "efron"):
-        federated = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates), ties=ties)
+        federated = fedstats.CoxPH(formula, strata=["region"], ties=ties)
         reference = phreg_reference(pooled["time"], X, pooled["event"], region, ties)
         assert_close(federated.fit(fed), *reference)
 
@@ -223,7 +269,7 @@ def test_synthetic_heavy_ties_and_categorical_covariate(ties):
 def test_ridge_penalty_matches_statsmodels_penalised_likelihood(rossi):
     """``penalizer=lam`` maximises ``l(beta) - n lam / 2 ||beta||^2`` (statsmodels' ridge)."""
     frame, site = rossi
-    fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=DEFAULT)
     lam, n = 0.01, len(frame)
     fit = fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI), penalizer=lam).fit(fed)
     model = PHReg(frame["week"], frame[ROSSI].to_numpy(float), status=frame["arrest"],
@@ -243,9 +289,9 @@ def test_ridge_penalty_matches_statsmodels_penalised_likelihood(rossi):
     assert np.linalg.norm(fit.params) < np.linalg.norm(unpenalised.params)  # ridge shrinks
 
 
-def test_replies_hold_only_sums_of_fixed_size(rossi):
+def test_replies_hold_only_sums_of_fixed_size(rossi_four_sites):
     """Whatever the number of patients, a site sends p + p^2 + 1 numbers: no times leave."""
-    frame, site = rossi
+    frame, site = rossi_four_sites
     frames = split(frame, site)
     replies = []
     silos = {name: fedstats.Silo(name, f) for name, f in frames.items()}
@@ -267,8 +313,8 @@ def test_replies_hold_only_sums_of_fixed_size(rossi):
         assert result["gradient"].shape == (3,) and result["hessian"].shape == (3, 3)
 
 
-def test_bad_survival_input_is_refused_with_typed_errors(rossi):
-    frame, site = rossi
+def test_bad_survival_input_is_refused_with_typed_errors(rossi_four_sites):
+    frame, site = rossi_four_sites
     with pytest.raises(fedstats.StudyConfigurationError, match="pooled-baseline"):
         fedstats.CoxPH("Surv(week, arrest) ~ fin", strata=None)
     fed = fedstats.Federation.in_process(split(frame, site))
@@ -376,7 +422,7 @@ def test_concordance_pools_within_site_pair_counts_as_lifelines_counts_them(ross
 
     frame, site = rossi
     frames = split(frame, site)
-    fed = fedstats.Federation.in_process(frames, disclosure=SMALL_CELLS_ALLOWED)
+    fed = fedstats.Federation.in_process(frames, disclosure=DEFAULT)
     fit = fedstats.CoxPH("Surv(week, arrest) ~ " + " + ".join(ROSSI)).fit(fed)
     totals = np.zeros(3)
     for part in frames.values():
@@ -390,40 +436,56 @@ def test_concordance_pools_within_site_pair_counts_as_lifelines_counts_them(ross
     )
 
 
-@FLOOR_REFUSES
 def test_tcga_brca_held_out_concordance():
-    """Fit on FLamby's training split of the six regions, evaluate on its test split.
+    """Fit on FLamby's training split, evaluate on its test split, six regions in two sites.
 
-    Eleven clinical covariates (age, stage, T and N categories): the disclosure
-    rule on parameters per patient (the smallest region trains on 40 patients)
-    rules out FLamby's 39 features. Published FLamby test C-indices, pooled
-    pairs: 0.676 (pooled training), 0.815 (FedAdam); ours counts pairs within
-    regions, printed with the pooled-pairs index of the same fit for reference.
+    Age and the pathology recoded globally to stage II, stage III, T2, T3 and node-positive
+    (N1, N1a, N2, N2a): FLamby's 39 features, and the eleven stage, T and N dummies used
+    before, leave cells of one patient in the test split of any site holding regions (the
+    rule ``cross-cells``); held at ``k_cell = 2``. Published FLamby test C-indices, pooled
+    pairs: 0.676 (pooled training), 0.815 (FedAdam); ours counts pairs within sites,
+    printed with the pooled-pairs index of the same fit for reference.
     """
     from lifelines.utils import concordance_index
 
     brca = datasets.tcga_brca()
-    covariates = ["age_at_index", *[f"ajcc_pathologic_stage_stage_{s}" for s in
-                  ("ia", "iia", "iib", "iiia", "iiic")], "ajcc_pathologic_t_t1c",
-                  "ajcc_pathologic_t_t2", "ajcc_pathologic_t_t3", "ajcc_pathologic_n_n1",
-                  "ajcc_pathologic_n_n2"]  # fmt: skip
+    stage, t, n = "ajcc_pathologic_stage_stage_", "ajcc_pathologic_t_t", "ajcc_pathologic_n_n"
+    covariates = ["age_at_index", f"I({stage}iia + {stage}iib)", f"I({stage}iiia + {stage}iiic)",
+                  f"{t}2", f"{t}3", f"I({n}1 + {n}1a + {n}2 + {n}2a)"]  # fmt: skip
     part = {
         split_name: {
             site: frame[frame["split"] == split_name].drop(columns="split").reset_index(drop=True)
-            for site, frame in brca.frames.items()
+            for site, frame in tcga_two_sites(brca.frames).items()
         }
         for split_name in ("train", "test")
     }
+    eleven = ["age_at_index", *[f"{stage}{s}" for s in ("ia", "iia", "iib", "iiia", "iiic")],
+              f"{t}1c", f"{t}2", f"{t}3", f"{n}1", f"{n}2"]  # fmt: skip
+    with pytest.raises(DisclosureError) as refused:
+        fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(eleven)).fit(
+            fedstats.Federation.in_process(part["train"], disclosure=SMALL_CELLS_ALLOWED)
+        )
+    assert refused.value.rule == "cross-cells"
     fit = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(
         fedstats.Federation.in_process(part["train"], disclosure=SMALL_CELLS_ALLOWED)
-    )  # FLamby's split leaves cells of one or two patients at the smallest region
+    )
     held_out = fedstats.concordance_index(
         fit, fedstats.Federation.in_process(part["test"], disclosure=SMALL_CELLS_ALLOWED)
     )
     pooled = pd.concat(part["test"].values(), ignore_index=True)
-    risk = pooled[covariates].to_numpy(float) @ fit.params.to_numpy()
+    recoded = np.column_stack(
+        [
+            pooled["age_at_index"],
+            pooled[f"{stage}iia"] + pooled[f"{stage}iib"],
+            pooled[f"{stage}iiia"] + pooled[f"{stage}iiic"],
+            pooled[f"{t}2"],
+            pooled[f"{t}3"],
+            pooled[[f"{n}1", f"{n}1a", f"{n}2", f"{n}2a"]].sum(axis=1),
+        ]
+    ).astype(float)
+    risk = recoded @ fit.params.to_numpy()
     pooled_pairs = concordance_index(pooled["time"], -risk, pooled["event"])
-    print(f"TCGA-BRCA test C-index: {held_out:.3f} (pairs within regions), "
+    print(f"TCGA-BRCA test C-index: {held_out:.3f} (pairs within sites), "
           f"{pooled_pairs:.3f} (all test pairs); FLamby: 0.676 pooled, 0.815 FedAdam")  # fmt: skip
     assert 0.65 < held_out < 0.85 and 0.65 < pooled_pairs < 0.85
 
@@ -434,7 +496,7 @@ def test_robust_covariance_matches_statsmodels_sandwich(rossi, ties):
     """``I^-1 (sum_c U_c U_c') I^-1`` as statsmodels' ``PHReg.robust_covariance`` defines it."""
     frame, site = rossi
     frame = frame.assign(family=np.arange(len(frame)) // 3)  # clusters of three, within sites
-    site = np.repeat(np.arange(len(frame) // 3) % 4, 3)
+    site = np.repeat(np.arange(len(frame) // 3) % 2, 3)  # two sites: a cell of 'mar' holds 2
     fed = fedstats.Federation.in_process(split(frame, site), disclosure=SMALL_CELLS_ALLOWED)
     formula = "Surv(week, arrest) ~ " + " + ".join(ROSSI)
     X, week, arrest = frame[ROSSI].to_numpy(float), frame["week"], frame["arrest"]

@@ -46,14 +46,19 @@ def test_synthetic_known_gap_is_closed_by_the_smallest_sufficient_penalty():
 
 
 def test_heart_disease_by_sex():
-    """Two sites have 3 women with disease: the study's threshold for this analysis is 3, and
-    it allows small cells (the reference model crossed with ``disease`` holds cells of 1-2
-    patients at every hospital: the cross-cell rule refuses it under the default rules).
+    """Two sites have 3 women with disease: the study's threshold for this analysis is 3, its
+    small-cell threshold the least a site may set (``k_cell = 2``: VA holds two women without
+    disease). The reference model crossed with ``disease`` holds cells of one patient
+    (Cleveland's ST-T abnormalities, rule ``cross-cells``); the model with the abnormal resting
+    ECGs as one level (:data:`fedstats.datasets.HEART_EXACT_FORMULA`) is answered.
     Switzerland, whose cells are smaller still, refuses exact analyses."""
     heart = datasets.heart_disease().only(datasets.HEART_EXACT_SITES)
-    policy = fedstats.DisclosurePolicy(min_count=3, k_cell=1)
+    policy = fedstats.DisclosurePolicy(min_count=3, k_cell=2)
     fed = fedstats.Federation.in_process(heart.frames, disclosure=policy)
-    model = fedstats.LogisticRegression(datasets.HEART_FORMULA)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
+    assert refused.value.rule == "cross-cells" and "'C(restecg)[T.1]'" in str(refused.value)
+    model = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA)
     plain = model.fit(fed)
     zero = fairness.fit_penalized(model, fed, groups="sex", gamma=0.0)
     assert np.max(np.abs(zero.params.to_numpy() - plain.params.to_numpy())) < 1e-8
@@ -64,7 +69,7 @@ def test_heart_disease_by_sex():
           f"{result.path['disparity'].iloc[0]:.3f} -> {result.fit.disparity:.3f}, "
           f"AUC {result.path['auc'].iloc[0]:.3f} -> {result.fit.auc:.3f}")  # fmt: skip
     with pytest.raises(fedstats.DisclosureError, match=r"va.*fewer than 10"):
-        small_cells = fedstats.DisclosurePolicy(k_cell=1)  # the default threshold of 10
+        small_cells = fedstats.DisclosurePolicy(k_cell=2)  # the default threshold of 10
         fairness.fit_penalized(model, fedstats.Federation.in_process(heart.frames,
                                disclosure=small_cells), groups="sex", gamma=1.0)  # fmt: skip
 

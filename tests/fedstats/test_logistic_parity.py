@@ -24,10 +24,12 @@ from fedstats.errors import DisclosureError
 from tests.conftest import pooled
 
 TOL = 1e-8
-SMALL_CELLS_ALLOWED = fedstats.DisclosurePolicy(k_cell=1)
-"""A study whose approval allows exact small cells: the reference heart-disease model crossed
-with its outcome holds cells of 1-2 patients at every hospital (the cross-cell rule refuses it
-under the default rules: ``test_the_heart_model_is_refused_for_its_cross_cells``)."""
+SMALL_CELLS_ALLOWED = fedstats.DisclosurePolicy(k_cell=2)
+"""The least small-cell threshold a site may set (``k_cell = 1`` is refused, issue 27). The
+reference heart-disease model crossed with its outcome holds cells of one patient at Cleveland
+and Hungary (``test_the_heart_model_is_refused_for_its_cross_cells``); the recoded model
+:data:`fedstats.datasets.HEART_EXACT_FORMULA` holds none, and VA's two healthy women are a
+cell this threshold allows."""
 
 
 def reference_glm(formula: str, data: pd.DataFrame):
@@ -36,15 +38,19 @@ def reference_glm(formula: str, data: pd.DataFrame):
     return model.fit(start_params=first.params, tol=1e-12)
 
 
+def our_name(name: str) -> str:
+    """statsmodels' (patsy's) name of a coefficient as ours: ``C(site)[x]`` is ``site[x]``, and
+    a true/false term is named without patsy's ``[T.True]``."""
+    return name.replace("C(site)[", "site[").removesuffix("[T.True]")
+
+
 def aligned(series: pd.Series, index: pd.Index) -> pd.Series:
-    renamed = series.rename(lambda n: n.replace("C(site)[", "site["))
+    renamed = series.rename(our_name)
     return renamed[index]
 
 
 def assert_parity(result: fedstats.LogisticRegressionResults, reference) -> None:
-    assert set(result.params.index) == {
-        n.replace("C(site)[", "site[") for n in reference.params.index
-    }
+    assert set(result.params.index) == {our_name(n) for n in reference.params.index}
     d_params = np.max(np.abs(result.params - aligned(reference.params, result.params.index)))
     d_bse = np.max(np.abs(result.bse - aligned(reference.bse, result.params.index)))
     assert d_params < TOL, d_params
@@ -54,33 +60,43 @@ def assert_parity(result: fedstats.LogisticRegressionResults, reference) -> None
 
 
 def test_heart_disease_three_hospitals_equal_pooled_statsmodels_glm(heart_exact):
-    """The three hospitals whose columns pass the single-column cell rules (their cross-cells
-    need a study that allows small cells)."""
+    """The three hospitals whose columns pass the single-column cell rules, fitting the model
+    with the abnormal resting ECGs as one level (``HEART_EXACT_FORMULA``) at ``k_cell = 2``."""
     fed = fedstats.Federation.in_process(heart_exact.frames, disclosure=SMALL_CELLS_ALLOWED)
-    result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
-    reference = reference_glm(datasets.HEART_FORMULA, pooled(heart_exact.frames))
+    result = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA).fit(fed)
+    reference = reference_glm(datasets.HEART_EXACT_FORMULA, pooled(heart_exact.frames))
     assert_parity(result, reference)
     assert result.n_obs == 694
     assert result.provenance.n_obs == {"cleveland": 303, "hungary": 261, "va": 130}
     cold = smf.glm(
-        datasets.HEART_FORMULA, pooled(heart_exact.frames), family=sm.families.Binomial()
+        datasets.HEART_EXACT_FORMULA, pooled(heart_exact.frames), family=sm.families.Binomial()
     ).fit(tol=1e-12)
     assert result.provenance.rounds <= cold.fit_history["iteration"] + 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=DisclosureError,
-    reason="k_cell may no longer be set below 2 (issue 27): Switzerland's one patient without "
-    "disease is a cell of one under every policy, so no study can fit all four sites exactly",
-)
-def test_heart_disease_four_sites_equal_the_data_readme_where_small_cells_are_allowed(heart):
-    """A study whose approval allowed exact small cells (``k_cell=1``) fitted all four sites;
-    the fit equalled statsmodels and the data README's figure for this model. Under the floor
-    ``k_cell >= 2`` the least a site may set (2) refuses it at Switzerland."""
-    fed = fedstats.Federation.in_process(
-        heart.frames, disclosure=fedstats.DisclosurePolicy(k_cell=2)
-    )
+HEART_TWO_SITES = {
+    "cleveland_va": ["cleveland", "va"],
+    "hungary_switzerland": ["hungary", "switzerland"],
+}
+"""All four hospitals' 740 patients held by two sites: every cell of ``disease`` crossed with
+the reference model's columns holds 0 or at least 3 patients at each."""
+
+
+def test_heart_disease_four_hospitals_in_two_sites_equal_the_data_readme(heart):
+    """The four hospitals as sites are refused at the least threshold a site may set
+    (Cleveland's cross-cell of one; Switzerland's one healthy patient,
+    ``test_switzerland_refuses_...``); held by two sites, the reference model fits under
+    the default rules and equals statsmodels and the data README's figure for this model."""
+    with pytest.raises(DisclosureError) as refused:
+        fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(
+            fedstats.Federation.in_process(heart.frames, disclosure=SMALL_CELLS_ALLOWED)
+        )
+    assert refused.value.site == "cleveland" and refused.value.rule == "cross-cells"
+    frames = {
+        site: pd.concat([heart.frames[h] for h in hospitals], ignore_index=True)
+        for site, hospitals in HEART_TWO_SITES.items()
+    }
+    fed = fedstats.Federation.in_process(frames)
     result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
     assert_parity(result, reference_glm(datasets.HEART_FORMULA, pooled(heart.frames)))
     assert result.llf == pytest.approx(-310.8922, abs=5e-5)
@@ -114,8 +130,9 @@ def test_the_heart_model_is_refused_for_its_cross_cells(heart_exact, site, colum
 
 def test_heart_disease_site_intercepts_equal_statsmodels_with_site_dummies(heart_exact):
     fed = fedstats.Federation.in_process(heart_exact.frames, disclosure=SMALL_CELLS_ALLOWED)
-    result = fedstats.LogisticRegression(datasets.HEART_FORMULA, site_intercepts=True).fit(fed)
-    formula = datasets.HEART_FORMULA.replace("~", "~ 0 + C(site) +")
+    formula = datasets.HEART_EXACT_FORMULA
+    result = fedstats.LogisticRegression(formula, site_intercepts=True).fit(fed)
+    formula = formula.replace("~", "~ 0 + C(site) +")
     reference = reference_glm(formula, pooled(heart_exact.frames, with_site=True))
     assert_parity(result, reference)
     assert "Intercept" not in result.params.index
@@ -194,15 +211,18 @@ def test_spector_split_over_two_sites_matches_stata_logit():
     and all coefficients to the exact MLE to 1e-9.
     """
     data = sm.datasets.spector.load_pandas().data
-    # alternate rows: a split by row order would leave site b two students without PSI,
-    # a cell its disclosure rules refuse; 16 students per site leave cells of PSI x GRADE
-    # of 1-2 students, which the cross-cell rule refuses: a study allowing small cells
-    frames = {"a": data.iloc[::2], "b": data.iloc[1::2]}
-    with pytest.raises(DisclosureError) as refused:
-        fedstats.LogisticRegression("GRADE ~ GPA + TUCE + PSI").fit(
-            fedstats.Federation.in_process(frames)
-        )
-    assert refused.value.rule == "cross-cells" and "'PSI'" in str(refused.value)
+    # alternate rows leave a cell of PSI x GRADE of one student at each site (of the three
+    # without PSI who got the better grade): refused by the cross-cell rule at any threshold.
+    # The first and the last 16 rows leave no cell of one; site b's two students without PSI
+    # are a cell of two, which k_cell = 2 allows
+    alternate = {"a": data.iloc[::2], "b": data.iloc[1::2]}
+    for policy in (fedstats.DisclosurePolicy(), SMALL_CELLS_ALLOWED):
+        with pytest.raises(DisclosureError) as refused:
+            fedstats.LogisticRegression("GRADE ~ GPA + TUCE + PSI").fit(
+                fedstats.Federation.in_process(alternate, disclosure=policy)
+            )
+        assert refused.value.rule == "cross-cells" and "'PSI'" in str(refused.value)
+    frames = {"a": data.iloc[:16], "b": data.iloc[16:]}
     fed = fedstats.Federation.in_process(frames, disclosure=SMALL_CELLS_ALLOWED)
     result = fedstats.LogisticRegression("GRADE ~ GPA + TUCE + PSI").fit(fed)
     stata = Spector.logit
@@ -222,14 +242,16 @@ def test_spector_split_over_two_sites_matches_stata_logit():
 
 def test_inference_columns_follow_from_params_and_bse(heart_exact):
     fed = fedstats.Federation.in_process(heart_exact.frames, disclosure=SMALL_CELLS_ALLOWED)
-    result = fedstats.LogisticRegression(datasets.HEART_FORMULA).fit(fed)
-    reference = reference_glm(datasets.HEART_FORMULA, pooled(heart_exact.frames))
+    result = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA).fit(fed)
+    reference = reference_glm(datasets.HEART_EXACT_FORMULA, pooled(heart_exact.frames))
     idx = result.params.index
     np.testing.assert_allclose(result.pvalues, aligned(reference.pvalues, idx), rtol=1e-6)
-    ci = reference.conf_int().rename(index=lambda n: n).loc[idx]
+    ci = reference.conf_int().rename(index=our_name).loc[idx]
     np.testing.assert_allclose(result.conf_int()["lower"], ci[0], atol=1e-8)
     np.testing.assert_allclose(
-        result.conf_int(0.1)["upper"], reference.conf_int(0.1).loc[idx][1], atol=1e-8
+        result.conf_int(0.1)["upper"],
+        reference.conf_int(0.1).rename(index=our_name).loc[idx][1],
+        atol=1e-8,
     )
     np.testing.assert_allclose(result.odds_ratios()["odds_ratio"], np.exp(result.params))
     assert result.deviance == pytest.approx(reference.deviance, abs=1e-8)
