@@ -295,3 +295,18 @@ def test_survival_counts_release_no_event_of_a_one_event_stratum():
     assert reply["status"] == "ok", reply
     events = reply["result"]["events"]
     assert events[0].sum() == 0 and not ((events > 0) & (events < DEFAULT.min_count)).any()
+
+
+def test_levels_agreed_for_a_column_only_read_inside_an_expression_add_no_cell():
+    """``I(restecg > 0)`` codes no level of ``restecg``: agreeing its levels (as a study that
+    declares every column's levels does) adds no cell to cross, so the recoded heart model is
+    answered at Cleveland and Hungary, while its computed indicator is still crossed."""
+    from fedstats import datasets
+
+    heart = datasets.heart_disease().only(["cleveland", "hungary"])
+    fed = fedstats.Federation.in_process(heart.frames)
+    levels = {"restecg": [0, 1, 2], "cp": [1, 2, 3, 4]}
+    result = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA, levels=levels).fit(fed)
+    assert "I(restecg > 0)" in result.params.index
+    with pytest.raises(DisclosureError, match="restecg"):
+        fedstats.LogisticRegression(datasets.HEART_FORMULA, levels=levels).fit(fed)

@@ -527,7 +527,12 @@ def check_design_cross_cells(
     its outcome or event indicator crossed with every two-valued design column, every level
     of every categorical term, every indicator the formula computed and every stratum."""
     crossed = two_valued_columns([spec.columns[j] for j in varying], design.X[:, varying])
+    categorical = {  # columns the design codes by level (an I() of a column codes no level)
+        f.column for f in parse_formula(spec.formula).factors if f.kind in ("categorical", "column")
+    }
     for var, levels in spec.levels.items():
+        if var not in categorical:
+            continue
         agreed = as_agreed_categorical(ctx.name, var, ctx.frame[var].iloc[rows], levels)
         crossed += level_masks(repr(var), np.asarray(agreed.codes), levels)
     crossed += [(repr(term), mask) for term, mask in design.indicators]
