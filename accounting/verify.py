@@ -141,9 +141,9 @@ def walk_chain(
     seqs = [r[0] for r in rows]
     expected = list(range(start.entries + 1, start.entries + len(rows) + 1))
     if seqs != expected:
-        missing = sorted(
-            set(range(1, max(seqs, default=0) + 1)) - set(seqs) - set(range(1, start.entries + 1))
-        )
+        present = set(seqs)
+        top = start.entries + len(rows)  # the numbers the entries should hold, up to top
+        missing = [s for s in range(start.entries + 1, top + 1) if s not in present]  # O(rows)
         walk.problems.append(
             f"{label}: entry sequence numbers are not 1..{start.entries + len(rows)} without gaps"
             + (f" (missing {', '.join(map(str, missing[:10]))})" if missing else "")

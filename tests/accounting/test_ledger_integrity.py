@@ -291,3 +291,19 @@ def test_an_edit_of_the_scope_row_under_an_open_ledger_is_refused_at_the_next_ch
                 return
             with pytest.raises(accounting.LedgerIntegrityError):
                 ledger.charge(SITE, ROUND)
+
+
+@pytest.mark.parametrize("seq", [10**9, 2**62])
+def test_a_huge_sequence_number_is_refused_at_open_without_exhausting_memory(filled, seq):
+    """An entry renumbered far beyond the others is listed as a gap in O(entries), not by
+    enumerating every number up to it (which took the process down: a denial of service by
+    one edited integer)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "edited.ledger"
+        shutil.copy(filled, path)
+        with raw(path) as conn:
+            assert apply_edit(conn, ("entry", "seq", (3, seq)))
+        with accounting.Ledger(path) as ledger:
+            assert any("missing 3" in p for p in ledger.integrity_problems()[SITE])
+            with pytest.raises(accounting.LedgerIntegrityError):
+                ledger.charge(SITE, ROUND)
