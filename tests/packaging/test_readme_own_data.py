@@ -34,7 +34,7 @@ def write_study_csv(path: Path, seed: int) -> pd.DataFrame:
         age = rng.normal(62.0 + shift, 9.0, n).round(1)
         sex = rng.choice(["female", "male"], n)
         smoker = rng.binomial(1, 0.3, n)
-        hazard = np.exp(-8.5 + 0.04 * age + 0.3 * (sex == "male") + 0.6 * smoker)
+        hazard = np.exp(-10.0 + 0.04 * age + 0.3 * (sex == "male") + 0.6 * smoker)
         event_day = np.ceil(rng.exponential(1.0 / hazard))
         end_day = rng.integers(365, 3650, n)
         died = (event_day <= end_day).astype(int)
