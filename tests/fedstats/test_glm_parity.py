@@ -6,10 +6,12 @@ Oracles:
   (``tol=1e-13``, then once more from its own estimate so that its weights,
   hence its standard errors, are those at the MLE);
 * outside oracles kept in statsmodels' test results: R's ``glm`` on the
-  Star98 and capital-punishment data, Stata's ``glm ... [fweight=],
-  family(poisson)`` and R/Stata's Gaussian fit of the Longley data.
+  Star98 data and R/Stata's Gaussian fit of the Longley data (at one site: its 16 rows
+  split over two are refused). R's and Stata's Poisson fits of the 17-row
+  capital-punishment data are refused by the column dominance rule at every site
+  configuration (``k_cell = 2``), which a test asserts.
 
-Each federation splits the rows over several sites; a weighted fit is also
+Each federation splits the rows over several sites (Longley aside); a weighted fit is also
 checked against the unweighted fit on the rows repeated as many times as
 their weight says (frequency weights, an exact oracle).
 """
@@ -25,7 +27,7 @@ import pandas as pd
 import pytest
 import statsmodels.api as sm
 import statsmodels.formula.api as smf
-from statsmodels.genmod.tests.results import results_glm, results_glm_poisson_weights
+from statsmodels.genmod.tests.results import results_glm
 
 import fedstats
 from fedstats import datasets
@@ -124,42 +126,41 @@ CPUNISH = "EXECUTIONS ~ INCOME + PERPOVERTY + PERBLACK + LN_VC100k96 + SOUTH + D
 CPUNISH_ORDER = ["INCOME", "PERPOVERTY", "PERBLACK", "LN_VC100k96", "SOUTH", "DEGREE", "Intercept"]
 
 
-def test_poisson_equals_r_on_the_capital_punishment_data():
-    fed = fedstats.Federation.in_process(split(cpunish(), 2), disclosure=OPEN)
-    result = fedstats.GLM(CPUNISH, family="poisson").fit(fed)
-    r = results_glm.Cpunish()
-    params = result.params[CPUNISH_ORDER].to_numpy()
-    np.testing.assert_allclose(params, r.params, rtol=1e-5)  # R printed 7 significant digits
-    np.testing.assert_allclose(result.bse[CPUNISH_ORDER], r.bse, rtol=1e-5)
-    assert result.llf == pytest.approx(r.llf, rel=1e-10)
-    assert result.deviance == pytest.approx(r.deviance, rel=1e-10)
-    assert result.aic == pytest.approx(r.aic_R, rel=1e-10)
-
-
-def test_poisson_frequency_weights_equal_stata_fweight():
-    """Stata: ``glm executions ... [fweight=fweight], family(poisson)``.
-
-    Stata's maximiser stopped about 1e-6 (relative) short of the maximum, so
-    its printed estimates are matched to ``rtol=2e-6`` — the tolerance
-    statsmodels' own test of this result uses — and the pooled statsmodels
-    fit, converged fully, to 1e-8.
-    """
+def test_the_capital_punishment_data_are_refused_by_the_column_dominance_rule():
+    """R's ``glm(EXECUTIONS ~ ..., family=poisson)`` and Stata's ``glm executions ...
+    [fweight=fweight], family(poisson)`` on the 17-state capital-punishment data
+    (statsmodels' ``results_glm.Cpunish`` and ``results_poisson_fweight_nonrobust``) can no
+    longer be matched with the cell rules on: Texas's 37 of the 74 executions hold most of the
+    outcome's variation, so with ``k_cell = 2`` (``min_count=1``) every site holding it -- one
+    site or two, weighted or not -- refuses the design (rule ``cells``) before any aggregate
+    leaves, and 17 rows cannot grow. Federated Poisson parity with statsmodels'
+    ``freq_weights`` and with the expanded rows stays shown on larger data
+    (:func:`test_weighted_fit_equals_statsmodels_freq_weights_and_the_expanded_rows`)."""
     data = cpunish()
-    fed = fedstats.Federation.in_process(split(data, 2), disclosure=OPEN)
-    result = fedstats.GLM(CPUNISH, family="poisson", weights="fweight").fit(fed)
-    stata = results_glm_poisson_weights.results_poisson_fweight_nonrobust
-    table = stata.params_table
-    np.testing.assert_allclose(result.params[CPUNISH_ORDER], table[:, 0], rtol=2e-6, atol=1e-6)
-    np.testing.assert_allclose(result.bse[CPUNISH_ORDER], table[:, 1], rtol=2e-6, atol=1e-6)
-    assert result.llf == pytest.approx(stata.ll, rel=1e-7)
-    assert result.nobs == stata.N
-    assert_parity(result, reference(CPUNISH, data, "poisson", freq_weights=data["fweight"]))
+    assert data["EXECUTIONS"].max() / data["EXECUTIONS"].sum() == 0.5
+    for sites in (1, 2):
+        for weights in (None, "fweight"):
+            fed = fedstats.Federation.in_process(split(data, sites), disclosure=OPEN)
+            with pytest.raises(fedstats.DisclosureError, match="'EXECUTIONS'") as refused:
+                fedstats.GLM(CPUNISH, family="poisson", weights=weights).fit(fed)
+            assert refused.value.rule == "cells"
+            assert refused.value.task == "prepare"
 
 
 def test_gaussian_equals_r_and_stata_on_the_longley_data():
+    """R/Stata's Gaussian fit of the 16-year Longley data, at one site with ``k_cell = 2``.
+
+    Split over two sites (alternate years, or two blocks of years), the eight-row sites
+    refuse the design (rule ``differencing``: with so few rows one column is another's affine
+    map but for one or two rows) or hold more columns than rows allow; 16 rows cannot grow,
+    so the outside oracle is kept on the largest configuration that passes, one site."""
     data = sm.datasets.longley.load_pandas().data
     formula = "TOTEMP ~ GNPDEFL + GNP + UNEMP + ARMED + POP + YEAR"
-    fed = fedstats.Federation.in_process(split(data, 2), disclosure=OPEN)
+    two = fedstats.Federation.in_process(split(data, 2), disclosure=OPEN)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fedstats.GLM(formula, family="gaussian").fit(two)
+    assert refused.value.rule == "differencing"
+    fed = fedstats.Federation.in_process(split(data, 1), disclosure=OPEN)
     result = fedstats.GLM(formula, family="gaussian").fit(fed)
     r = results_glm.Longley()
     order = ["GNPDEFL", "GNP", "UNEMP", "ARMED", "POP", "YEAR", "Intercept"]

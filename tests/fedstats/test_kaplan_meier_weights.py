@@ -3,8 +3,13 @@
 Oracles: lifelines ``KaplanMeierFitter().fit(T, E, weights=w)`` (survival, Greenwood's
 ``Var log S`` -- lifelines' ``_cumulative_sq_`` -- and the exponential-Greenwood bounds),
 and the unweighted fit on the rows repeated ``w`` times, by lifelines and by fedstats
-itself. Parity runs over three or more sites on a grid holding every distinct time with a
-threshold of 1; the protection tests use the default policy.
+itself. Parity runs over two or three sites with ``min_count=1`` (so ``k_cell = 2``), the cell
+rules on, on a grid holding every distinct time of data whose follow-up times are recoded
+globally to a coarse grid (:func:`on_grid`): with ``k_cell = 2`` no row may carry more
+than half of a released weighted count, so a grid of every raw time, where most deaths
+are one row, ends a site's curve by its first one-row death (checked by
+:func:`test_a_grid_of_every_raw_time_ends_the_weighted_curve_at_the_first_single_death`).
+The protection tests use the default policy.
 """
 
 from __future__ import annotations
@@ -21,6 +26,23 @@ from fedstats.site.handlers.survival import TASK
 
 OPEN = fedstats.DisclosurePolicy(min_count=1)
 TOLERANCE = 1e-8
+LUNG_GRID = np.array([122.0, 202.0, 344.0, 601.0])
+"""Days: the 22.5%, 45%, 67.5% and 90% quantiles of the lung data's death times, rounded
+up (finer grids end the women's curve early at a site)."""
+WALTONS_GRID = np.array([15.0, 30.0, 45.0, 60.0, 75.0])
+"""Days, every 15 up to the last death (75)."""
+
+
+def on_grid(frame: pd.DataFrame, grid: np.ndarray, time: str, event: str) -> pd.DataFrame:
+    """``frame`` with each follow-up time recoded to the next point of ``grid`` and follow-up
+    beyond the last point censored there: the coarsening a site applies to its rows, done
+    once on the pooled data, so the grid holds every distinct time of the recoded data and
+    the oracle sees the same times as the sites."""
+    point = np.searchsorted(grid, frame[time], side="left")
+    beyond = point >= len(grid)
+    return frame.assign(
+        **{time: grid[np.minimum(point, len(grid) - 1)], event: np.where(beyond, 0, frame[event])}
+    )
 
 
 def split(frame: pd.DataFrame, sites: int) -> dict[str, pd.DataFrame]:
@@ -35,7 +57,8 @@ def split(frame: pd.DataFrame, sites: int) -> dict[str, pd.DataFrame]:
 def lung() -> pd.DataFrame:
     frame = load_lung()[["time", "status", "sex"]]
     rng = np.random.default_rng(41)
-    return frame.assign(w=rng.integers(0, 6, len(frame)))  # zero weights included
+    frame = frame.assign(w=rng.integers(0, 6, len(frame)))  # zero weights included
+    return on_grid(frame, LUNG_GRID, "time", "status")
 
 
 def lifelines_fit(time, event, grid, weights=None):
@@ -50,6 +73,7 @@ def test_weighted_curve_variance_and_bounds_equal_lifelines_weights(lung):
     """lifelines: ``KaplanMeierFitter().fit(time, status, weights=w)``, three sites."""
     fed = fedstats.Federation.in_process(split(lung, 3), disclosure=OPEN)
     grid = np.sort(lung.time.unique()).astype(float)
+    assert np.array_equal(grid, LUNG_GRID)
     result = fedstats.KaplanMeier("time", "status", grid=grid, weights="w").fit(fed)
     positive = lung[lung.w > 0]
     survival, bounds, variance = lifelines_fit(positive.time, positive.status, grid, positive.w)
@@ -70,13 +94,14 @@ def test_weighted_curve_variance_and_bounds_equal_lifelines_weights(lung):
 
 
 def test_weighted_fit_equals_the_unweighted_fit_of_the_expanded_rows(lung):
-    """The same curve as lifelines and fedstats give for the rows repeated ``w`` times."""
+    """The same curve as lifelines and fedstats give for the rows repeated ``w`` times, by
+    sex over two sites (with three or four, a site ends the women's curve early)."""
     grid = np.sort(lung.time.unique()).astype(float)
-    fed = fedstats.Federation.in_process(split(lung, 4), disclosure=OPEN)
+    fed = fedstats.Federation.in_process(split(lung, 2), disclosure=OPEN)
     weighted = fedstats.KaplanMeier("time", "status", group="sex", grid=grid, weights="w").fit(fed)
     expanded = lung.loc[lung.index.repeat(lung.w)].reset_index(drop=True)
     unweighted = fedstats.KaplanMeier("time", "status", group="sex", grid=grid).fit(
-        fedstats.Federation.in_process(split(expanded, 4), disclosure=OPEN)
+        fedstats.Federation.in_process(split(expanded, 2), disclosure=OPEN)
     )
     for frame in ("survival_function_", "greenwood_"):
         a, b = getattr(weighted, frame).to_numpy(), getattr(unweighted, frame).to_numpy()
@@ -99,6 +124,7 @@ def test_non_integer_weights_equal_lifelines_on_waltons():
     frame = load_waltons()
     rng = np.random.default_rng(2)
     frame = frame.assign(w=rng.uniform(0.5, 2.0, len(frame)))
+    frame = on_grid(frame, WALTONS_GRID, "T", "E")  # every 15 days; nothing is censored
     fed = fedstats.Federation.in_process(split(frame, 3), disclosure=OPEN)
     grid = np.sort(frame["T"].unique()).astype(float)
     result = fedstats.KaplanMeier("T", "E", grid=grid, weights="w").fit(fed)
@@ -164,6 +190,7 @@ def test_a_row_dominating_a_weighted_count_ends_the_curve_before_it():
 
 
 def test_rows_of_weight_zero_add_nothing(lung):
+    """Three sites, k_cell = 2: rows of weight 0 change no released count."""
     fed = fedstats.Federation.in_process(split(lung, 3), disclosure=OPEN)
     grid = np.sort(lung.time.unique()).astype(float)
     with_zeros = fedstats.KaplanMeier("time", "status", grid=grid, weights="w").fit(fed)
@@ -174,6 +201,24 @@ def test_rows_of_weight_zero_add_nothing(lung):
     assert np.array_equal(with_zeros.counts.at_risk, without.counts.at_risk)
     assert np.array_equal(with_zeros.counts.events, without.counts.events)
     assert sum(with_zeros.counts.n_obs.values()) == len(lung)  # every row read, none lost
+
+
+def test_a_grid_of_every_raw_time_ends_the_weighted_curve_at_the_first_single_death():
+    """The configuration the parity tests used before ``k_cell >= 2``: a grid of every raw
+    lung time. A death interval of one row releases that row's weight alone (the dominance
+    rule, one row above ``1 / k_cell`` of the count), so the weighted curve ends at the latest
+    before the first such interval, while the unweighted one (``min_count=1``) goes on."""
+    frame = load_lung()[["time", "status"]]
+    frame = frame.assign(w=np.random.default_rng(41).integers(1, 6, len(frame)))
+    grid = np.sort(frame.time.unique()).astype(float)
+    silo = fedstats.Silo("a", frame.rename(columns={"time": "days", "status": "died"}),
+                         policy=OPEN)  # fmt: skip
+    deaths = frame[frame.status == 1].groupby("time").size().reindex(grid, fill_value=0)
+    first = int(np.flatnonzero(deaths.to_numpy() == 1)[0])
+    weighted = released(silo, {"grid": grid, "weights": "w"})["result"]
+    assert not weighted["at_risk"][0, first:].any()
+    assert weighted["truncated"] > 0
+    assert released(silo, {"grid": grid})["result"]["at_risk"][0, first] > 0
 
 
 def test_bad_weights_are_typed_errors_naming_site_and_column(lung):
