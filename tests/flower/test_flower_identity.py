@@ -41,7 +41,7 @@ FITS = """
 [[fits]]
 kind = "logistic"
 name = "event_logistic"
-formula = "event ~ age_at_index + ajcc_pathologic_n_n0_i + prior_malignancy_yes"
+formula = "event ~ age_at_index + ajcc_pathologic_n_n1"
 """
 
 
