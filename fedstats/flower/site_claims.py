@@ -59,7 +59,8 @@ class SiteClaims:
     fingerprints: dict[str, str | None] = field(default_factory=dict)
     """Site -> the admitted node's key fingerprint (``None``: the node has no key)."""
     refused: list[dict[str, Any]] = field(default_factory=list)
-    """Every refused claim: site, node, its key's fingerprint, the enrolled one, why."""
+    """Every refused claim, once however often its node repeats it: site, node, its key's
+    fingerprint, the enrolled one, why."""
 
     def admit(self, site: str, node: int, key: ec.EllipticCurvePublicKey | None) -> bool:
         """Whether ``node`` (authenticated with ``key``) may serve ``site``; records refusals.
@@ -113,13 +114,14 @@ class SiteClaims:
         enrolled = None
         if self.enrolment is not None and site in self.enrolment.keys:
             enrolled = self.enrolment.fingerprint(site)
-        self.refused.append(
-            {
-                "site": site,
-                "node": str(node),
-                "fingerprint": claimed,
-                "enrolled_fingerprint": enrolled,
-                "reason": reason,
-            }
-        )
+        refusal = {
+            "site": site,
+            "node": str(node),
+            "fingerprint": claimed,
+            "enrolled_fingerprint": enrolled,
+            "reason": reason,
+        }
+        if refusal in self.refused:  # the same node claiming again at the next discovery poll
+            return
+        self.refused.append(refusal)
         log.warning("refused a claim of site %s: %s", site, reason)

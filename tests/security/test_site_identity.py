@@ -415,3 +415,16 @@ def test_an_enrolment_without_a_node_key_is_a_configuration_error(pki, tmp_path)
     path.write_text(re.sub(r"auth_private_key = .*\n", "", path.read_text()))
     with pytest.raises(ConfigError, match="auth_private_key"):
         load_site_config(path)
+
+
+def test_a_claim_repeated_at_every_discovery_poll_is_recorded_once():
+    """A slow study polls the grid several times while an impostor keeps answering: the
+    report lists its refused claim once, not once per poll."""
+    from fedstats.flower.site_claims import SiteClaims
+
+    claims = SiteClaims(enrolment=None)
+    claims.admit("region_1", 5, None)
+    for _ in range(3):
+        with pytest.raises(SiteIdentityError):
+            claims.admit("region_1", 9, None)
+    assert len(claims.record()["refused"]) == 1
