@@ -48,6 +48,9 @@ RTOL = 1e-12
 """Relative tolerance of an affine match (about 4,500 units in the last place): well above
 the rounding of ``c a + d``, far below any change that moves a released sum."""
 
+SAMPLE = 1024
+"""Rows on which :class:`_Screen` tries to prove a map far from a near-copy."""
+
 _BLOCK = 1 << 22
 """Most matrix cells compared at once (memory stays near 100 MB whatever is remembered)."""
 
@@ -110,26 +113,114 @@ def near_copies(
     # a column dominated by itself is the cell rules' business: against it, every map with
     # c near 0 would leave a dominated residual
     alone = bool(_dominated(column[None, :], k, segments)[0])
-    pairs = anchor_pairs(column, k)
+    screen = _Screen(column, k, segments)
+    maps = [(None, None), *anchor_pairs(column, k)]  # the identity, then the anchor maps
     step = max(1, _BLOCK // n)
     for lo in range(0, m, step):
         block = stored[lo : lo + step]
-        residual = column - block
-        copy[lo : lo + step] |= ~residual.any(axis=1)
-        near[lo : lo + step] |= _dominated(residual, k, segments)
-        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            for i, j in pairs:
-                c = (column[i] - column[j]) / (block[:, i] - block[:, j])
-                d = column[i] - c * block[:, i]
-                scaled = c[:, None] * block
-                residual = column - (scaled + d[:, None])
-                tolerance = RTOL * (np.abs(column) + np.abs(scaled) + np.abs(d)[:, None])
-                valid = np.isfinite(residual).all(axis=1)
-                residual = np.where(np.abs(residual) <= tolerance, 0.0, residual)
-                residual[~valid] = 0.0
-                copy[lo : lo + step] |= valid & ~residual.any(axis=1)
-                near[lo : lo + step] |= valid & _dominated(residual, k, segments)
+        low, high = block.min(axis=1), block.max(axis=1)
+        for i, j in maps:
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                if i is None:
+                    c, d = np.ones(len(block)), np.zeros(len(block))
+                else:
+                    c = (column[i] - column[j]) / (block[:, i] - block[:, j])
+                    d = column[i] - c * block[:, i]
+                apart = screen.clearly_apart(block, c, d, low, high, identity=i is None)
+                exact = np.isfinite(c) & np.isfinite(d) & ~apart
+            rows = np.flatnonzero(exact)
+            if rows.size == 0:
+                continue
+            residual, valid = _residual(column, block[rows], c[rows], d[rows], identity=i is None)
+            copy[lo + rows] |= valid & ~residual.any(axis=1)
+            open_ = valid & ~screen.spread_out(residual)  # the same proof, on every row
+            near[lo + rows[open_]] |= _dominated(residual[open_], k, segments)
     return near & ~copy & (not alone), copy
+
+
+def _residual(
+    column: np.ndarray, block: np.ndarray, c: np.ndarray, d: np.ndarray, *, identity: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``b - (c a + d)`` for each row ``a`` of ``block``, with differences within ``RTOL`` of
+    the values set to 0 (rounding; the identity is compared exactly), and whether each map
+    stayed finite (an overflowing map is no map: neither near nor a copy)."""
+    if identity:
+        return column - block, np.ones(len(block), dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = c[:, None] * block
+        residual = column - (scaled + d[:, None])
+        tolerance = RTOL * (np.abs(column) + np.abs(scaled) + np.abs(d)[:, None])
+    valid = np.isfinite(residual).all(axis=1)
+    residual = np.where(np.abs(residual) <= tolerance, 0.0, residual)
+    residual[~valid] = 0.0
+    return residual, valid
+
+
+class _Screen:
+    """A sound, cheap test that a map's residual is neither a copy nor dominated.
+
+    On :data:`SAMPLE` fixed rows, disjoint pairs ``(i, j)`` (a row of the sample's first
+    half with one of its second) give a lower bound of the
+    residual's total absolute deviation from its median, ``T >= sum |r_i - r_j|`` (each
+    pair's two deviations add up to at least their difference). The ``k - 1`` units
+    deviating most hold at most ``s R``, with ``R`` the residual's range and ``s`` the rows of
+    the ``k - 1`` largest units, and ``R`` is bounded from the ranges of ``a`` and ``b``
+    alone. So ``T_low >= k / (k - 1) s R_bound > 0`` proves the rule cannot hold (nor can
+    the residual be 0): only the maps that pass no such proof are computed over every row.
+    A crafted column can only make the screen prove less, never decide wrongly.
+    """
+
+    def __init__(
+        self, column: np.ndarray, k: int, segments: tuple[np.ndarray, np.ndarray] | None
+    ) -> None:
+        n = len(column)
+        self.rows = np.unique(np.linspace(0, n - 1, min(n, SAMPLE)).astype(np.int64))
+        self.column = column
+        self.b_low, self.b_high = float(column.min()), float(column.max())
+        if segments is None:
+            largest = min(k - 1, n)
+        else:
+            sizes = np.diff(np.r_[segments[1], n])
+            largest = int(np.sort(sizes)[-(k - 1) :].sum()) if k > 1 else 0
+        self.factor = k / max(k - 1, 1) * largest
+
+    def clearly_apart(
+        self,
+        block: np.ndarray,
+        c: np.ndarray,
+        d: np.ndarray,
+        low: np.ndarray,
+        high: np.ndarray,
+        *,
+        identity: bool,
+    ) -> np.ndarray:
+        """Per row ``a`` of ``block`` (``low``, ``high`` its extremes): is the map ``c a + d``
+        proved neither a copy nor a near-copy (its residual as :func:`_residual` makes it)?"""
+        if len(self.rows) < 2:
+            return np.zeros(len(block), dtype=bool)
+        sample = self.column[self.rows]
+        scaled = c[:, None] * block[:, self.rows]
+        residual = sample - (scaled + d[:, None])
+        if not identity:
+            tolerance = RTOL * (np.abs(sample) + np.abs(scaled) + np.abs(d)[:, None])
+            residual = np.where(np.abs(residual) <= tolerance, 0.0, residual)
+        half = residual.shape[1] // 2  # rows far apart in the frame (clustered rows differ)
+        bound = np.abs(residual[:, :half] - residual[:, half : 2 * half]).sum(axis=1)
+        ca_low, ca_high = np.minimum(c * low, c * high), np.maximum(c * low, c * high)
+        top = self.b_high - ca_low - d  # the residual (or 0, where rounded) lies in [bottom, top]
+        bottom = self.b_low - ca_high - d
+        rounding = RTOL * (max(abs(self.b_low), abs(self.b_high)) + np.abs(ca_low) + np.abs(ca_high)
+                           + np.abs(d))  # fmt: skip
+        spread = np.maximum(top, 0.0) - np.minimum(bottom, 0.0) + 2 * rounding
+        return np.isfinite(bound) & (bound > 0) & (bound >= self.factor * spread * (1 + 1e-9))
+
+    def spread_out(self, residual: np.ndarray) -> np.ndarray:
+        """The proof of :meth:`clearly_apart` on whole residuals (their exact range, and the
+        pairs of every row of the first half with one of the second)."""
+        half = residual.shape[1] // 2
+        bound = np.abs(residual[:, :half] - residual[:, half : 2 * half]).sum(axis=1)
+        spread = np.ptp(residual, axis=1) if residual.shape[1] else np.zeros(len(residual))
+        return (bound > 0) & (bound >= self.factor * spread * (1 + 1e-9))
 
 
 def _dominated(
