@@ -68,8 +68,9 @@ def anchor_pairs(column: np.ndarray, k: int) -> list[tuple[int, int]]:
     else:
         low, high = values[: k + 1], values[-k - 1 :]
 
-    def rows(chosen: np.ndarray) -> np.ndarray:
-        return np.concatenate([np.flatnonzero(column == value)[:k] for value in chosen])
+    def rows(chosen: np.ndarray) -> np.ndarray:  # up to k rows per value, in one pass
+        holding = np.flatnonzero(np.isin(column, chosen))
+        return np.concatenate([holding[column[holding] == value][:k] for value in chosen])
 
     return sorted(
         {(min(i, j), max(i, j)) for i in rows(low) for j in rows(high) if column[i] != column[j]}
@@ -114,24 +115,30 @@ def near_copies(
     # c near 0 would leave a dominated residual
     alone = bool(_dominated(column[None, :], k, segments)[0])
     screen = _Screen(column, k, segments)
-    maps = [(None, None), *anchor_pairs(column, k)]  # the identity, then the anchor maps
-    step = max(1, _BLOCK // n)
+    pairs = anchor_pairs(column, k)
+    first = np.array([i for i, _ in pairs], dtype=np.int64)
+    second = np.array([j for _, j in pairs], dtype=np.int64)
+    step = max(1, min(_BLOCK // n, _BLOCK // ((len(pairs) + 1) * SAMPLE)))
     for lo in range(0, m, step):
         block = stored[lo : lo + step]
         low, high = block.min(axis=1), block.max(axis=1)
-        for i, j in maps:
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                if i is None:
-                    c, d = np.ones(len(block)), np.zeros(len(block))
-                else:
-                    c = (column[i] - column[j]) / (block[:, i] - block[:, j])
-                    d = column[i] - c * block[:, i]
-                apart = screen.clearly_apart(block, c, d, low, high, identity=i is None)
-                exact = np.isfinite(c) & np.isfinite(d) & ~apart
-            rows = np.flatnonzero(exact)
-            if rows.size == 0:
-                continue
-            residual, valid = _residual(column, block[rows], c[rows], d[rows], identity=i is None)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            # one map per row of (c, d): the identity, then every anchor pair's
+            c = np.vstack(
+                [
+                    np.ones(len(block)),
+                    (column[first, None] - column[second, None])
+                    / (block[:, first].T - block[:, second].T),
+                ]
+            )
+            d = np.vstack([np.zeros(len(block)), column[first, None] - c[1:] * block[:, first].T])
+            apart = screen.clearly_apart(block, c, d, low, high)
+        open_maps = np.isfinite(c) & np.isfinite(d) & ~apart
+        for which in np.flatnonzero(open_maps.any(axis=1)):
+            rows = np.flatnonzero(open_maps[which])
+            residual, valid = _residual(
+                column, block[rows], c[which, rows], d[which, rows], identity=which == 0
+            )
             copy[lo + rows] |= valid & ~residual.any(axis=1)
             open_ = valid & ~screen.spread_out(residual)  # the same proof, on every row
             near[lo + rows[open_]] |= _dominated(residual[open_], k, segments)
@@ -185,34 +192,37 @@ class _Screen:
         self.factor = k / max(k - 1, 1) * largest
 
     def clearly_apart(
-        self,
-        block: np.ndarray,
-        c: np.ndarray,
-        d: np.ndarray,
-        low: np.ndarray,
-        high: np.ndarray,
-        *,
-        identity: bool,
+        self, block: np.ndarray, c: np.ndarray, d: np.ndarray, low: np.ndarray, high: np.ndarray
     ) -> np.ndarray:
-        """Per row ``a`` of ``block`` (``low``, ``high`` its extremes): is the map ``c a + d``
-        proved neither a copy nor a near-copy (its residual as :func:`_residual` makes it)?"""
-        if len(self.rows) < 2:
-            return np.zeros(len(block), dtype=bool)
-        sample = self.column[self.rows]
-        scaled = c[:, None] * block[:, self.rows]
-        residual = sample - (scaled + d[:, None])
-        if not identity:
-            tolerance = RTOL * (np.abs(sample) + np.abs(scaled) + np.abs(d)[:, None])
-            residual = np.where(np.abs(residual) <= tolerance, 0.0, residual)
-        half = residual.shape[1] // 2  # rows far apart in the frame (clustered rows differ)
-        bound = np.abs(residual[:, :half] - residual[:, half : 2 * half]).sum(axis=1)
+        """For each map ``c[p, r] a_r + d[p, r]`` of each row ``a_r`` of ``block`` (``low``,
+        ``high`` its extremes; map 0 is the identity, compared exactly): is it proved neither
+        a copy nor a near-copy (its residual as :func:`_residual` makes it)? Tried on every
+        eighth sample row first, then on the whole sample for the maps not yet proved."""
         ca_low, ca_high = np.minimum(c * low, c * high), np.maximum(c * low, c * high)
         top = self.b_high - ca_low - d  # the residual (or 0, where rounded) lies in [bottom, top]
         bottom = self.b_low - ca_high - d
         rounding = RTOL * (max(abs(self.b_low), abs(self.b_high)) + np.abs(ca_low) + np.abs(ca_high)
                            + np.abs(d))  # fmt: skip
-        spread = np.maximum(top, 0.0) - np.minimum(bottom, 0.0) + 2 * rounding
-        return np.isfinite(bound) & (bound > 0) & (bound >= self.factor * spread * (1 + 1e-9))
+        needed = self.factor * (np.maximum(top, 0.0) - np.minimum(bottom, 0.0) + 2 * rounding)
+        proved = np.zeros(c.shape, dtype=bool)
+        for rows in (self.rows[::8], self.rows):
+            if len(rows) < 2:
+                continue
+            maps, columns = np.nonzero(~proved & np.isfinite(needed))
+            if maps.size == 0:
+                break
+            sample = self.column[rows]
+            scaled = c[maps, columns, None] * block[:, rows][columns]
+            residual = sample - (scaled + d[maps, columns, None])
+            tolerance = RTOL * (np.abs(sample) + np.abs(scaled) + np.abs(d[maps, columns, None]))
+            rounded = (np.abs(residual) <= tolerance) & (maps != 0)[:, None]  # 0: the identity
+            residual = np.where(rounded, 0.0, residual)
+            half = len(rows) // 2  # rows far apart in the frame (clustered rows differ)
+            bound = np.abs(residual[:, :half] - residual[:, half : 2 * half]).sum(axis=1)
+            proved[maps, columns] = (
+                np.isfinite(bound) & (bound > 0) & (bound >= needed[maps, columns] * (1 + 1e-9))
+            )
+        return proved
 
     def spread_out(self, residual: np.ndarray) -> np.ndarray:
         """The proof of :meth:`clearly_apart` on whole residuals (their exact range, and the
