@@ -263,3 +263,15 @@ def test_the_exact_path_still_refuses_bad_values():
     wire = design("disease ~ age", "disease", ["disease", "age"], ["Intercept", "age"])
     reply = ask(silo, "prepare", {"design": wire})
     assert reply["error"]["type"] == "NonBinaryOutcomeError"
+
+
+def test_a_malformed_private_design_is_refused_before_the_charge(tmp_path):
+    """A design whose variables do not match its formula is refused from the request alone:
+    nothing is charged (it was refused only in the handler, after the charge)."""
+    silo = silo_for(frame(), tmp_path)
+    args = logistic_args("disease ~ age", "disease", ["disease", "age", "chol"],
+                         ["Intercept", "age"])  # fmt: skip
+    reply = ask(silo, "logistic.summaries", args)
+    assert reply["status"] == "error"
+    scope = accounting.Scope(unit="patient", owner="s", study=STUDY)
+    assert silo.ledger.spent(scope, pld=False).epsilon == 0
