@@ -44,6 +44,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedstats.site.cell_rules import Segments, dominated, unit_segments
+
 RTOL = 1e-12
 """Relative tolerance of an affine match (about 4,500 units in the last place): well above
 the rounding of ``c a + d``, far below any change that moves a released sum."""
@@ -106,14 +108,10 @@ def near_copies(
     copy = np.zeros(m, dtype=bool)
     if m == 0 or n == 0:
         return near, copy
-    segments = None
-    if units is not None:
-        order = np.argsort(units, kind="stable")
-        starts = np.flatnonzero(np.r_[True, np.diff(units[order]) != 0])
-        segments = (order, starts)
+    segments = None if units is None else unit_segments(units)
     # a column dominated by itself is the cell rules' business: against it, every map with
     # c near 0 would leave a dominated residual
-    alone = bool(_dominated(column[None, :], k, segments)[0])
+    alone = bool(dominated(column[None, :], k, segments)[0])
     screen = _Screen(column, k, segments)
     pairs = anchor_pairs(column, k)
     first = np.array([i for i, _ in pairs], dtype=np.int64)
@@ -141,7 +139,7 @@ def near_copies(
             )
             copy[lo + rows] |= valid & ~residual.any(axis=1)
             open_ = valid & ~screen.spread_out(residual)  # the same proof, on every row
-            near[lo + rows[open_]] |= _dominated(residual[open_], k, segments)
+            near[lo + rows[open_]] |= dominated(residual[open_], k, segments)
     return near & ~copy & (not alone), copy
 
 
@@ -177,9 +175,7 @@ class _Screen:
     A crafted column can only make the screen prove less, never decide wrongly.
     """
 
-    def __init__(
-        self, column: np.ndarray, k: int, segments: tuple[np.ndarray, np.ndarray] | None
-    ) -> None:
+    def __init__(self, column: np.ndarray, k: int, segments: Segments | None) -> None:
         n = len(column)
         self.rows = np.unique(np.linspace(0, n - 1, min(n, SAMPLE)).astype(np.int64))
         self.column = column
@@ -231,20 +227,3 @@ class _Screen:
         bound = np.abs(residual[:, :half] - residual[:, half : 2 * half]).sum(axis=1)
         spread = np.ptp(residual, axis=1) if residual.shape[1] else np.zeros(len(residual))
         return (bound > 0) & (bound >= self.factor * spread * (1 + 1e-9))
-
-
-def _dominated(
-    residual: np.ndarray, k: int, segments: tuple[np.ndarray, np.ndarray] | None
-) -> np.ndarray:
-    """Per row of ``residual``: do the ``k - 1`` units deviating most from its median hold
-    more than ``(k - 1)/k`` of its total absolute deviation (the dominance rule)?"""
-    deviation = np.abs(residual - np.median(residual, axis=1, keepdims=True))
-    if segments is not None:
-        order, starts = segments
-        deviation = np.add.reduceat(deviation[:, order], starts, axis=1)
-    total = deviation.sum(axis=1)
-    top_k = min(k - 1, deviation.shape[1])
-    if top_k < 1:
-        return np.zeros(len(residual), dtype=bool)
-    top = np.partition(deviation, deviation.shape[1] - top_k, axis=1)[:, -top_k:].sum(axis=1)
-    return (total > 0) & (top > (k - 1) / k * total * (1 + 1e-12))
