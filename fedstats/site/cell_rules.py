@@ -148,3 +148,29 @@ def check_groups(
             reason=f"a value of {what} is present on fewer than {k} rows",
             rule="cells",
         )
+
+
+Segments = tuple[np.ndarray, np.ndarray]
+"""Rows grouped by unit (patient): an order of the rows and where each unit starts in it."""
+
+
+def unit_segments(units: np.ndarray) -> Segments:
+    """The rows of each unit together (:data:`Segments`), for :func:`dominated`."""
+    order = np.argsort(units, kind="stable")
+    return order, np.flatnonzero(np.r_[True, np.diff(units[order]) != 0])
+
+
+def dominated(values: np.ndarray, k: int, segments: Segments | None = None) -> np.ndarray:
+    """The dominance rule, per row of ``values`` (``m x n``): do the ``k - 1`` units (rows,
+    or the patients of ``segments``) deviating most from the row's median hold more than
+    ``(k - 1)/k`` of its total absolute deviation (Hundepool et al. 2012, §4.2.2)?"""
+    deviation = np.abs(values - np.median(values, axis=1, keepdims=True))
+    if segments is not None:
+        order, starts = segments
+        deviation = np.add.reduceat(deviation[:, order], starts, axis=1)
+    total = deviation.sum(axis=1)
+    top_k = min(k - 1, deviation.shape[1])
+    if top_k < 1:
+        return np.zeros(len(values), dtype=bool)
+    top = np.partition(deviation, deviation.shape[1] - top_k, axis=1)[:, -top_k:].sum(axis=1)
+    return (total > 0) & (top > (k - 1) / k * total * (1 + 1e-12))

@@ -27,7 +27,13 @@ from formulaic import Formula, model_matrix
 from formulaic.errors import FormulaicError
 from formulaic.parser.types import Term
 
-from fedstats.errors import FormulaError, InconsistentColumnError, UnsafeTermError
+from fedstats.errors import (
+    FormulaError,
+    FormulaRefusedError,
+    InconsistentColumnError,
+    MalformedRequestError,
+    UnsafeTermError,
+)
 from fedstats.site.formula_grammar import Factor, parse_factor, plain_message
 
 Level = int | float | str
@@ -477,3 +483,40 @@ def unscale(columns: tuple[str, ...], scaling: np.ndarray, sites: tuple[str, ...
             A[k, :] = -scaling[:, 0] / scaling[:, 1]
             A[k, k] = 1.0
     return A
+
+
+def checked_formula(spec: DesignSpec) -> ParsedFormula:
+    """The site parses the formula itself and refuses a spec inconsistent with it."""
+    try:
+        parsed = parse_formula(spec.formula)
+    except UnsafeTermError as error:
+        raise FormulaRefusedError(
+            site=None, task=None, term=error.token, reason=error.reason
+        ) from None
+    except FormulaError as error:
+        raise MalformedRequestError(site=None, task=None, reason=str(error)) from None
+    variables = parsed.outcome_variables | parsed.covariates
+    if set(spec.variables) != variables or parsed.outcome != spec.outcome:
+        raise MalformedRequestError(
+            site=None,
+            task=None,
+            reason="the design's variables or outcome do not match its formula",
+        )
+    unknown = sorted(set(spec.levels) - parsed.covariates)
+    if set(spec.strata) & variables:
+        raise MalformedRequestError(
+            site=None, task=None, reason="the design's strata also appear in its formula"
+        )
+    for role in (spec.weights, spec.exposure):
+        others = [spec.offset, spec.weights, spec.exposure]
+        if role is not None and (
+            role in variables or others.count(role) > 1 or role in spec.strata
+        ):
+            raise MalformedRequestError(
+                site=None, task=None, reason=f"the design's column {role!r} has two roles"
+            )
+    if unknown or (spec.offset is not None and spec.offset in variables):
+        raise MalformedRequestError(
+            site=None, task=None, reason="the design's levels or offset do not match its formula"
+        )
+    return parsed

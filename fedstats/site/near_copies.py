@@ -44,9 +44,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from fedstats.site.cell_rules import Segments, dominated, unit_segments
+
 RTOL = 1e-12
 """Relative tolerance of an affine match (about 4,500 units in the last place): well above
 the rounding of ``c a + d``, far below any change that moves a released sum."""
+
+SAMPLE = 1024
+"""Rows on which :class:`_Screen` tries to prove a map far from a near-copy."""
 
 _BLOCK = 1 << 22
 """Most matrix cells compared at once (memory stays near 100 MB whatever is remembered)."""
@@ -65,8 +70,9 @@ def anchor_pairs(column: np.ndarray, k: int) -> list[tuple[int, int]]:
     else:
         low, high = values[: k + 1], values[-k - 1 :]
 
-    def rows(chosen: np.ndarray) -> np.ndarray:
-        return np.concatenate([np.flatnonzero(column == value)[:k] for value in chosen])
+    def rows(chosen: np.ndarray) -> np.ndarray:  # up to k rows per value, in one pass
+        holding = np.flatnonzero(np.isin(column, chosen))
+        return np.concatenate([holding[column[holding] == value][:k] for value in chosen])
 
     return sorted(
         {(min(i, j), max(i, j)) for i in rows(low) for j in rows(high) if column[i] != column[j]}
@@ -102,48 +108,122 @@ def near_copies(
     copy = np.zeros(m, dtype=bool)
     if m == 0 or n == 0:
         return near, copy
-    segments = None
-    if units is not None:
-        order = np.argsort(units, kind="stable")
-        starts = np.flatnonzero(np.r_[True, np.diff(units[order]) != 0])
-        segments = (order, starts)
+    segments = None if units is None else unit_segments(units)
     # a column dominated by itself is the cell rules' business: against it, every map with
     # c near 0 would leave a dominated residual
-    alone = bool(_dominated(column[None, :], k, segments)[0])
+    alone = bool(dominated(column[None, :], k, segments)[0])
+    screen = _Screen(column, k, segments)
     pairs = anchor_pairs(column, k)
-    step = max(1, _BLOCK // n)
+    first = np.array([i for i, _ in pairs], dtype=np.int64)
+    second = np.array([j for _, j in pairs], dtype=np.int64)
+    step = max(1, min(_BLOCK // n, _BLOCK // ((len(pairs) + 1) * SAMPLE)))
     for lo in range(0, m, step):
         block = stored[lo : lo + step]
-        residual = column - block
-        copy[lo : lo + step] |= ~residual.any(axis=1)
-        near[lo : lo + step] |= _dominated(residual, k, segments)
+        low, high = block.min(axis=1), block.max(axis=1)
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-            for i, j in pairs:
-                c = (column[i] - column[j]) / (block[:, i] - block[:, j])
-                d = column[i] - c * block[:, i]
-                scaled = c[:, None] * block
-                residual = column - (scaled + d[:, None])
-                tolerance = RTOL * (np.abs(column) + np.abs(scaled) + np.abs(d)[:, None])
-                valid = np.isfinite(residual).all(axis=1)
-                residual = np.where(np.abs(residual) <= tolerance, 0.0, residual)
-                residual[~valid] = 0.0
-                copy[lo : lo + step] |= valid & ~residual.any(axis=1)
-                near[lo : lo + step] |= valid & _dominated(residual, k, segments)
+            # one map per row of (c, d): the identity, then every anchor pair's
+            c = np.vstack(
+                [
+                    np.ones(len(block)),
+                    (column[first, None] - column[second, None])
+                    / (block[:, first].T - block[:, second].T),
+                ]
+            )
+            d = np.vstack([np.zeros(len(block)), column[first, None] - c[1:] * block[:, first].T])
+            apart = screen.clearly_apart(block, c, d, low, high)
+        open_maps = np.isfinite(c) & np.isfinite(d) & ~apart
+        for which in np.flatnonzero(open_maps.any(axis=1)):
+            rows = np.flatnonzero(open_maps[which])
+            residual, valid = _residual(
+                column, block[rows], c[which, rows], d[which, rows], identity=which == 0
+            )
+            copy[lo + rows] |= valid & ~residual.any(axis=1)
+            open_ = valid & ~screen.spread_out(residual)  # the same proof, on every row
+            near[lo + rows[open_]] |= dominated(residual[open_], k, segments)
     return near & ~copy & (not alone), copy
 
 
-def _dominated(
-    residual: np.ndarray, k: int, segments: tuple[np.ndarray, np.ndarray] | None
-) -> np.ndarray:
-    """Per row of ``residual``: do the ``k - 1`` units deviating most from its median hold
-    more than ``(k - 1)/k`` of its total absolute deviation (the dominance rule)?"""
-    deviation = np.abs(residual - np.median(residual, axis=1, keepdims=True))
-    if segments is not None:
-        order, starts = segments
-        deviation = np.add.reduceat(deviation[:, order], starts, axis=1)
-    total = deviation.sum(axis=1)
-    top_k = min(k - 1, deviation.shape[1])
-    if top_k < 1:
-        return np.zeros(len(residual), dtype=bool)
-    top = np.partition(deviation, deviation.shape[1] - top_k, axis=1)[:, -top_k:].sum(axis=1)
-    return (total > 0) & (top > (k - 1) / k * total * (1 + 1e-12))
+def _residual(
+    column: np.ndarray, block: np.ndarray, c: np.ndarray, d: np.ndarray, *, identity: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """``b - (c a + d)`` for each row ``a`` of ``block``, with differences within ``RTOL`` of
+    the values set to 0 (rounding; the identity is compared exactly), and whether each map
+    stayed finite (an overflowing map is no map: neither near nor a copy)."""
+    if identity:
+        return column - block, np.ones(len(block), dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = c[:, None] * block
+        residual = column - (scaled + d[:, None])
+        tolerance = RTOL * (np.abs(column) + np.abs(scaled) + np.abs(d)[:, None])
+    valid = np.isfinite(residual).all(axis=1)
+    residual = np.where(np.abs(residual) <= tolerance, 0.0, residual)
+    residual[~valid] = 0.0
+    return residual, valid
+
+
+class _Screen:
+    """A sound, cheap test that a map's residual is neither a copy nor dominated.
+
+    On :data:`SAMPLE` fixed rows, disjoint pairs ``(i, j)`` (a row of the sample's first
+    half with one of its second) give a lower bound of the
+    residual's total absolute deviation from its median, ``T >= sum |r_i - r_j|`` (each
+    pair's two deviations add up to at least their difference). The ``k - 1`` units
+    deviating most hold at most ``s R``, with ``R`` the residual's range and ``s`` the rows of
+    the ``k - 1`` largest units, and ``R`` is bounded from the ranges of ``a`` and ``b``
+    alone. So ``T_low >= k / (k - 1) s R_bound > 0`` proves the rule cannot hold (nor can
+    the residual be 0): only the maps that pass no such proof are computed over every row.
+    A crafted column can only make the screen prove less, never decide wrongly.
+    """
+
+    def __init__(self, column: np.ndarray, k: int, segments: Segments | None) -> None:
+        n = len(column)
+        self.rows = np.unique(np.linspace(0, n - 1, min(n, SAMPLE)).astype(np.int64))
+        self.column = column
+        self.b_low, self.b_high = float(column.min()), float(column.max())
+        if segments is None:
+            largest = min(k - 1, n)
+        else:
+            sizes = np.diff(np.r_[segments[1], n])
+            largest = int(np.sort(sizes)[-(k - 1) :].sum()) if k > 1 else 0
+        self.factor = k / max(k - 1, 1) * largest
+
+    def clearly_apart(
+        self, block: np.ndarray, c: np.ndarray, d: np.ndarray, low: np.ndarray, high: np.ndarray
+    ) -> np.ndarray:
+        """For each map ``c[p, r] a_r + d[p, r]`` of each row ``a_r`` of ``block`` (``low``,
+        ``high`` its extremes; map 0 is the identity, compared exactly): is it proved neither
+        a copy nor a near-copy (its residual as :func:`_residual` makes it)? Tried on every
+        eighth sample row first, then on the whole sample for the maps not yet proved."""
+        ca_low, ca_high = np.minimum(c * low, c * high), np.maximum(c * low, c * high)
+        top = self.b_high - ca_low - d  # the residual (or 0, where rounded) lies in [bottom, top]
+        bottom = self.b_low - ca_high - d
+        rounding = RTOL * (max(abs(self.b_low), abs(self.b_high)) + np.abs(ca_low) + np.abs(ca_high)
+                           + np.abs(d))  # fmt: skip
+        needed = self.factor * (np.maximum(top, 0.0) - np.minimum(bottom, 0.0) + 2 * rounding)
+        proved = np.zeros(c.shape, dtype=bool)
+        for rows in (self.rows[::8], self.rows):
+            if len(rows) < 2:
+                continue
+            maps, columns = np.nonzero(~proved & np.isfinite(needed))
+            if maps.size == 0:
+                break
+            sample = self.column[rows]
+            scaled = c[maps, columns, None] * block[:, rows][columns]
+            residual = sample - (scaled + d[maps, columns, None])
+            tolerance = RTOL * (np.abs(sample) + np.abs(scaled) + np.abs(d[maps, columns, None]))
+            rounded = (np.abs(residual) <= tolerance) & (maps != 0)[:, None]  # 0: the identity
+            residual = np.where(rounded, 0.0, residual)
+            half = len(rows) // 2  # rows far apart in the frame (clustered rows differ)
+            bound = np.abs(residual[:, :half] - residual[:, half : 2 * half]).sum(axis=1)
+            proved[maps, columns] = (
+                np.isfinite(bound) & (bound > 0) & (bound >= needed[maps, columns] * (1 + 1e-9))
+            )
+        return proved
+
+    def spread_out(self, residual: np.ndarray) -> np.ndarray:
+        """The proof of :meth:`clearly_apart` on whole residuals (their exact range, and the
+        pairs of every row of the first half with one of the second)."""
+        half = residual.shape[1] // 2
+        bound = np.abs(residual[:, :half] - residual[:, half : 2 * half]).sum(axis=1)
+        spread = np.ptp(residual, axis=1) if residual.shape[1] else np.zeros(len(residual))
+        return (bound > 0) & (bound >= self.factor * spread * (1 + 1e-9))

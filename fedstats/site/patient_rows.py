@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from fedstats.errors import DisclosureError
+from fedstats.site.cell_rules import dominated, unit_segments
 from fedstats.site.differencing import DifferencingGuard, mode_mask
 from fedstats.site.task import SiteContext
 
@@ -140,13 +141,9 @@ def _column_problem(values: np.ndarray, patient: np.ndarray, k: int) -> str | No
     odd = len(np.unique(patient[differs]))
     if 0 < odd < k:
         return f"differs from its most common value on the rows of fewer than {k} patients"
-    if k > 1 and odd >= k:
-        deviation = np.bincount(patient, weights=np.abs(values - np.median(values)))
-        total = float(deviation.sum())
-        top = float(np.sort(deviation)[-(k - 1) :].sum())
-        if total > 0 and top > (k - 1) / k * total * (1 + 1e-12):
-            return (
-                f"has fewer than {k} patients holding most of its variation "
-                "(a column dominated by a few patients reproduces them)"
-            )
+    if k > 1 and odd >= k and dominated(values[None, :], k, unit_segments(patient))[0]:
+        return (
+            f"has fewer than {k} patients holding most of its variation "
+            "(a column dominated by a few patients reproduces them)"
+        )
     return None

@@ -43,16 +43,15 @@ import pandas as pd
 
 from fedstats.errors import (
     DisclosureError,
-    FormulaError,
     MalformedRequestError,
     MissingColumnError,
 )
 from fedstats.site.column_values import as_numbers
 from fedstats.site.design import (
     DesignSpec,
+    checked_formula,
     counting_outcome,
     normalise_level,
-    parse_formula,
     survival_outcome,
 )
 from fedstats.site.formula_grammar import evaluate
@@ -78,9 +77,9 @@ def check_private_request(
     if isinstance(wire, dict):
         try:
             spec = DesignSpec.from_wire(wire)
-            parsed = parse_formula(spec.formula)
-        except (ValueError, FormulaError):
-            return  # malformed: the task's own checks refuse it from the request, saying why
+        except ValueError as error:
+            raise MalformedRequestError(site=site, task=task, reason=str(error)) from None
+        parsed = checked_formula(spec)  # a malformed design is refused before the charge too
         problem = _private_problem(spec, parsed.outcome_factor)
         if problem is not None:
             raise DisclosureError(site=site, task=task, reason=problem, rule=RULE)

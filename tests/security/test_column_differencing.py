@@ -240,3 +240,43 @@ def test_the_detector_finds_an_affine_image_changed_on_fewer_than_k_patients(
     assert not near[:3].any() and not copy[:3].any()
     assert near[3] == (0 < patients < K or (patients >= K and dominated))
     assert copy[3] == (patients == 0)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**16),
+    n=st.integers(4, 400),
+    k=st.integers(2, 5),
+    kind=st.sampled_from(["unrelated", "affine", "bump"]),
+    changed=st.integers(0, 8),
+    size=st.sampled_from([1e-9, 1e-3, 1.0, 100.0]),
+    per_patient=st.booleans(),
+)
+def test_the_screen_never_changes_the_detectors_answer(
+    seed, n, k, kind, changed, size, per_patient
+):
+    """The cheap screens (:class:`fedstats.site.near_copies._Screen`) only skip maps they prove
+    neither near nor a copy: with them switched off, every answer is the same."""
+    from fedstats.site import near_copies as module
+
+    rng = np.random.default_rng(seed)
+    stored = rng.normal(size=(3, n)).round(int(rng.integers(0, 3)))
+    if kind == "unrelated":
+        column = rng.normal(size=n)
+    else:
+        column = rng.choice([1.0, -2.0, 0.5, 1e3]) * stored[1] + rng.choice([0.0, 7.0, -1e4])
+        rows = rng.choice(n, size=min(changed, n), replace=False)
+        column[rows] += size * (1 + rng.random(len(rows)))
+        if kind == "bump":
+            column += 1.0 / (1 + 1e6 * (stored[1] - stored[1][0]) ** 2)
+    units = np.sort(rng.integers(0, max(2, n // 2), n)) if per_patient else None
+    screened = near_copies(stored, column, k, units)
+    originals = module._Screen.clearly_apart, module._Screen.spread_out
+    module._Screen.clearly_apart = lambda self, block, c, *a: np.zeros(c.shape, bool)
+    module._Screen.spread_out = lambda self, residual: np.zeros(len(residual), bool)
+    try:
+        unscreened = near_copies(stored, column, k, units)
+    finally:
+        module._Screen.clearly_apart, module._Screen.spread_out = originals
+    assert np.array_equal(screened[0], unscreened[0])
+    assert np.array_equal(screened[1], unscreened[1])

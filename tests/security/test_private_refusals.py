@@ -263,3 +263,55 @@ def test_the_exact_path_still_refuses_bad_values():
     wire = design("disease ~ age", "disease", ["disease", "age"], ["Intercept", "age"])
     reply = ask(silo, "prepare", {"design": wire})
     assert reply["error"]["type"] == "NonBinaryOutcomeError"
+
+
+def test_a_malformed_private_design_is_refused_before_the_charge(tmp_path):
+    """A design whose variables do not match its formula is refused from the request alone:
+    nothing is charged (it was refused only in the handler, after the charge)."""
+    silo = silo_for(frame(), tmp_path)
+    args = logistic_args("disease ~ age", "disease", ["disease", "age", "chol"],
+                         ["Intercept", "age"])  # fmt: skip
+    reply = ask(silo, "logistic.summaries", args)
+    assert reply["status"] == "error"
+    scope = accounting.Scope(unit="patient", owner="s", study=STUDY)
+    assert silo.ledger.spent(scope, pld=False).epsilon == 0
+
+
+def _release_tasks() -> list[str]:
+    from test_dp_per_patient import private_tasks
+
+    return [t.name for t in private_tasks() if t.private_release is not None]
+
+
+@pytest.mark.parametrize("task", _release_tasks())
+def test_every_private_release_over_budget_is_refused_before_its_handler_runs(task, tmp_path):
+    """For every Gaussian-release task of the registry: over budget, the request is refused
+    (``BudgetExceededError``) with nothing charged and the handler — the only code that reads
+    the task's rows — never called."""
+    import dataclasses
+
+    from test_dp_per_patient import CASES, private_tasks
+
+    from fedstats.site.task import TaskRegistry
+
+    called: list[str] = []
+
+    def recorded(handler):
+        return lambda ctx, args: called.append(task) or handler(ctx, args)
+
+    registry = TaskRegistry(
+        [dataclasses.replace(t, handler=recorded(t.handler)) for t in private_tasks()]
+    )
+    rng = np.random.default_rng(0)
+    n = 40
+    data = pd.DataFrame(
+        {"x": rng.uniform(-4, 4, n), "w": rng.uniform(-4, 4, n), "y": rng.integers(0, 2, n),
+         "t": rng.uniform(0.1, 5, n), "e": rng.integers(0, 2, n)}
+    )  # fmt: skip
+    ledger = accounting.Ledger(tmp_path / "tiny.ledger")
+    scope = accounting.Scope(unit="patient", owner="only", study="st")
+    ledger.set_budget(scope, epsilon=1e-6, delta=1e-5)
+    silo = Silo("only", data, ledger=ledger, registry=registry)
+    reply = ask(silo, task, CASES[task](0))
+    assert reply["status"] == "error" and reply["error"]["type"] == "BudgetExceededError"
+    assert called == [] and ledger.entries(scope) == []

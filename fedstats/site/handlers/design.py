@@ -17,13 +17,11 @@ import pandas as pd
 from fedstats.errors import (
     DisclosureError,
     FormulaError,
-    FormulaRefusedError,
     InconsistentColumnError,
     MalformedRequestError,
     MissingColumnError,
     MissingValuesError,
     UnknownLevelError,
-    UnsafeTermError,
 )
 from fedstats.schema import Number, Text, Values
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
@@ -32,7 +30,7 @@ from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued
 from fedstats.site.design import (
     SITE_COLUMN,
     DesignSpec,
-    ParsedFormula,
+    checked_formula,
     counting_outcome,
     model_frame,
     normalise_level,
@@ -255,7 +253,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     or a design that does not reproduce the agreed columns.
     """
     site, frame = ctx.name, ctx.frame
-    parsed = _checked_formula(spec)
+    parsed = checked_formula(spec)
     needed = (
         list(spec.variables)
         + ([spec.offset] if spec.offset else [])
@@ -501,7 +499,7 @@ def answered_columns(
     """
     columns = []
     for j in varying:
-        if np.unique(design.X[:, j]).size > 2:
+        if distinct_values_exceed(design.X[:, j], 2):
             columns.append((spec.columns[j], design.X[:, j]))
     roles = [
         (spec.outcome, design.y if spec.outcome_kind in ("count", "continuous") else None),
@@ -510,9 +508,17 @@ def answered_columns(
         (spec.weights or "weights", design.weights),
     ]
     for label, values in roles:
-        if values is not None and np.unique(values).size > 1:
+        if values is not None and distinct_values_exceed(values, 1):
             columns.append((label, values))
     return columns
+
+
+def distinct_values_exceed(values: np.ndarray, count: int) -> bool:
+    """Whether ``values`` hold more than ``count`` (1 or 2) distinct values, in linear time."""
+    rest = values[values != values[0]] if len(values) else values
+    if count == 1 or not rest.size:
+        return bool(rest.size)
+    return bool((rest != rest[0]).any())
 
 
 def check_design_cross_cells(
@@ -551,43 +557,6 @@ def check_design_cross_cells(
         patients=None if patients is None else patients[rows],
         counted=None if design.weights is None else design.weights > 0,
     )
-
-
-def _checked_formula(spec: DesignSpec) -> ParsedFormula:
-    """The site parses the formula itself and refuses a spec inconsistent with it."""
-    try:
-        parsed = parse_formula(spec.formula)
-    except UnsafeTermError as error:
-        raise FormulaRefusedError(
-            site=None, task=None, term=error.token, reason=error.reason
-        ) from None
-    except FormulaError as error:
-        raise MalformedRequestError(site=None, task=None, reason=str(error)) from None
-    variables = parsed.outcome_variables | parsed.covariates
-    if set(spec.variables) != variables or parsed.outcome != spec.outcome:
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason="the design's variables or outcome do not match its formula",
-        )
-    unknown = sorted(set(spec.levels) - parsed.covariates)
-    if set(spec.strata) & variables:
-        raise MalformedRequestError(
-            site=None, task=None, reason="the design's strata also appear in its formula"
-        )
-    for role in (spec.weights, spec.exposure):
-        others = [spec.offset, spec.weights, spec.exposure]
-        if role is not None and (
-            role in variables or others.count(role) > 1 or role in spec.strata
-        ):
-            raise MalformedRequestError(
-                site=None, task=None, reason=f"the design's column {role!r} has two roles"
-            )
-    if unknown or (spec.offset is not None and spec.offset in variables):
-        raise MalformedRequestError(
-            site=None, task=None, reason="the design's levels or offset do not match its formula"
-        )
-    return parsed
 
 
 def as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple) -> pd.Categorical:
