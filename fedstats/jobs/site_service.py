@@ -102,6 +102,7 @@ class SiteService:
         reply = self.silo.handle(request)
         entry = self.silo.log[-1]
         _status, private, error_type = _reply_facts(reply)
+        heads = head_records(self.ledger)
         self.journal.append(
             {
                 "event": "answered",
@@ -115,8 +116,8 @@ class SiteService:
                 "detail": entry.detail[:500],
                 "reply_sha256": digest(reply),
                 "reply_bytes": len(reply),
-                "ledger_entries": ledger_entry_count(self.ledger),
-                HEADS_FIELD: head_records(self.ledger),
+                "ledger_entries": sum(head["entries"] for head in heads),
+                HEADS_FIELD: heads,
             }
         )
         return reply
