@@ -24,6 +24,7 @@ from accounting.chain import genesis_hash
 from fedstats import datasets
 from fedstats.errors import SiteLedgerIntegrityError
 from fedstats.jobs.site_batch import SiteExit, run_site_job
+from fedstats.jobs.site_config import load_site_config
 from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.site_service import SiteService
 from fedstats.jobs.site_serving import ServeResult
@@ -217,3 +218,34 @@ def test_the_report_refuses_an_edited_record_of_heads(tmp_path):
     heads.write_text(json.dumps(records))
     with pytest.raises(StudyRecordError, match=r"ledger-heads\.json"):
         Study.load(study)
+
+
+def test_a_rewrite_between_two_requests_is_refused_by_the_next_service(tmp_path):
+    """A Flower ClientApp may build a new SiteService for each message, so the ledger object
+    that verified the first charge is gone when the next request arrives. The new service
+    opens a rewritten ledger that agrees with itself; it must compare it with the heads the
+    journal recorded. On main the second fit was answered: the budget started again."""
+    path = heart_site(tmp_path)
+    config = load_site_config(path)
+    first = SiteService(config)
+    try:
+        model().fit(fedstats.Federation({SITE: first.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        first.close()
+    journal = SiteJournal(tmp_path / "work" / "journal.jsonl")
+    answered = len(journal.records())
+
+    rewrite_wholesale(tmp_path / "site.ledger")
+    second = SiteService(config)
+    try:
+        with pytest.raises(SiteLedgerIntegrityError) as refused:
+            model().fit(fedstats.Federation({SITE: second.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        second.close()
+    assert refused.value.site == SITE and refused.value.study == STUDY
+    lines = [r for r in journal.records()[answered:] if r.get("event") == "answered"]
+    assert not any(r["private"] for r in lines)  # no private reply left the site
+    assert lines[-1]["status"] == "error"
+    assert lines[-1]["error_type"] == "SiteLedgerIntegrityError"
+    with accounting.Ledger(tmp_path / "site.ledger") as ledger:
+        assert ledger.heads()[0].entries == 0  # nothing was charged to the rewritten ledger
