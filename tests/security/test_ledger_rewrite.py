@@ -249,3 +249,22 @@ def test_a_rewrite_between_two_requests_is_refused_by_the_next_service(tmp_path)
     assert lines[-1]["error_type"] == "SiteLedgerIntegrityError"
     with accounting.Ledger(tmp_path / "site.ledger") as ledger:
         assert ledger.heads()[0].entries == 0  # nothing was charged to the rewritten ledger
+
+
+@pytest.mark.parametrize("kept", ["journal", "runs"])
+def test_a_rewrite_is_caught_while_either_record_of_heads_survives(tmp_path, kept):
+    """The README: a rewrite cannot be hidden while the journal *or* the last run record
+    survives. The administrator rewrites the ledger and deletes the other record."""
+    path = heart_site(tmp_path)
+    asked: list[str] = []
+    assert run_site_job(path, serve=private_fit_in_process(asked)).exit_code == SiteExit.OK
+    rewrite_wholesale(tmp_path / "site.ledger")
+    work = tmp_path / "work"
+    if kept == "journal":
+        for record in (work / "runs").glob("*.json"):
+            record.unlink()
+    else:
+        (work / "journal.jsonl").unlink()
+    run = run_site_job(path, serve=private_fit_in_process(asked))
+    assert run.exit_code == SiteExit.LEDGER_INTEGRITY, run.reason
+    assert "charges were removed" in run.reason and asked == ["serve"]
