@@ -501,29 +501,31 @@ class Ledger:
     def check_extends(self, recorded: list[ChainHead], *, where: str) -> None:
         """Raise :class:`LedgerRewritten` unless this ledger extends every recorded head.
 
-        ``where`` says where the heads were recorded (for the message). A scope
-        that does not extend its head is also refused by every later charge through
-        this object (:class:`LedgerIntegrityError`), as one whose row disagrees with
-        its entries is: a caller that goes on serving cannot spend its budget again.
+        ``where`` says where the heads were recorded (for the message).
         """
-        problems = []
-        for head in recorded:
-            problem = self.rewritten_since(head)
-            if problem is not None:
-                problems.append(f"{problem} (head recorded in {where})")
-                self._refuse(head.scope, problems[-1])
+        problems = tuple(
+            f"{problem} (head recorded in {where})"
+            for head in recorded
+            if (problem := self.rewritten_since(head)) is not None
+        )
         if problems:
-            raise LedgerRewritten(path=str(self._path), scope=None, problems=tuple(problems))
+            raise LedgerRewritten(path=str(self._path), scope=None, problems=problems)
 
-    def _refuse(self, scope: Scope, problem: str) -> None:
-        """Add ``problem`` to the scope's verified state, so its next charge is refused."""
+    def refuse(self, scope: Scope, problem: str) -> None:
+        """Refuse every later charge to ``scope`` through this object, for ``problem``.
+
+        For a check made outside the file (:meth:`check_extends` against heads
+        recorded elsewhere): the scope is then refused as one whose row
+        disagrees with its entries is (:class:`LedgerIntegrityError`), so a
+        caller that goes on answering cannot spend its budget again.
+        """
         with self._transaction("DEFERRED", "refusing a scope") as conn:
             raw = conn.execute(
                 f"{SCOPE_QUERY} WHERE unit = ? AND owner = ? AND study = ?",
                 (scope.unit, scope.owner, scope.study),
             ).fetchone()
-            if raw is None:  # nothing to charge: a charge needs the scope's budget first
-                return
+            if raw is None:
+                raise UnknownScope(scope, str(self._path))
             verified = self._verified.get(raw[0]) or self._verify_scope(conn, raw)
             verified.problems += (problem,)
 

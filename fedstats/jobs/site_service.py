@@ -86,9 +86,12 @@ class SiteService:
         try:
             check_ledger(self.ledger, config.name, self.journal, config.workdir / RUNS_DIR)
         except accounting.LedgerIntegrityError as error:
-            # the ledger now refuses every charge to the scope: private requests are
-            # answered with SiteLedgerIntegrityError, exact ones as before
+            # where a batch run would not serve, the service refuses every charge to the
+            # site's scopes: private requests are answered SiteLedgerIntegrityError
             _log.error("site %s: %s", config.name, error)
+            for head in self.ledger.heads():
+                if head.scope.owner == config.name:
+                    self.ledger.refuse(head.scope, str(error))
         self.journal.roll_forward(self.ledger)
 
     @classmethod

@@ -268,3 +268,25 @@ def test_a_rewrite_is_caught_while_either_record_of_heads_survives(tmp_path, kep
     run = run_site_job(path, serve=private_fit_in_process(asked))
     assert run.exit_code == SiteExit.LEDGER_INTEGRITY, run.reason
     assert "charges were removed" in run.reason and asked == ["serve"]
+
+
+def test_an_unreadable_head_in_the_journal_leaves_the_service_charging_nothing(tmp_path):
+    """The administrator rewrites the ledger and spoils the heads of the journal's last line,
+    so they cannot be compared: the service refuses every private request rather than
+    trusting a ledger it could not check."""
+    path = heart_site(tmp_path)
+    config = load_site_config(path)
+    first = SiteService(config)
+    try:
+        model().fit(fedstats.Federation({SITE: first.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        first.close()
+    rewrite_wholesale(tmp_path / "site.ledger")
+    journal = SiteJournal(tmp_path / "work" / "journal.jsonl")
+    journal.append({"event": "answered", "seq": 0, "ledger_heads": "spoilt"})
+    second = SiteService(config)
+    try:
+        with pytest.raises(SiteLedgerIntegrityError):
+            model().fit(fedstats.Federation({SITE: second.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        second.close()
