@@ -270,6 +270,29 @@ def test_a_rewrite_is_caught_while_either_record_of_heads_survives(tmp_path, kep
     assert "charges were removed" in run.reason and asked == ["serve"]
 
 
+def test_another_sites_valid_ledger_in_place_of_the_sites_own_stops_the_next_run(tmp_path):
+    """The administrator swaps in a ledger that verifies on its own, but is another site's
+    (its scopes charged for the same study under another owner)."""
+    path = heart_site(tmp_path)
+    asked: list[str] = []
+    assert run_site_job(path, serve=private_fit_in_process(asked)).exit_code == SiteExit.OK
+    other = tmp_path / "other.ledger"
+    with accounting.Ledger(other) as ledger:
+        ledger.set_budget(scope("hungary"), epsilon=3.0, delta=1e-3)
+        federation = fedstats.Federation.in_process(
+            {"hungary": datasets.heart_disease().frames["hungary"]},
+            study=STUDY,
+            ledgers={"hungary": ledger},
+        )
+        model().fit(federation, privacy=PRIVACY)
+        assert ledger.verify().ok
+    other.replace(tmp_path / "site.ledger")
+    run = run_site_job(path, serve=private_fit_in_process(asked))
+    assert run.exit_code == SiteExit.LEDGER_INTEGRITY, run.reason
+    assert f"owner={SITE}" in run.reason and "is missing" in run.reason
+    assert asked == ["serve"]
+
+
 def test_an_unreadable_head_in_the_journal_leaves_the_service_charging_nothing(tmp_path):
     """The administrator rewrites the ledger and spoils the heads of the journal's last line,
     so they cannot be compared: the service refuses every private request rather than
