@@ -15,6 +15,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import tomli_w
 
@@ -28,6 +30,9 @@ from fedstats.jobs.site_config import load_site_config
 from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.site_service import SiteService
 from fedstats.jobs.site_serving import ServeResult
+from fedstats.site import codec
+from fedstats.site.design import DesignSpec
+from fedstats.site.silo import Silo
 from reports import build_report
 from reports.errors import StudyRecordError
 from reports.recorder import StudyRecorder
@@ -313,3 +318,47 @@ def test_an_unreadable_head_in_the_journal_leaves_the_service_charging_nothing(t
             model().fit(fedstats.Federation({SITE: second.answer}, study=STUDY), privacy=PRIVACY)
     finally:
         second.close()
+
+
+# -- the heads travel site -> coordinator ----------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["args", "dp"])
+def test_a_coordinator_cannot_set_the_head_a_private_reply_carries(tmp_path, where):
+    """A request carrying its own dp_ledger_head / dp_ledger_entries (beside the arguments,
+    or inside its dp block) is answered with the ledger's own head, or refused: the head the
+    coordinator records is never one it chose."""
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"age": rng.integers(30, 80, 80).astype(float)})
+    data["disease"] = (rng.random(80) < 0.4).astype(int)
+    ledger = accounting.Ledger(tmp_path / "s.ledger")
+    ledger.set_budget(accounting.Scope("patient", "s", STUDY), epsilon=1e4, delta=1e-5)
+    silo = Silo("s", data, ledger=ledger, noise_seed=0)
+    wire = DesignSpec(
+        outcome_kind="binary",
+        formula="disease ~ age",
+        outcome="disease",
+        variables=("disease", "age"),
+        levels={},
+        columns=("Intercept", "age"),
+        site_intercepts=False,
+        sites=("s",),
+    ).to_wire()
+    forged = {"dp_ledger_head": "f" * 64, "dp_ledger_entries": 0}
+    dp = {"noise_multipliers": {"gradient": 5.0, "hessian": 5.0}, "study": STUDY}
+    args = {
+        "design": wire,
+        "beta": np.zeros(2),
+        "clip": {"row_norm": 2.0, "scaling": np.tile([0.0, 100.0], (2, 1))},
+        "dp": {**dp, "analysis": "probe", "note": "", **(forged if where == "dp" else {})},
+        **(forged if where == "args" else {}),
+    }
+    reply = codec.decode(silo.handle(codec.encode({"task": "logistic.summaries", "args": args})))
+    (head,) = ledger.heads()
+    if where == "args":  # unknown arguments are not read; the site's facts are its own
+        result = reply["result"]
+        assert (result["dp_ledger_entries"], result["dp_ledger_head"]) == (1, head.head)
+        assert head.entries == 1 and head.head != "f" * 64
+    else:  # the dp block admits its four fields only
+        assert reply["error"]["type"] == "MalformedRequestError" and head.entries == 0
+    ledger.close()
