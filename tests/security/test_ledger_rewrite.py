@@ -362,3 +362,44 @@ def test_a_coordinator_cannot_set_the_head_a_private_reply_carries(tmp_path, whe
     else:  # the dp block admits its four fields only
         assert reply["error"]["type"] == "MalformedRequestError" and head.entries == 0
     ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("dp_ledger_head", "not a hash"), ("dp_ledger_entries", -1), ("dp_ledger_entries", np.nan)],
+)
+def test_a_site_sending_a_malformed_head_spoils_neither_the_fit_nor_the_study_record(
+    tmp_path, field, value
+):
+    """A registered site answers with a head the study record cannot hold. Before, the fit
+    failed on a count that is not a number, and otherwise the coordinator wrote the head into
+    ledger-heads.json, which Study.load then refused: no report for any site."""
+    folder = tmp_path / "study"
+    frames = datasets.heart_disease().frames
+    recorder = StudyRecorder(folder, study=STUDY)
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[study]\nname = "rewrite-study"\n', encoding="utf-8")
+    recorder.record_spec(spec)
+    recorder.record_configuration({"study": STUDY, "noise_seed": None})
+    handlers = {}
+    for site, data in frames.items():
+        ledger = recorder.ledger(site)
+        ledger.set_budget(scope(site), epsilon=3.0, delta=1e-3)
+        handlers[site] = Silo(site, data, ledger=ledger).handle
+    honest = handlers[SITE]
+
+    def forging(request: bytes) -> bytes:
+        reply = codec.decode(honest(request))
+        if reply["status"] == "ok" and field in reply["result"]:
+            reply["result"][field] = value
+        return codec.encode(reply)
+
+    handlers[SITE] = forging
+    result = model().fit(fedstats.Federation(handlers, study=STUDY), privacy=PRIVACY)
+    (forged,) = [s for s in result.privacy.scopes if s.owner == SITE]
+    assert (forged.ledger_entries, forged.ledger_head) == (None, None)
+    recorder.record_fit("private", result, description="private logistic regression")
+    report = build_report(Study.load(recorder.finish()))
+    assert {h.owner: h.state for h in report.ledger_heads} == {
+        site: "extends" for site in frames if site != SITE
+    }
