@@ -511,6 +511,24 @@ class Ledger:
         if problems:
             raise LedgerRewritten(path=str(self._path), scope=None, problems=problems)
 
+    def refuse(self, scope: Scope, problem: str) -> None:
+        """Refuse every later charge to ``scope`` through this object, for ``problem``.
+
+        For a check made outside the file (:meth:`check_extends` against heads
+        recorded elsewhere): the scope is then refused as one whose row
+        disagrees with its entries is (:class:`LedgerIntegrityError`), so a
+        caller that goes on answering cannot spend its budget again.
+        """
+        with self._transaction("DEFERRED", "refusing a scope") as conn:
+            raw = conn.execute(
+                f"{SCOPE_QUERY} WHERE unit = ? AND owner = ? AND study = ?",
+                (scope.unit, scope.owner, scope.study),
+            ).fetchone()
+            if raw is None:
+                raise UnknownScope(scope, str(self._path))
+            verified = self._verified.get(raw[0]) or self._verify_scope(conn, raw)
+            verified.problems += (problem,)
+
     # -- budgets ------------------------------------------------------------
 
     def set_budget(self, scope: Scope, epsilon: float, delta: float) -> Budget:

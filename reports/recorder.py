@@ -230,15 +230,14 @@ class StudyRecorder:
             for site, h in (result.get("ledger_heads") or {}).items()
         ]
         for unit, owner, entries, head in heads:
-            if not isinstance(entries, int) or not isinstance(head, str):
+            record = {"unit": unit, "owner": owner, "study": self.study, "entries": entries}
+            try:  # a site's claim, checked as Study.load reads it: a malformed one is not kept
+                chain = accounting.ChainHead.from_record({**record, "head": head})
+            except ValueError:
                 continue
             kept = self._heads.get((unit, owner))
-            if kept is None or entries >= kept["entries"]:
-                scope = accounting.Scope(unit, owner, self.study)
-                self._heads[(unit, owner)] = {
-                    **accounting.ChainHead(scope, entries, head).to_record(),
-                    "fit": fit,
-                }
+            if kept is None or chain.entries >= kept["entries"]:
+                self._heads[(unit, owner)] = {**chain.to_record(), "fit": fit}
 
     def record_ledger_heads(self) -> Path | None:
         """Write ``ledger-heads.json``: each site's ledger chain head after its last release.

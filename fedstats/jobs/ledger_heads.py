@@ -10,8 +10,10 @@ ledger file, at every release: on each ``answered`` line of its journal
 :mod:`fedstats.jobs.site_batch`). Each private reply carries the study
 scope's head too, and the coordinator keeps it in its study record.
 
-:func:`check_ledger` runs before a batch run serves: the ledger must verify
-and extend the last head the journal and the last run record hold. A hash
+:func:`check_ledger` runs before a batch run serves, and when the site's
+service opens the ledger (a Flower ClientApp may build a new service for each
+message): the ledger must verify and extend the last head the journal and the
+last run record hold. A hash
 chain makes each head commit to all the history before it (Haber &
 Stornetta 1991), so a ledger that extends the recorded head has kept every
 charge made up to it.
@@ -25,6 +27,9 @@ from typing import Any
 
 import accounting
 from fedstats.jobs.site_journal import SiteJournal
+
+RUNS_DIR = "runs"
+"""The folder of a site's work directory holding its batch runs' records."""
 
 HEADS_FIELD = "ledger_heads"
 """The journal field (and the run records' ``ledger_heads_before`` / ``_after``) of heads."""

@@ -77,7 +77,7 @@ from fedstats.errors import (
 from fedstats.jobs.events import emit
 from fedstats.jobs.exit_codes import SiteExit
 from fedstats.jobs.job_lock import JobLock
-from fedstats.jobs.ledger_heads import check_ledger, head_records
+from fedstats.jobs.ledger_heads import RUNS_DIR, check_ledger, head_records
 from fedstats.jobs.site_activity import Activity, activity, ledger_state, spent_scopes
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_frame import PreparedFrame, prepare_frame
@@ -95,7 +95,6 @@ from studyfiles.durable import file_sha256, write_json_atomically
 
 _log = logging.getLogger(__name__)
 LOCK_FILE = "site-run.lock"
-RUNS_DIR = "runs"
 
 
 @dataclass

@@ -30,10 +30,15 @@ JOURNAL_FILE = "journal.jsonl"
 
 
 def ledger_entry_count(ledger: accounting.Ledger | None) -> int:
-    """How many charges the ledger holds, over all its scopes."""
+    """How many charges the ledger holds, over all its scopes.
+
+    Read from the scopes' stored counts (one query), not by reading every entry: the
+    ledger checked each count against its entries when it was opened and checks it
+    again before each charge.
+    """
     if ledger is None:
         return 0
-    return sum(len(ledger.entries(scope)) for scope in ledger.scopes())
+    return sum(head.entries for head in ledger.heads())
 
 
 def digest(data: bytes) -> str:

@@ -5,20 +5,23 @@
 :meth:`Silo.handle` with the site's journal (:mod:`fedstats.jobs.site_journal`):
 a ``received`` line before the silo runs, an ``answered`` line after and
 before the reply is returned, which records the ledger's chain heads
-(:mod:`fedstats.jobs.ledger_heads`) so a later rewrite of the ledger shows.
+(:mod:`fedstats.jobs.ledger_heads`) so a later rewrite of the ledger shows:
+a new service compares its ledger with the last heads the journal and run
+records hold, and a scope that does not extend them is charged no more.
 Any transport (Flower's ClientApp, a test) calls :meth:`SiteService.answer`
 with the request bytes.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pandas as pd
 
 import accounting
 from fedstats.errors import CodecError, StudyConfigurationError
-from fedstats.jobs.ledger_heads import HEADS_FIELD, head_records
+from fedstats.jobs.ledger_heads import HEADS_FIELD, RUNS_DIR, check_ledger, head_records
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
@@ -26,6 +29,8 @@ from fedstats.secagg.roster import load_roster_pin
 from fedstats.site import codec
 from fedstats.site.protocol import load_protocol
 from fedstats.site.silo import Silo
+
+_log = logging.getLogger(__name__)
 
 CURRENT_FRAME = Path("current") / "frame.parquet"
 """Where ``fedstats site run`` keeps the last harmonised frame, under the site's workdir."""
@@ -78,6 +83,15 @@ class SiteService:
             guard_path=config.workdir / GUARD_FILE,
         )
         self.journal = SiteJournal(config.workdir / JOURNAL_FILE)
+        try:
+            check_ledger(self.ledger, config.name, self.journal, config.workdir / RUNS_DIR)
+        except accounting.LedgerIntegrityError as error:
+            # where a batch run would not serve, the service refuses every charge to the
+            # site's scopes: private requests are answered SiteLedgerIntegrityError
+            _log.error("site %s: %s", config.name, error)
+            for head in self.ledger.heads():
+                if head.scope.owner == config.name:
+                    self.ledger.refuse(head.scope, str(error))
         self.journal.roll_forward(self.ledger)
 
     @classmethod
@@ -102,6 +116,7 @@ class SiteService:
         reply = self.silo.handle(request)
         entry = self.silo.log[-1]
         _status, private, error_type = _reply_facts(reply)
+        heads = head_records(self.ledger)
         self.journal.append(
             {
                 "event": "answered",
@@ -115,8 +130,8 @@ class SiteService:
                 "detail": entry.detail[:500],
                 "reply_sha256": digest(reply),
                 "reply_bytes": len(reply),
-                "ledger_entries": ledger_entry_count(self.ledger),
-                HEADS_FIELD: head_records(self.ledger),
+                "ledger_entries": sum(head["entries"] for head in heads),
+                HEADS_FIELD: heads,
             }
         )
         return reply

@@ -48,6 +48,7 @@ from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.plot_text import literal
 from fedstats.models.privacy import RecordDP
+from fedstats.models.privacy.spending import reply_ledger_head
 from fedstats.models.summary import render_html, render_text
 from fedstats.models.utility import NOISE_DOMINATES, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_sum, summed_replies
@@ -299,9 +300,7 @@ def _private_counts(
         epsilon_spent={s: float(r["dp_epsilon_spent"]) for s, r in replies.items()},
         fixed_seed={s: bool(r["dp_fixed_seed"]) for s, r in replies.items()},
         ledger_heads={
-            s: (int(r["dp_ledger_entries"]), str(r["dp_ledger_head"]))
-            for s, r in replies.items()
-            if "dp_ledger_entries" in r and "dp_ledger_head" in r
+            s: head for s, r in replies.items() if (head := reply_ledger_head(r)) is not None
         },
         sites=len(replies),
         secure=secure is not None,

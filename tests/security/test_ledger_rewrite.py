@@ -15,6 +15,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 import tomli_w
 
@@ -24,9 +26,13 @@ from accounting.chain import genesis_hash
 from fedstats import datasets
 from fedstats.errors import SiteLedgerIntegrityError
 from fedstats.jobs.site_batch import SiteExit, run_site_job
+from fedstats.jobs.site_config import load_site_config
 from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.site_service import SiteService
 from fedstats.jobs.site_serving import ServeResult
+from fedstats.site import codec
+from fedstats.site.design import DesignSpec
+from fedstats.site.silo import Silo
 from reports import build_report
 from reports.errors import StudyRecordError
 from reports.recorder import StudyRecorder
@@ -217,3 +223,183 @@ def test_the_report_refuses_an_edited_record_of_heads(tmp_path):
     heads.write_text(json.dumps(records))
     with pytest.raises(StudyRecordError, match=r"ledger-heads\.json"):
         Study.load(study)
+
+
+def test_a_rewrite_between_two_requests_is_refused_by_the_next_service(tmp_path):
+    """A Flower ClientApp may build a new SiteService for each message, so the ledger object
+    that verified the first charge is gone when the next request arrives. The new service
+    opens a rewritten ledger that agrees with itself; it must compare it with the heads the
+    journal recorded. On main the second fit was answered: the budget started again."""
+    path = heart_site(tmp_path)
+    config = load_site_config(path)
+    first = SiteService(config)
+    try:
+        model().fit(fedstats.Federation({SITE: first.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        first.close()
+    journal = SiteJournal(tmp_path / "work" / "journal.jsonl")
+    answered = len(journal.records())
+
+    rewrite_wholesale(tmp_path / "site.ledger")
+    second = SiteService(config)
+    try:
+        with pytest.raises(SiteLedgerIntegrityError) as refused:
+            model().fit(fedstats.Federation({SITE: second.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        second.close()
+    assert refused.value.site == SITE and refused.value.study == STUDY
+    lines = [r for r in journal.records()[answered:] if r.get("event") == "answered"]
+    assert not any(r["private"] for r in lines)  # no private reply left the site
+    assert lines[-1]["status"] == "error"
+    assert lines[-1]["error_type"] == "SiteLedgerIntegrityError"
+    with accounting.Ledger(tmp_path / "site.ledger") as ledger:
+        assert ledger.heads()[0].entries == 0  # nothing was charged to the rewritten ledger
+
+
+@pytest.mark.parametrize("kept", ["journal", "runs"])
+def test_a_rewrite_is_caught_while_either_record_of_heads_survives(tmp_path, kept):
+    """The README: a rewrite cannot be hidden while the journal *or* the last run record
+    survives. The administrator rewrites the ledger and deletes the other record."""
+    path = heart_site(tmp_path)
+    asked: list[str] = []
+    assert run_site_job(path, serve=private_fit_in_process(asked)).exit_code == SiteExit.OK
+    rewrite_wholesale(tmp_path / "site.ledger")
+    work = tmp_path / "work"
+    if kept == "journal":
+        for record in (work / "runs").glob("*.json"):
+            record.unlink()
+    else:
+        (work / "journal.jsonl").unlink()
+    run = run_site_job(path, serve=private_fit_in_process(asked))
+    assert run.exit_code == SiteExit.LEDGER_INTEGRITY, run.reason
+    assert "charges were removed" in run.reason and asked == ["serve"]
+
+
+def test_another_sites_valid_ledger_in_place_of_the_sites_own_stops_the_next_run(tmp_path):
+    """The administrator swaps in a ledger that verifies on its own, but is another site's
+    (its scopes charged for the same study under another owner)."""
+    path = heart_site(tmp_path)
+    asked: list[str] = []
+    assert run_site_job(path, serve=private_fit_in_process(asked)).exit_code == SiteExit.OK
+    other = tmp_path / "other.ledger"
+    with accounting.Ledger(other) as ledger:
+        ledger.set_budget(scope("hungary"), epsilon=3.0, delta=1e-3)
+        federation = fedstats.Federation.in_process(
+            {"hungary": datasets.heart_disease().frames["hungary"]},
+            study=STUDY,
+            ledgers={"hungary": ledger},
+        )
+        model().fit(federation, privacy=PRIVACY)
+        assert ledger.verify().ok
+    other.replace(tmp_path / "site.ledger")
+    run = run_site_job(path, serve=private_fit_in_process(asked))
+    assert run.exit_code == SiteExit.LEDGER_INTEGRITY, run.reason
+    assert f"owner={SITE}" in run.reason and "is missing" in run.reason
+    assert asked == ["serve"]
+
+
+def test_an_unreadable_head_in_the_journal_leaves_the_service_charging_nothing(tmp_path):
+    """The administrator rewrites the ledger and spoils the heads of the journal's last line,
+    so they cannot be compared: the service refuses every private request rather than
+    trusting a ledger it could not check."""
+    path = heart_site(tmp_path)
+    config = load_site_config(path)
+    first = SiteService(config)
+    try:
+        model().fit(fedstats.Federation({SITE: first.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        first.close()
+    rewrite_wholesale(tmp_path / "site.ledger")
+    journal = SiteJournal(tmp_path / "work" / "journal.jsonl")
+    journal.append({"event": "answered", "seq": 0, "ledger_heads": "spoilt"})
+    second = SiteService(config)
+    try:
+        with pytest.raises(SiteLedgerIntegrityError):
+            model().fit(fedstats.Federation({SITE: second.answer}, study=STUDY), privacy=PRIVACY)
+    finally:
+        second.close()
+
+
+# -- the heads travel site -> coordinator ----------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["args", "dp"])
+def test_a_coordinator_cannot_set_the_head_a_private_reply_carries(tmp_path, where):
+    """A request carrying its own dp_ledger_head / dp_ledger_entries (beside the arguments,
+    or inside its dp block) is answered with the ledger's own head, or refused: the head the
+    coordinator records is never one it chose."""
+    rng = np.random.default_rng(0)
+    data = pd.DataFrame({"age": rng.integers(30, 80, 80).astype(float)})
+    data["disease"] = (rng.random(80) < 0.4).astype(int)
+    ledger = accounting.Ledger(tmp_path / "s.ledger")
+    ledger.set_budget(accounting.Scope("patient", "s", STUDY), epsilon=1e4, delta=1e-5)
+    silo = Silo("s", data, ledger=ledger, noise_seed=0)
+    wire = DesignSpec(
+        outcome_kind="binary",
+        formula="disease ~ age",
+        outcome="disease",
+        variables=("disease", "age"),
+        levels={},
+        columns=("Intercept", "age"),
+        site_intercepts=False,
+        sites=("s",),
+    ).to_wire()
+    forged = {"dp_ledger_head": "f" * 64, "dp_ledger_entries": 0}
+    dp = {"noise_multipliers": {"gradient": 5.0, "hessian": 5.0}, "study": STUDY}
+    args = {
+        "design": wire,
+        "beta": np.zeros(2),
+        "clip": {"row_norm": 2.0, "scaling": np.tile([0.0, 100.0], (2, 1))},
+        "dp": {**dp, "analysis": "probe", "note": "", **(forged if where == "dp" else {})},
+        **(forged if where == "args" else {}),
+    }
+    reply = codec.decode(silo.handle(codec.encode({"task": "logistic.summaries", "args": args})))
+    (head,) = ledger.heads()
+    if where == "args":  # unknown arguments are not read; the site's facts are its own
+        result = reply["result"]
+        assert (result["dp_ledger_entries"], result["dp_ledger_head"]) == (1, head.head)
+        assert head.entries == 1 and head.head != "f" * 64
+    else:  # the dp block admits its four fields only
+        assert reply["error"]["type"] == "MalformedRequestError" and head.entries == 0
+    ledger.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("dp_ledger_head", "not a hash"), ("dp_ledger_entries", -1), ("dp_ledger_entries", np.nan)],
+)
+def test_a_site_sending_a_malformed_head_spoils_neither_the_fit_nor_the_study_record(
+    tmp_path, field, value
+):
+    """A registered site answers with a head the study record cannot hold. Before, the fit
+    failed on a count that is not a number, and otherwise the coordinator wrote the head into
+    ledger-heads.json, which Study.load then refused: no report for any site."""
+    folder = tmp_path / "study"
+    frames = datasets.heart_disease().frames
+    recorder = StudyRecorder(folder, study=STUDY)
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[study]\nname = "rewrite-study"\n', encoding="utf-8")
+    recorder.record_spec(spec)
+    recorder.record_configuration({"study": STUDY, "noise_seed": None})
+    handlers = {}
+    for site, data in frames.items():
+        ledger = recorder.ledger(site)
+        ledger.set_budget(scope(site), epsilon=3.0, delta=1e-3)
+        handlers[site] = Silo(site, data, ledger=ledger).handle
+    honest = handlers[SITE]
+
+    def forging(request: bytes) -> bytes:
+        reply = codec.decode(honest(request))
+        if reply["status"] == "ok" and field in reply["result"]:
+            reply["result"][field] = value
+        return codec.encode(reply)
+
+    handlers[SITE] = forging
+    result = model().fit(fedstats.Federation(handlers, study=STUDY), privacy=PRIVACY)
+    (forged,) = [s for s in result.privacy.scopes if s.owner == SITE]
+    assert (forged.ledger_entries, forged.ledger_head) == (None, None)
+    recorder.record_fit("private", result, description="private logistic regression")
+    report = build_report(Study.load(recorder.finish()))
+    assert {h.owner: h.state for h in report.ledger_heads} == {
+        site: "extends" for site in frames if site != SITE
+    }

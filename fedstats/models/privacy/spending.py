@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import string
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -35,6 +37,24 @@ class ScopeSpending:
     study record keeps it, so a ledger rewritten later no longer extends it."""
 
 
+def reply_ledger_head(reply: Mapping[str, Any]) -> tuple[int, str] | None:
+    """The (entry count, chain head) a private reply carries, or None when it carries none
+    or a malformed one.
+
+    The head is the site's own claim (:data:`fedstats.site.private_release.DP_REPLY_FIELDS`):
+    a count that is not a whole number, or a head that is not a sha256 hex digest, is not
+    kept, so one site cannot break a fit or the study record the other sites' heads are in.
+    """
+    entries, head = reply.get("dp_ledger_entries"), reply.get("dp_ledger_head")
+    if isinstance(entries, bool) or not isinstance(entries, int | float):
+        return None
+    if not (math.isfinite(entries) and entries >= 0 and float(entries).is_integer()):
+        return None
+    if not (isinstance(head, str) and len(head) == 64 and set(head) <= set(string.hexdigits)):
+        return None
+    return int(entries), head
+
+
 def site_spending(
     site: str,
     event: dp_accounting.DpEvent,
@@ -50,7 +70,7 @@ def site_spending(
     (:data:`fedstats.site.private_release.DP_REPLY_FIELDS`).
     """
     rdp, pld = fit_epsilon(event, delta)
-    entries, head = reply.get("dp_ledger_entries"), reply.get("dp_ledger_head")
+    entries, head = reply_ledger_head(reply) or (None, None)
     return ScopeSpending(
         unit="patient",
         owner=site,
@@ -62,8 +82,8 @@ def site_spending(
         noise_multipliers=noise_multipliers,
         releases=releases,
         fixed_seed=bool(reply.get("dp_fixed_seed", False)),
-        ledger_entries=None if entries is None else int(entries),
-        ledger_head=head if isinstance(head, str) else None,
+        ledger_entries=entries,
+        ledger_head=head,
     )
 
 
