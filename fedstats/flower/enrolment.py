@@ -51,10 +51,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedstats.errors import EnrolmentError, SiteIdentityError
+from studyfiles.names import name_problem
 
 ENROLMENT_VERSION = "fedstats enrolment v1"
-NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
-"""The names ``site.toml`` and ``study.toml`` accept (:data:`fedstats.toml_config.Name`)."""
 SIGNATURE_HEX_CHARS = 2 * 72
 """Longest DER-encoded ECDSA P-256 signature, in hex."""
 
@@ -190,6 +189,8 @@ def write_enrolment(
     ca_key: ec.EllipticCurvePrivateKey,
 ) -> Enrolment:
     """Write ``path`` binding each site to its ``node.pub`` text, signed with the CA's key."""
+    for site in public_keys:
+        _check_name(site, "site", str(path))
     keys = _checked_keys(
         {site: load_node_key(text, what=f"site {site!r}") for site, text in public_keys.items()},
         source=str(path),
@@ -250,11 +251,10 @@ def _read_toml(path: Path) -> dict:
 
 
 def _check_name(value: object, what: str, source: str) -> None:
-    if not isinstance(value, str) or not NAME.match(value):
-        raise EnrolmentError(
-            f"enrolment {source}: {what} name {value!r} is not 1-200 letters, digits, '_', "
-            "'.' or '-'"
-        )
+    """The names ``site.toml`` and ``study.toml`` accept (:mod:`studyfiles.names`)."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise EnrolmentError(f"enrolment {source}: {what} name: {problem}")
 
 
 def _checked_keys(

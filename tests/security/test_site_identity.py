@@ -13,6 +13,7 @@ The same attack over real Flower processes: ``tests/flower/test_flower_identity.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from flwr.proto.node_pb2 import NodeInfo
 from flwr.supercore.task_identity import TaskIdentity
@@ -32,6 +33,7 @@ from fedstats import datasets
 from fedstats.errors import ConfigError, EnrolmentError, SiteIdentityError, SitesMissingError
 from fedstats.flower import messages, study_pki
 from fedstats.flower.enrolment import (
+    ENROLMENT_VERSION,
     fingerprint,
     key_line,
     read_enrolment,
@@ -288,6 +290,37 @@ def test_one_key_cannot_be_enrolled_for_two_sites(pki, tmp_path: Path) -> None:
     line = pki.keys["region_0"].public_key.read_text()
     with pytest.raises(EnrolmentError, match="enrolled for both 'a' and 'b'"):
         write_enrolment(tmp_path / "e.toml", STUDY, {"a": line, "b": line}, ca_key)
+
+
+def signed_list(path: Path, pki, study: str, sites: list[tuple[str, str]], ca_key=None) -> Path:
+    """An enrolment file binding ``sites`` (name, key line), validly signed by ``ca_key`` (by
+    default the study CA's): what a CA holder can write, whatever ``write_enrolment`` allows."""
+    if ca_key is None:
+        ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), None)
+    canonical = sorted(sites)
+    message = json.dumps(
+        [ENROLMENT_VERSION, study, [list(item) for item in canonical]], separators=(",", ":")
+    ).encode()
+    signature = ca_key.sign(message, ec.ECDSA(hashes.SHA256())).hex()
+    lines = ["[enrolment]", f"study = {json.dumps(study)}", f'signature = "{signature}"', ""]
+    lines += ["[enrolment.sites]"] + [f"{json.dumps(s)} = {json.dumps(k)}" for s, k in sites]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "-x", "a" * 101])
+def test_a_signed_enrolment_naming_a_site_no_configuration_accepts_is_refused(
+    pki, tmp_path, name
+) -> None:
+    """The list accepts exactly the names site.toml and study.toml accept
+    (:mod:`studyfiles.names`): ``..`` or a 101-letter name, even validly signed, is refused."""
+    line = key_line(pki.public["region_0"])
+    path = signed_list(tmp_path / "e.toml", pki, STUDY, [(name, line)])
+    with pytest.raises(EnrolmentError, match="site name"):
+        read_enrolment(path, pki.ca.certificate)
+    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), None)
+    with pytest.raises(EnrolmentError, match="site name"):
+        write_enrolment(tmp_path / "w.toml", STUDY, {name: line}, ca_key)
 
 
 def test_the_enrolment_command_prints_ssh_keygen_fingerprints(pki, tmp_path, capsys) -> None:
