@@ -40,7 +40,6 @@ import base64
 import hashlib
 import json
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +50,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedstats.errors import EnrolmentError, SiteIdentityError
+from fedstats.toml_config import read_toml_file
 from studyfiles.names import name_problem
 
 ENROLMENT_VERSION = "fedstats enrolment v1"
@@ -215,7 +215,12 @@ def read_enrolment(path: Path, ca_certificate: Path, *, study: str | None = None
     ``study`` is given and differs.
     """
     source = str(path)
-    document = _read_toml(path)
+    document = read_toml_file(
+        path,
+        EnrolmentError,
+        what="enrolment",
+        hint="check the 'enrolment' field of the configuration",
+    )
     table = document.get("enrolment")
     if not isinstance(table, dict) or set(table) != {"study", "signature", "sites"}:
         raise EnrolmentError(
@@ -236,18 +241,6 @@ def read_enrolment(path: Path, ca_certificate: Path, *, study: str | None = None
     keys = _checked_keys(keys, source=source)
     _verify(signature, signed_bytes(name, keys), _ca_public_key(ca_certificate), source)
     return Enrolment(name, keys, source)
-
-
-def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise EnrolmentError(
-            f"enrolment {path}: cannot be read ({error.strerror or error}); check the "
-            "'enrolment' field of the configuration"
-        ) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise EnrolmentError(f"enrolment {path}: not valid TOML ({error})") from None
 
 
 def _check_name(value: object, what: str, source: str) -> None:
