@@ -232,6 +232,28 @@ def test_any_key_bytes_a_node_reports_are_refused_unless_enrolled(pki, raw: byte
     assert [r["node"] for r in coordinator.claims.refused] == ["98"]
 
 
+@pytest.mark.parametrize("form", ["rsa", "ed25519", "truncated", "openssh-of-another"])
+def test_a_node_reporting_malformed_or_foreign_key_bytes_is_refused(pki, form) -> None:
+    """Node 98 claims region_0 with key bytes that are not region_0's EC key: an RSA or
+    Ed25519 key, region_0's own PEM cut short, or another party's key in OpenSSH form.
+    It is refused, and region_0 is reached through its own node."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
+    pem = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    raw = {
+        "rsa": lambda: rsa.generate_private_key(65537, 2048).public_key().public_bytes(*pem),
+        "ed25519": lambda: ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(*pem),
+        "truncated": lambda: pki.public["region_0"].public_bytes(*pem)[:-40],
+        "openssh-of-another": lambda: key_line(pki.public["region_3"]).encode(),
+    }[form]()
+    grid = RawKeyGrid({98: (None, "region_0"), 11: (pki.public["region_0"], "region_0")}, raw)
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    (refused,) = coordinator.claims.refused
+    assert refused["node"] == "98"
+    assert refused["enrolled_fingerprint"] == fingerprint(pki.public["region_0"])
+
+
 def test_two_nodes_claiming_one_name_without_an_enrolment_list_are_both_refused() -> None:
     """Without an enrolment list nothing tells which node is region_1: a typed error names
     the site and both nodes and keys, and region_1 is served by neither."""
@@ -290,6 +312,35 @@ def test_one_key_cannot_be_enrolled_for_two_sites(pki, tmp_path: Path) -> None:
     line = pki.keys["region_0"].public_key.read_text()
     with pytest.raises(EnrolmentError, match="enrolled for both 'a' and 'b'"):
         write_enrolment(tmp_path / "e.toml", STUDY, {"a": line, "b": line}, ca_key)
+
+
+def test_a_signed_list_enrolling_one_key_under_two_names_is_refused_when_read(pki, tmp_path):
+    """Signed by the study CA itself (not through write_enrolment): a node holding that key
+    could claim either name, so the list is refused by whoever reads it."""
+    line = key_line(pki.public["region_3"])
+    path = signed_list(tmp_path / "e.toml", pki, STUDY, [("region_1", line), ("region_3", line)])
+    with pytest.raises(EnrolmentError, match="enrolled for both 'region_1' and 'region_3'"):
+        read_enrolment(path, pki.ca.certificate, study=STUDY)
+
+
+def test_a_list_validly_signed_by_another_studys_ca_is_refused_by_coordinator_and_site(
+    pki, tmp_path
+) -> None:
+    """Another study's CA (same study name, a valid signature of its own) binds region_1 to
+    region_3's key: the coordinator and region_3's node both refuse it (this study's CA)."""
+    other = study_pki.make_study_ca(tmp_path / "other", STUDY)
+    other_key = serialization.load_pem_private_key(other.key.read_bytes(), None)
+    forged = [("region_1", key_line(pki.public["region_3"]))]
+    path = signed_list(tmp_path / "forged.toml", pki, STUDY, forged, ca_key=other_key)
+    assert read_enrolment(path, other.certificate).fingerprint("region_1") == fingerprint(
+        pki.public["region_3"]
+    )  # the signature is valid, for the other CA
+    with pytest.raises(EnrolmentError, match="did not sign"):
+        read_enrolment(path, pki.ca.certificate, study=STUDY)
+    site = site_toml(tmp_path, pki, "region_1", key_of="region_3")
+    site.write_text(site.read_text().replace(str(pki.enrolment), str(path)))
+    with pytest.raises(EnrolmentError, match="did not sign"):
+        check_site_identity(load_site_config(site))
 
 
 def signed_list(path: Path, pki, study: str, sites: list[tuple[str, str]], ca_key=None) -> Path:
