@@ -24,6 +24,7 @@ from types import SimpleNamespace
 import pytest
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from flwr.app import ConfigRecord, RecordDict
 from flwr.proto.node_pb2 import NodeInfo
 from flwr.supercore.task_identity import TaskIdentity
 from hypothesis import HealthCheck, given, settings
@@ -252,6 +253,54 @@ def test_a_node_reporting_malformed_or_foreign_key_bytes_is_refused(pki, form) -
     (refused,) = coordinator.claims.refused
     assert refused["node"] == "98"
     assert refused["enrolled_fingerprint"] == fingerprint(pki.public["region_0"])
+
+
+class GarbledGrid(NodesGrid):
+    """A grid whose node 98 answers ``query.identify`` with ``content`` (no readable name)."""
+
+    def __init__(self, nodes, content) -> None:
+        super().__init__(nodes)
+        self.content = content
+        self.garbled: set[str] = set()
+
+    def pull_messages(self, message_ids) -> list[Reply]:
+        replies = super().pull_messages(message_ids)
+        for reply in replies:
+            if reply.metadata.reply_to_message_id in self.garbled:
+                reply.content = self.content
+        return replies
+
+    def push_messages(self, outgoing) -> list[str]:
+        ids = super().push_messages(outgoing)
+        self.garbled |= {
+            m
+            for m, message in zip(ids, outgoing, strict=True)
+            if message.metadata.dst_node_id == 98
+        }
+        return ids
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        messages.identity(""),
+        RecordDict(),
+        RecordDict({messages.RECORD: ConfigRecord({messages.SITE: 7})}),
+    ],
+    ids=["empty-name", "no-record", "number"],
+)
+def test_a_registered_node_answering_identify_with_no_readable_name_stops_no_study(
+    pki, content
+) -> None:
+    """Any registered node may be asked who it is (even one of another study): an answer
+    that carries no site name is not a claim, and discovery goes on with the real sites."""
+    grid = GarbledGrid(
+        {98: (pki.public["region_3"], "region_0"), 11: (pki.public["region_0"], "region_0")},
+        content,
+    )
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    assert coordinator.claims.refused == []
 
 
 def test_two_nodes_claiming_one_name_without_an_enrolment_list_are_both_refused() -> None:
