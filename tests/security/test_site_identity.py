@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
@@ -180,6 +181,35 @@ def test_a_late_impostor_is_seen_and_refused_after_every_site_was_found(pki) -> 
     coordinator = link(grid, pki)
     assert coordinator.discover(["region_0", "region_1"])["region_1"] == 12
     assert [r["node"] for r in coordinator.claims.refused] == ["99"]
+
+
+class SilentGrid(NodesGrid):
+    """A grid whose node 98 is online but never answers ``query.identify``."""
+
+    def pull_messages(self, message_ids) -> list[Reply]:
+        return super().pull_messages([m for m in message_ids if self.pending.get(m) != 98])
+
+
+def test_discovery_waits_no_grace_once_every_online_node_has_answered(pki) -> None:
+    """identify_grace is a wait for nodes that have not answered yet, not a pause added to
+    every study: with every node's answer in, discovery returns at once."""
+    grid = NodesGrid(
+        {11: (pki.public["region_0"], "region_0"), 12: (pki.public["region_1"], "region_1")}
+    )
+    coordinator = link(grid, pki, identify_grace=30.0, discovery_timeout=60.0)
+    started = time.monotonic()
+    assert coordinator.discover(["region_0", "region_1"]) == {"region_0": 11, "region_1": 12}
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_node_that_never_answers_delays_discovery_by_the_grace_only(pki) -> None:
+    grid = SilentGrid(
+        {98: (pki.public["region_3"], "region_1"), 11: (pki.public["region_0"], "region_0")}
+    )
+    coordinator = link(grid, pki, identify_grace=0.5, discovery_timeout=60.0)
+    started = time.monotonic()
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    assert 0.5 <= time.monotonic() - started < 10.0
 
 
 def test_an_impostor_alone_is_never_served_and_the_site_is_named_missing(pki) -> None:
