@@ -239,7 +239,7 @@ def read_enrolment(path: Path, ca_certificate: Path, *, study: str | None = None
             raise EnrolmentError(f"enrolment {source}: site {site!r}: the key must be text")
         keys[site] = load_node_key(text, what=f"enrolment {source}: site {site!r}")
     keys = _checked_keys(keys, source=source)
-    _verify(signature, signed_bytes(name, keys), _ca_public_key(ca_certificate), source)
+    _verify(signature, signed_bytes(name, keys), ca_public_key(ca_certificate), source)
     return Enrolment(name, keys, source)
 
 
@@ -266,7 +266,8 @@ def _checked_keys(
     return dict(keys)
 
 
-def _ca_public_key(path: Path) -> ec.EllipticCurvePublicKey:
+def ca_public_key(path: Path) -> ec.EllipticCurvePublicKey:
+    """The study CA's public key, from its certificate (PEM); :class:`EnrolmentError` otherwise."""
     try:
         certificate = x509.load_pem_x509_certificate(path.read_bytes())
     except OSError as error:

@@ -473,6 +473,22 @@ def test_the_enrolment_command_prints_ssh_keygen_fingerprints(pki, tmp_path, cap
         study_pki.main(["enrol", "--out", str(out), "--ca", str(pki.root), "--study", STUDY])
 
 
+def test_enrolling_with_a_ca_key_that_is_not_the_certificates_writes_no_list(pki, tmp_path):
+    """A CA folder whose key is not its certificate's (another CA's key copied in) would sign a
+    list no party can verify: the command refuses before writing, so the officer can rerun it."""
+    other = study_pki.make_study_ca(tmp_path / "other", STUDY)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(pki.ca.certificate, mixed / "study-ca.crt")
+    shutil.copy(other.key, mixed / "study-ca.key")
+    out = tmp_path / "enrolment.toml"
+    argv = ["enrol", "--out", str(out), "--ca", str(mixed), "--study", STUDY]
+    argv += [f"--node={s}={pki.keys[s].public_key}" for s in SITES]
+    with pytest.raises(SystemExit):
+        study_pki.main(argv)
+    assert not out.exists()
+
+
 FIELD_VALUES = st.one_of(
     st.text(max_size=80),
     st.integers(),
