@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, ValidationInfo
 
@@ -47,6 +47,23 @@ def resolve_path(value: object, info: ValidationInfo) -> object:
     path = Path(value)
     base = (info.context or {}).get("base")
     return path if path.is_absolute() or base is None else Path(base) / path
+
+
+def read_toml_file(path: Path, error: type[Exception], *, what: str, hint: str) -> dict[str, Any]:
+    """``path`` parsed as TOML, or ``error`` naming ``what``, the file and the problem.
+
+    ``hint`` tells the reader which configuration field names the file (shown
+    when it cannot be read). For files that are data, not configuration models
+    (a roster, an enrolment list), each with its own typed error.
+    """
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as problem:
+        raise error(
+            f"{what} {path}: cannot be read ({problem.strerror or problem}); {hint}"
+        ) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as problem:
+        raise error(f"{what} {path}: not valid TOML ({problem})") from None
 
 
 def load_toml_model(path: str | Path, model: type[Model], *, what: str) -> Model:

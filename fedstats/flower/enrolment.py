@@ -40,7 +40,6 @@ import base64
 import hashlib
 import json
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,10 +50,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from fedstats.errors import EnrolmentError, SiteIdentityError
+from fedstats.toml_config import read_toml_file
+from studyfiles.names import name_problem
 
 ENROLMENT_VERSION = "fedstats enrolment v1"
-NAME = re.compile(r"^[A-Za-z0-9_.-]{1,200}$")
-"""The names ``site.toml`` and ``study.toml`` accept (:data:`fedstats.toml_config.Name`)."""
 SIGNATURE_HEX_CHARS = 2 * 72
 """Longest DER-encoded ECDSA P-256 signature, in hex."""
 
@@ -190,6 +189,8 @@ def write_enrolment(
     ca_key: ec.EllipticCurvePrivateKey,
 ) -> Enrolment:
     """Write ``path`` binding each site to its ``node.pub`` text, signed with the CA's key."""
+    for site in public_keys:
+        _check_name(site, "site", str(path))
     keys = _checked_keys(
         {site: load_node_key(text, what=f"site {site!r}") for site, text in public_keys.items()},
         source=str(path),
@@ -214,7 +215,12 @@ def read_enrolment(path: Path, ca_certificate: Path, *, study: str | None = None
     ``study`` is given and differs.
     """
     source = str(path)
-    document = _read_toml(path)
+    document = read_toml_file(
+        path,
+        EnrolmentError,
+        what="enrolment",
+        hint="check the 'enrolment' field of the configuration",
+    )
     table = document.get("enrolment")
     if not isinstance(table, dict) or set(table) != {"study", "signature", "sites"}:
         raise EnrolmentError(
@@ -233,28 +239,15 @@ def read_enrolment(path: Path, ca_certificate: Path, *, study: str | None = None
             raise EnrolmentError(f"enrolment {source}: site {site!r}: the key must be text")
         keys[site] = load_node_key(text, what=f"enrolment {source}: site {site!r}")
     keys = _checked_keys(keys, source=source)
-    _verify(signature, signed_bytes(name, keys), _ca_public_key(ca_certificate), source)
+    _verify(signature, signed_bytes(name, keys), ca_public_key(ca_certificate), source)
     return Enrolment(name, keys, source)
 
 
-def _read_toml(path: Path) -> dict:
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise EnrolmentError(
-            f"enrolment {path}: cannot be read ({error.strerror or error}); check the "
-            "'enrolment' field of the configuration"
-        ) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise EnrolmentError(f"enrolment {path}: not valid TOML ({error})") from None
-
-
 def _check_name(value: object, what: str, source: str) -> None:
-    if not isinstance(value, str) or not NAME.match(value):
-        raise EnrolmentError(
-            f"enrolment {source}: {what} name {value!r} is not 1-200 letters, digits, '_', "
-            "'.' or '-'"
-        )
+    """The names ``site.toml`` and ``study.toml`` accept (:mod:`studyfiles.names`)."""
+    problem = name_problem(value)
+    if problem is not None:
+        raise EnrolmentError(f"enrolment {source}: {what} name: {problem}")
 
 
 def _checked_keys(
@@ -273,7 +266,8 @@ def _checked_keys(
     return dict(keys)
 
 
-def _ca_public_key(path: Path) -> ec.EllipticCurvePublicKey:
+def ca_public_key(path: Path) -> ec.EllipticCurvePublicKey:
+    """The study CA's public key, from its certificate (PEM); :class:`EnrolmentError` otherwise."""
     try:
         certificate = x509.load_pem_x509_certificate(path.read_bytes())
     except OSError as error:

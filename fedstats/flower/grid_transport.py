@@ -32,7 +32,7 @@ from typing import Any
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from fedstats.errors import SiteLost, SitesMissingError
+from fedstats.errors import MessageFormatError, SiteLost, SitesMissingError
 from fedstats.flower import messages
 from fedstats.flower.enrolment import Enrolment
 from fedstats.flower.site_claims import SiteClaims, node_keys
@@ -131,18 +131,23 @@ class GridLink:
 
     def _read_claims(self, asked: dict[str, int], wanted: set[str], found: dict[str, int]) -> None:
         """Admit the claims of the identify replies back so far (see :class:`SiteClaims`)."""
-        replies = [
-            (asked.pop(reply.metadata.reply_to_message_id, None), reply)
-            for reply in self.grid.pull_messages(list(asked))
-        ]
-        claims = [(node, reply) for node, reply in replies if node is not None]
-        claims = [(node, r) for node, r in claims if not r.has_error()]
+        claims: list[tuple[str, int]] = []
+        for reply in self.grid.pull_messages(list(asked)):
+            node = asked.pop(reply.metadata.reply_to_message_id, None)
+            if node is None:
+                continue
+            try:
+                site = messages.site_of(reply)
+            except MessageFormatError as error:  # any registered node is asked: not a claim
+                log.warning("node %s: identify reply ignored: %s", node, error)
+                continue
+            if site in wanted:
+                claims.append((site, node))
         if not claims:
             return
         keys = node_keys(self.grid)
-        for node, reply in claims:
-            site = messages.site_of(reply)
-            if site in wanted and self.claims.admit(site, node, keys.get(node)):
+        for site, node in claims:
+            if self.claims.admit(site, node, keys.get(node)):
                 found[site] = node
 
     # -- requests ---------------------------------------------------------------------

@@ -56,7 +56,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from fedstats.errors import StudyConfigurationError, StudyPkiError
-from fedstats.flower.enrolment import Enrolment, read_enrolment, write_enrolment
+from fedstats.flower.enrolment import Enrolment, ca_public_key, write_enrolment
 from fedstats.secagg.roster import write_roster
 
 CURVE = ec.SECP256R1()
@@ -176,9 +176,12 @@ def enrol_sites(out: Path, ca: StudyCa, study: str, public_keys: dict[str, str])
         raise StudyPkiError(f"{ca.key} is not the EC key of a study CA made by this module")
     if not ca.certificate.is_file():
         raise StudyPkiError(f"{ca.certificate}: no study CA certificate beside its key")
-    written = write_enrolment(out, study, public_keys, ca_key)
-    read_enrolment(out, ca.certificate, study=study)  # the key is the certificate's own
-    return written
+    if ca_public_key(ca.certificate).public_numbers() != ca_key.public_key().public_numbers():
+        raise StudyPkiError(
+            f"{ca.key} is not the key of {ca.certificate}: no party could verify the list it "
+            "signs; give the folder holding the study CA's own certificate and key"
+        )
+    return write_enrolment(out, study, public_keys, ca_key)
 
 
 def _site_keys(items: Sequence[str]) -> dict[str, str]:

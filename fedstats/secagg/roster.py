@@ -43,7 +43,6 @@ and ``site.toml``::
 from __future__ import annotations
 
 import json
-import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 
 from fedstats.errors import StudyConfigurationError
+from fedstats.toml_config import read_toml_file
 
 SIGNATURE_HEX_CHARS = 2 * 80
 """Longest signature a site sends: Ed25519 (64 bytes) or DER-encoded ECDSA P-256 (<= 72)."""
@@ -161,15 +161,12 @@ def load_roster_pin(section: Any, *, site: str) -> RosterPin:
 
 def read_roster(path: Path) -> dict[str, PublicKey]:
     """Sites and their signing public keys from a roster file."""
-    try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
-        raise StudyConfigurationError(
-            f"roster {path}: cannot be read ({error.strerror or error}); check "
-            "[secure_aggregation] roster in site.toml"
-        ) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as error:
-        raise StudyConfigurationError(f"roster {path}: not valid TOML ({error})") from None
+    document = read_toml_file(
+        path,
+        StudyConfigurationError,
+        what="roster",
+        hint="check [secure_aggregation] roster in site.toml",
+    )
     table = document.get("roster")
     listed = table.get("sites") if isinstance(table, dict) else None
     if not isinstance(listed, dict) or len(listed) < 2:

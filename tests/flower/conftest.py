@@ -13,7 +13,7 @@ import json
 import time
 
 import pytest
-from flower_study import FITS, SITES
+from flower_study import FITS, SITES, stopped_after
 
 from fedstats import Federation, datasets
 from fedstats.flower.local_study import LocalStudy, write_study
@@ -27,17 +27,13 @@ def tcga_over_flower(tmp_path_factory: pytest.TempPathFactory) -> dict:
     frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in SITES}
     root = tmp_path_factory.mktemp("flower")
     local = LocalStudy(root)
-    try:
+    with stopped_after(local):
         local.start(frames)
         out = root / "out"
         study = write_study(root, SITES, FITS, out=out)
         started = time.perf_counter()
         status = local.run(study, out)
         seconds = time.perf_counter() - started
-    finally:
-        local.close()
-        for process in local.all_processes() + local.stopped:
-            assert process.poll() is not None, f"process {process.args} still runs"
     assert status["status"] == "completed", status
     config = load_study_config(study)
     embedded_config = config.model_copy(

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from fedstats.flower.local_study import LocalStudy
 
 DEEP_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("torch", "opacus"))
 """Without the deep extra the study has no deep fit (its tests are marked ``deep``)."""
@@ -63,3 +67,14 @@ prior_malignancy_yes = [0, 1]
 """
 if DEEP_EXTRA:
     FITS += DEEP_FIT
+
+
+@contextmanager
+def stopped_after(local: LocalStudy) -> Iterator[LocalStudy]:
+    """``local`` while the block runs; then it is closed and every process it started has exited."""
+    try:
+        yield local
+    finally:
+        local.close()
+        for process in local.all_processes() + local.stopped:
+            assert process.poll() is not None, f"process {process.args} still runs"

@@ -16,13 +16,13 @@ import time
 from pathlib import Path
 
 import pytest
+from flower_study import SITES, stopped_after
 
 import accounting
 from fedstats import datasets
 from fedstats.flower.local_study import LocalStudy, write_study
 from fedstats.jobs.site_journal import SiteJournal, reconcile
 
-SITES = ["region_0", "region_1", "region_2"]
 VICTIM = "region_1"
 FITS = """
 [[fits]]
@@ -54,12 +54,8 @@ def kill_after(study: LocalStudy, site: str, requests: int, timeout: float = 120
 def study(tmp_path_factory: pytest.TempPathFactory):
     frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in SITES}
     local = LocalStudy(tmp_path_factory.mktemp("faults"))
-    try:
+    with stopped_after(local):
         yield local.start(frames)
-    finally:
-        local.close()
-        for process in local.all_processes() + local.stopped:
-            assert process.poll() is not None, f"process {process.args} still runs"
 
 
 def submit(study: LocalStudy, out: Path, **policy) -> int:

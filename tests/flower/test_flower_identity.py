@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives import serialization
+from flower_study import SITES, stopped_after
 
 from fedstats import Federation, datasets
 from fedstats.flower.enrolment import fingerprint
@@ -34,7 +35,6 @@ from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.study_config import load_study_config
 from fedstats.jobs.study_fits import run_fits
 
-SITES = ["region_0", "region_1", "region_2"]
 IMPOSTOR = "region_3"
 FORGER = "forger"
 FITS = """
@@ -51,7 +51,7 @@ def impostor_study(tmp_path_factory: pytest.TempPathFactory):
     real = {s: frames[s] for s in SITES}
     root = tmp_path_factory.mktemp("identity")
     local = LocalStudy(root, tls=True, node_auth=True, enrol=True)
-    try:
+    with stopped_after(local):
         local.start(real, parties=[IMPOSTOR])
         local.add_site(IMPOSTOR, frames[IMPOSTOR], claims="region_1", checks_enrolment=False)
         local.add_site(FORGER, frames[IMPOSTOR], claims="region_1")
@@ -59,10 +59,6 @@ def impostor_study(tmp_path_factory: pytest.TempPathFactory):
         out = root / "out"
         study = write_study(root, SITES, FITS, out=out, identity=local.identity, identify_grace=60)
         status = local.run(study, out, timeout=300)
-    finally:
-        local.close()
-        for process in local.all_processes() + local.stopped:
-            assert process.poll() is not None, f"process {process.args} still runs"
     config = load_study_config(study)
     return local, status, out, config, frames
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from flower_study import SITES, stopped_after
 
 from fedstats import Federation, datasets
 from fedstats.flower.local_study import LocalStudy, write_study
@@ -26,7 +27,6 @@ from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.study_config import load_study_config
 from fedstats.jobs.study_fits import run_fits
 
-SITES = ["region_0", "region_1", "region_2"]
 UNREGISTERED = "unregistered_site"
 UNTRUSTING = "untrusting_site"
 FITS = """
@@ -41,13 +41,9 @@ formula = "event ~ age_at_index + ajcc_pathologic_n_n1 + prior_malignancy_yes"
 def secure_study(tmp_path_factory: pytest.TempPathFactory):
     frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in SITES}
     local = LocalStudy(tmp_path_factory.mktemp("tls"), tls=True, node_auth=True)
-    try:
+    with stopped_after(local):
         local.start(frames)
         yield local, frames
-    finally:
-        local.close()
-        for process in local.all_processes() + local.stopped:
-            assert process.poll() is not None, f"process {process.args} still runs"
 
 
 def test_logistic_over_tls_and_node_auth_equals_the_embedded_runtime(

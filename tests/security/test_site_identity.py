@@ -13,16 +13,19 @@ The same attack over real Flower processes: ``tests/flower/test_flower_identity.
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
+import time
 import tomllib
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from flwr.app import ConfigRecord, RecordDict
 from flwr.proto.node_pb2 import NodeInfo
 from flwr.supercore.task_identity import TaskIdentity
 from hypothesis import HealthCheck, given, settings
@@ -32,6 +35,7 @@ from fedstats import datasets
 from fedstats.errors import ConfigError, EnrolmentError, SiteIdentityError, SitesMissingError
 from fedstats.flower import messages, study_pki
 from fedstats.flower.enrolment import (
+    ENROLMENT_VERSION,
     fingerprint,
     key_line,
     read_enrolment,
@@ -179,6 +183,35 @@ def test_a_late_impostor_is_seen_and_refused_after_every_site_was_found(pki) -> 
     assert [r["node"] for r in coordinator.claims.refused] == ["99"]
 
 
+class SilentGrid(NodesGrid):
+    """A grid whose node 98 is online but never answers ``query.identify``."""
+
+    def pull_messages(self, message_ids) -> list[Reply]:
+        return super().pull_messages([m for m in message_ids if self.pending.get(m) != 98])
+
+
+def test_discovery_waits_no_grace_once_every_online_node_has_answered(pki) -> None:
+    """identify_grace is a wait for nodes that have not answered yet, not a pause added to
+    every study: with every node's answer in, discovery returns at once."""
+    grid = NodesGrid(
+        {11: (pki.public["region_0"], "region_0"), 12: (pki.public["region_1"], "region_1")}
+    )
+    coordinator = link(grid, pki, identify_grace=30.0, discovery_timeout=60.0)
+    started = time.monotonic()
+    assert coordinator.discover(["region_0", "region_1"]) == {"region_0": 11, "region_1": 12}
+    assert time.monotonic() - started < 5.0
+
+
+def test_a_node_that_never_answers_delays_discovery_by_the_grace_only(pki) -> None:
+    grid = SilentGrid(
+        {98: (pki.public["region_3"], "region_1"), 11: (pki.public["region_0"], "region_0")}
+    )
+    coordinator = link(grid, pki, identify_grace=0.5, discovery_timeout=60.0)
+    started = time.monotonic()
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    assert 0.5 <= time.monotonic() - started < 10.0
+
+
 def test_an_impostor_alone_is_never_served_and_the_site_is_named_missing(pki) -> None:
     grid = NodesGrid(
         {11: (pki.public["region_0"], "region_0"), 99: (pki.public["region_3"], "region_1")}
@@ -228,6 +261,76 @@ def test_any_key_bytes_a_node_reports_are_refused_unless_enrolled(pki, raw: byte
     coordinator = link(grid, pki)
     assert coordinator.discover(["region_0"]) == {"region_0": 11}
     assert [r["node"] for r in coordinator.claims.refused] == ["98"]
+
+
+@pytest.mark.parametrize("form", ["rsa", "ed25519", "truncated", "openssh-of-another"])
+def test_a_node_reporting_malformed_or_foreign_key_bytes_is_refused(pki, form) -> None:
+    """Node 98 claims region_0 with key bytes that are not region_0's EC key: an RSA or
+    Ed25519 key, region_0's own PEM cut short, or another party's key in OpenSSH form.
+    It is refused, and region_0 is reached through its own node."""
+    from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
+    pem = serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    raw = {
+        "rsa": lambda: rsa.generate_private_key(65537, 2048).public_key().public_bytes(*pem),
+        "ed25519": lambda: ed25519.Ed25519PrivateKey.generate().public_key().public_bytes(*pem),
+        "truncated": lambda: pki.public["region_0"].public_bytes(*pem)[:-40],
+        "openssh-of-another": lambda: key_line(pki.public["region_3"]).encode(),
+    }[form]()
+    grid = RawKeyGrid({98: (None, "region_0"), 11: (pki.public["region_0"], "region_0")}, raw)
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    (refused,) = coordinator.claims.refused
+    assert refused["node"] == "98"
+    assert refused["enrolled_fingerprint"] == fingerprint(pki.public["region_0"])
+
+
+class GarbledGrid(NodesGrid):
+    """A grid whose node 98 answers ``query.identify`` with ``content`` (no readable name)."""
+
+    def __init__(self, nodes, content) -> None:
+        super().__init__(nodes)
+        self.content = content
+        self.garbled: set[str] = set()
+
+    def pull_messages(self, message_ids) -> list[Reply]:
+        replies = super().pull_messages(message_ids)
+        for reply in replies:
+            if reply.metadata.reply_to_message_id in self.garbled:
+                reply.content = self.content
+        return replies
+
+    def push_messages(self, outgoing) -> list[str]:
+        ids = super().push_messages(outgoing)
+        self.garbled |= {
+            m
+            for m, message in zip(ids, outgoing, strict=True)
+            if message.metadata.dst_node_id == 98
+        }
+        return ids
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        messages.identity(""),
+        RecordDict(),
+        RecordDict({messages.RECORD: ConfigRecord({messages.SITE: 7})}),
+    ],
+    ids=["empty-name", "no-record", "number"],
+)
+def test_a_registered_node_answering_identify_with_no_readable_name_stops_no_study(
+    pki, content
+) -> None:
+    """Any registered node may be asked who it is (even one of another study): an answer
+    that carries no site name is not a claim, and discovery goes on with the real sites."""
+    grid = GarbledGrid(
+        {98: (pki.public["region_3"], "region_0"), 11: (pki.public["region_0"], "region_0")},
+        content,
+    )
+    coordinator = link(grid, pki)
+    assert coordinator.discover(["region_0"]) == {"region_0": 11}
+    assert coordinator.claims.refused == []
 
 
 def test_two_nodes_claiming_one_name_without_an_enrolment_list_are_both_refused() -> None:
@@ -290,6 +393,66 @@ def test_one_key_cannot_be_enrolled_for_two_sites(pki, tmp_path: Path) -> None:
         write_enrolment(tmp_path / "e.toml", STUDY, {"a": line, "b": line}, ca_key)
 
 
+def test_a_signed_list_enrolling_one_key_under_two_names_is_refused_when_read(pki, tmp_path):
+    """Signed by the study CA itself (not through write_enrolment): a node holding that key
+    could claim either name, so the list is refused by whoever reads it."""
+    line = key_line(pki.public["region_3"])
+    path = signed_list(tmp_path / "e.toml", pki, STUDY, [("region_1", line), ("region_3", line)])
+    with pytest.raises(EnrolmentError, match="enrolled for both 'region_1' and 'region_3'"):
+        read_enrolment(path, pki.ca.certificate, study=STUDY)
+
+
+def test_a_list_validly_signed_by_another_studys_ca_is_refused_by_coordinator_and_site(
+    pki, tmp_path
+) -> None:
+    """Another study's CA (same study name, a valid signature of its own) binds region_1 to
+    region_3's key: the coordinator and region_3's node both refuse it (this study's CA)."""
+    other = study_pki.make_study_ca(tmp_path / "other", STUDY)
+    other_key = serialization.load_pem_private_key(other.key.read_bytes(), None)
+    forged = [("region_1", key_line(pki.public["region_3"]))]
+    path = signed_list(tmp_path / "forged.toml", pki, STUDY, forged, ca_key=other_key)
+    assert read_enrolment(path, other.certificate).fingerprint("region_1") == fingerprint(
+        pki.public["region_3"]
+    )  # the signature is valid, for the other CA
+    with pytest.raises(EnrolmentError, match="did not sign"):
+        read_enrolment(path, pki.ca.certificate, study=STUDY)
+    site = site_toml(tmp_path, pki, "region_1", key_of="region_3")
+    site.write_text(site.read_text().replace(str(pki.enrolment), str(path)))
+    with pytest.raises(EnrolmentError, match="did not sign"):
+        check_site_identity(load_site_config(site))
+
+
+def signed_list(path: Path, pki, study: str, sites: list[tuple[str, str]], ca_key=None) -> Path:
+    """An enrolment file binding ``sites`` (name, key line), validly signed by ``ca_key`` (by
+    default the study CA's): what a CA holder can write, whatever ``write_enrolment`` allows."""
+    if ca_key is None:
+        ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), None)
+    canonical = sorted(sites)
+    message = json.dumps(
+        [ENROLMENT_VERSION, study, [list(item) for item in canonical]], separators=(",", ":")
+    ).encode()
+    signature = ca_key.sign(message, ec.ECDSA(hashes.SHA256())).hex()
+    lines = ["[enrolment]", f"study = {json.dumps(study)}", f'signature = "{signature}"', ""]
+    lines += ["[enrolment.sites]"] + [f"{json.dumps(s)} = {json.dumps(k)}" for s, k in sites]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("name", ["..", ".hidden", "-x", "a" * 101])
+def test_a_signed_enrolment_naming_a_site_no_configuration_accepts_is_refused(
+    pki, tmp_path, name
+) -> None:
+    """The list accepts exactly the names site.toml and study.toml accept
+    (:mod:`studyfiles.names`): ``..`` or a 101-letter name, even validly signed, is refused."""
+    line = key_line(pki.public["region_0"])
+    path = signed_list(tmp_path / "e.toml", pki, STUDY, [(name, line)])
+    with pytest.raises(EnrolmentError, match="site name"):
+        read_enrolment(path, pki.ca.certificate)
+    ca_key = serialization.load_pem_private_key(pki.ca.key.read_bytes(), None)
+    with pytest.raises(EnrolmentError, match="site name"):
+        write_enrolment(tmp_path / "w.toml", STUDY, {name: line}, ca_key)
+
+
 def test_the_enrolment_command_prints_ssh_keygen_fingerprints(pki, tmp_path, capsys) -> None:
     out = tmp_path / "enrolment.toml"
     study_pki.main(
@@ -308,6 +471,22 @@ def test_the_enrolment_command_prints_ssh_keygen_fingerprints(pki, tmp_path, cap
         assert shown == printed["region_1"]
     with pytest.raises(SystemExit):  # never overwritten
         study_pki.main(["enrol", "--out", str(out), "--ca", str(pki.root), "--study", STUDY])
+
+
+def test_enrolling_with_a_ca_key_that_is_not_the_certificates_writes_no_list(pki, tmp_path):
+    """A CA folder whose key is not its certificate's (another CA's key copied in) would sign a
+    list no party can verify: the command refuses before writing, so the officer can rerun it."""
+    other = study_pki.make_study_ca(tmp_path / "other", STUDY)
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(pki.ca.certificate, mixed / "study-ca.crt")
+    shutil.copy(other.key, mixed / "study-ca.key")
+    out = tmp_path / "enrolment.toml"
+    argv = ["enrol", "--out", str(out), "--ca", str(mixed), "--study", STUDY]
+    argv += [f"--node={s}={pki.keys[s].public_key}" for s in SITES]
+    with pytest.raises(SystemExit):
+        study_pki.main(argv)
+    assert not out.exists()
 
 
 FIELD_VALUES = st.one_of(
