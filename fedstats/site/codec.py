@@ -61,9 +61,9 @@ def decode(data: bytes) -> Any:
     data = bytes(data)
     if len(data) > MAX_MESSAGE_BYTES:
         raise CodecError(f"message of {len(data)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
-    if len(data) < len(MAGIC) + _HEADER.size or not data.startswith(MAGIC):
+    header_len = header_length(data)
+    if header_len is None:
         raise CodecError("not a fedstats message (bad magic)")
-    (header_len,) = _HEADER.unpack_from(data, len(MAGIC))
     start = len(MAGIC) + _HEADER.size
     if start + header_len > len(data):
         raise CodecError("truncated message header")
