@@ -171,7 +171,10 @@ def _read_arrays(table: Any, body: memoryview) -> list[np.ndarray]:
         itemsize = np.dtype(dtype).itemsize
         if math.prod(shape) * itemsize != nbytes or offset + nbytes > len(body):
             raise CodecError(f"array {i}: buffer size does not match shape {shape} and {dtype}")
-        arr = np.frombuffer(body[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
+        try:  # an empty array may declare dimensions numpy cannot hold
+            arr = np.frombuffer(body[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
+        except (ValueError, OverflowError) as exc:
+            raise CodecError(f"array {i}: shape {shape} cannot be made: {exc}") from None
         arrays.append(arr)
         expected_offset = offset + nbytes
     if expected_offset != len(body):

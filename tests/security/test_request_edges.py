@@ -90,6 +90,21 @@ def test_a_5000_digit_integer_is_a_malformed_request():
     assert "integer" in reply["error"]["values"]["reason"]
 
 
+@pytest.mark.parametrize(
+    "shape", [[0, 10**19], [0, 2**63 - 1], [0, 2**40, 2**40], [0, 2**31, 2**31, 2**31]]
+)
+def test_an_empty_array_with_a_dimension_numpy_cannot_hold_is_a_malformed_request(shape):
+    """An empty array's other dimensions may be anything its buffer of 0 bytes matches; numpy
+    refuses a dimension past 2**63 or a size past its address space with ``ValueError``, which
+    ended in ``InternalSiteError``."""
+    silo = Silo("s", frame(50, 0))
+    args = '{"variables":["age"],"x":{"$a":0}}'
+    header = '{"v":{"task":"describe","args":' + args + '},"b":[["<f8",' + str(shape) + ",0,0]]}"
+    reply = codec.decode(silo.handle(raw(header)))
+    assert reply["error"]["type"] == "MalformedRequestError", reply
+    assert "shape" in reply["error"]["values"]["reason"]
+
+
 @pytest.mark.parametrize("sigma", [1e300, 1e-300, 0.0, -1.0, float("nan"), float("inf"), 1e7, True])
 def test_a_noise_multiplier_out_of_range_is_a_malformed_request_naming_the_field(tmp_path, sigma):
     silo = Silo("s", frame(200, 0), ledger=ledger(tmp_path, "s"))
