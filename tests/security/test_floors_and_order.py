@@ -131,6 +131,45 @@ def test_the_recorder_refuses_unsafe_fit_and_site_names(tmp_path, name):
     assert checked_name("fit", "fit_1.v2") == "fit_1.v2"
 
 
+LOOK_ALIKES = [
+    "regi\u043en_1",  # Cyrillic o
+    "r\u0435gion_1",  # Cyrillic e
+    "region_\uff11",  # fullwidth digit one
+    "\u0130stanbul",  # dotted capital I
+    "region_1\u200b",  # zero-width space
+    "site\u00a0a",  # no-break space
+    "a\u202eb",  # right-to-left override
+    "\ufb01t_1",  # the ligature fi
+    "\u212a",  # Kelvin sign, which case-folds to K
+]
+
+
+@pytest.mark.parametrize("name", LOOK_ALIKES)
+def test_a_name_with_a_unicode_look_alike_is_refused_everywhere(tmp_path, name):
+    """A site named with a Cyrillic letter or an invisible character would read as an
+    enrolled site's name in a log or a report; every layer refuses it for the same reason."""
+    import pandas as pd
+
+    from fedstats.errors import ConfigError
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.site.silo import Silo
+    from reports.errors import RecordingError
+    from reports.layout import checked_name
+
+    with pytest.raises(StudyConfigurationError, match="site name"):
+        Silo(name, pd.DataFrame({"x": [1.0, 2.0]}))
+    with pytest.raises(RecordingError, match="starting with a letter or digit"):
+        checked_name("site", name)
+    path = tmp_path / "site.toml"
+    path.write_text(
+        f'[site]\nname = {_toml(name)}\nworkdir = "work"\n'
+        '[data]\nframe = "frame.parquet"\n[privacy]\nledger = "site.ledger"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_site_config(path)
+    assert "site.name" in str(info.value)
+
+
 # ----------------------------------------------------------------- order: limits before work
 class SpyRegistry:
     """The site's registry, with every handler, data check and cost of a task counted."""
@@ -212,6 +251,41 @@ def test_a_design_of_100000_agreed_levels_is_refused_before_any_work():
     assert wide.log[-1].reason == "resources"
 
 
+@pytest.mark.parametrize(
+    "formula",
+    [
+        "disease ~ C(cp):C(restecg):C(exang)",
+        "disease ~ C(cp)*C(restecg)*C(exang)",
+        "disease ~ (C(cp) + C(restecg) + C(exang))**3",
+        "disease ~ cp:restecg:exang",
+    ],
+)
+def test_levels_that_multiply_through_an_interaction_are_refused_before_any_work(formula):
+    """Three factors of 11 agreed levels each: a header of 450 bytes, a design of 1,331
+    columns and more (above ``max_design_columns``), which no single factor shows."""
+    from fedstats.site import codec
+    from fedstats.site.resource_limits import design_width
+    from fedstats.site.silo import Silo
+
+    spy = SpyRegistry()
+    silo = Silo("cleveland", cleveland(), registry=spy)
+    design = {
+        "formula": formula, "outcome": "disease",
+        "variables": ["cp", "restecg", "exang", "disease"],
+        "levels": {v: list(range(11)) for v in ("cp", "restecg", "exang")},
+        "columns": ["Intercept"], "site_intercepts": False, "sites": ["cleveland"],
+        "offset": None, "missing": "raise", "outcome_kind": "binary", "strata": [],
+        "weights": None, "exposure": None,
+    }  # fmt: skip
+    assert design_width(design) > 11**3
+    request = codec.encode({"task": "prepare", "args": {"design": design}})
+    assert len(request) < 1_000
+    reply, seconds = ask_timed(silo, request)
+    assert reply["error"]["type"] == "ResourceLimitError", reply
+    assert reply["error"]["values"]["limit"] == "max_design_columns"
+    assert spy.calls == [] and seconds < 1.0
+
+
 @pytest.mark.deep
 def test_a_network_of_268_million_parameters_is_refused_before_it_is_built():
     """The attack (16 hidden layers of 4,096, a few weights sent) cost 6.4 s and 1.44 GB."""
@@ -266,6 +340,34 @@ def test_a_64_megabyte_header_is_refused_before_it_is_parsed():
     silo = Silo("cleveland", cleveland(), registry=spy, limits=small)
     reply, seconds = ask_timed(silo, request)
     assert reply["error"]["values"]["limit"] == "max_header_bytes" and seconds < 1.0
+
+
+@pytest.mark.parametrize("declared", [0, 16, 512 * 2**10, 512 * 2**10 + 1, 3 * 2**20, 2**32 - 1])
+@pytest.mark.parametrize("body_bytes", [2, 3 * 2**20])
+def test_a_header_length_that_lies_is_refused_before_any_work(declared, body_bytes):
+    """The first eight bytes declare the header's length: declaring less than the header
+    holds cuts the JSON (malformed); declaring more than the limit is refused from the
+    declaration alone, whatever follows (also on a message of a few bytes); declaring more
+    than the message holds is a truncated header. Never an internal failure, no task runs."""
+    import struct
+
+    from fedstats.site.silo import Silo
+
+    spy = SpyRegistry()
+    silo = Silo("cleveland", cleveland(), registry=spy)
+    if body_bytes == 2:
+        body = b"{}"
+    else:
+        body = b'{"v":{"task":"describe","args":{"variables":['
+        body += b'"age",' * ((body_bytes - len(body)) // 6) + b'"age"]}},"b":[]}'
+    reply, seconds = ask_timed(silo, b"FSC1" + struct.pack("<I", declared) + body)
+    error = reply["error"]
+    if declared > 512 * 2**10:  # the default max_header_bytes
+        assert error["type"] == "ResourceLimitError", reply
+        assert error["values"]["limit"] == "max_header_bytes"
+    else:
+        assert error["type"] == "MalformedRequestError", reply
+    assert spy.calls == [] and seconds < 1.0
 
 
 @pytest.mark.parametrize("field", ["max_header_bytes", "max_design_columns"])
