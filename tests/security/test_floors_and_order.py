@@ -316,6 +316,69 @@ def test_a_network_of_268_million_parameters_is_refused_before_it_is_built():
     assert spy.calls == [] and seconds < 1.0
 
 
+def deep_train_args(hidden: list[int], steps: int, *, private: bool) -> dict:
+    """An honest ``deep.train`` request at Cleveland (weights that match the network)."""
+    import numpy as np
+
+    from fedstats.deep.models import build_model
+    from fedstats.deep.site_tasks import DP_GROUP
+
+    design = {
+        "formula": "disease ~ age + chol", "outcome": "disease",
+        "variables": ["age", "chol", "disease"], "levels": {},
+        "columns": ["Intercept", "age", "chol"], "site_intercepts": False,
+        "sites": ["cleveland"], "offset": None, "missing": "raise", "outcome_kind": "binary",
+        "strata": [], "weights": None, "exposure": None,
+    }  # fmt: skip
+    model = build_model("mlp", 2, {"hidden": hidden})
+    args = {
+        "design": design, "scaling": np.array([[0.0, 1.0], [50.0, 30.0], [250.0, 150.0]]),
+        "model": "mlp", "hyper": {"hidden": hidden},
+        "weights": [p.detach().numpy().copy() for p in model.parameters()],
+        "algorithm": "fedavg", "lr": 0.01, "batch_size": 32, "local_steps": steps,
+        "analysis": "a",
+    }  # fmt: skip
+    if private:
+        args["dp_sgd"] = {"sample_rate": 0.1, "noise_multiplier": 1.0, "max_grad_norm": 1.0,
+                          "steps": steps, "engine": "auto"}  # fmt: skip
+        args["dp"] = {"noise_multipliers": {DP_GROUP: 1.0}, "study": "st", "analysis": "a",
+                      "note": ""}  # fmt: skip
+    return args
+
+
+@pytest.mark.deep
+def test_training_work_counts_every_step_and_every_example_a_step_passes(tmp_path):
+    """``max_work`` counts local steps x examples per step x parameters, with at least
+    ``STEP_UNITS`` per step: 501 steps of the smallest network are refused (a step's fixed
+    overhead); one private step of a 700,000-parameter network is refused (per-example
+    gradients of all 303 rows), while the same step without privacy (a batch of 32) is
+    within the limit. Refused before any row is read and before anything is charged."""
+    import accounting
+    from fedstats.deep.site_tasks import STEP_UNITS, train_cost
+    from fedstats.site import codec
+    from fedstats.site.resource_limits import RequestLimits
+    from fedstats.site.silo import Silo
+
+    limit = RequestLimits().max_work
+    assert limit == 500 * STEP_UNITS
+    spy = SpyRegistry()
+    spy.get("deep.train")  # torch and Opacus are imported on the first deep request
+    book = accounting.Ledger(tmp_path / "site.ledger")
+    scope = accounting.Scope("patient", "cleveland", "st")
+    book.set_budget(scope, 1e6, 1e-5)
+    silo = Silo("cleveland", cleveland(), registry=spy, ledger=book)
+    wide = [4096, 170]
+    for args in (deep_train_args([1], 501, private=False), deep_train_args(wide, 1, private=True)):
+        reply, seconds = ask_timed(silo, codec.encode({"task": "deep.train", "args": args}))
+        assert reply["error"]["type"] == "ResourceLimitError", reply
+        assert reply["error"]["values"]["limit"] == "max_work"
+        assert spy.calls == ["cost"] and seconds < 1.0
+        spy.calls.clear()
+    assert book.entries(scope) == []
+    assert train_cost(silo._context, deep_train_args([1], 500, private=False)) == limit
+    assert train_cost(silo._context, deep_train_args(wide, 1, private=False)) < limit
+
+
 def test_a_64_megabyte_header_is_refused_before_it_is_parsed():
     """The attack cost 17.6 s and 1.1 GB: the JSON was parsed before any limit was checked."""
     import struct
