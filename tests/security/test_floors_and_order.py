@@ -405,6 +405,47 @@ def test_a_64_megabyte_header_is_refused_before_it_is_parsed():
     assert reply["error"]["values"]["limit"] == "max_header_bytes" and seconds < 1.0
 
 
+def test_the_site_service_refuses_a_64_megabyte_header_before_it_is_parsed(tmp_path):
+    """``fedstats site run`` answers through :class:`~fedstats.jobs.site_service.SiteService`,
+    which journals each request's task before the silo runs: reading that task decoded the
+    whole request first, and the header limit was passed by (the attack's seconds and
+    gigabyte came back). A request the limits refuse is journalled with no task."""
+    import json
+    import struct
+    import time
+
+    import tomli_w
+
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.jobs.site_journal import JOURNAL_FILE
+    from fedstats.jobs.site_service import SiteService
+    from fedstats.site import codec
+
+    cleveland().to_parquet(tmp_path / "frame.parquet")
+    config = {
+        "site": {"name": "cleveland", "workdir": str(tmp_path / "work")},
+        "data": {"frame": str(tmp_path / "frame.parquet")},
+        "privacy": {"ledger": str(tmp_path / "site.ledger")},
+    }
+    (tmp_path / "site.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
+    service = SiteService(load_site_config(tmp_path / "site.toml"))
+    body = b'{"v":{"task":"describe","args":{"variables":[' + b'"age",' * (10 * 2**20)
+    request = b"FSC1" + struct.pack("<I", len(body) + 16) + body + b'"age"]}},"b":[]}'
+    assert len(request) < service.silo.limits.max_request_bytes  # only the header is too long
+    try:
+        started = time.perf_counter()
+        reply = codec.decode(service.answer(request))
+        seconds = time.perf_counter() - started
+    finally:
+        service.close()
+    assert reply["error"]["type"] == "ResourceLimitError", reply
+    assert reply["error"]["values"]["limit"] == "max_header_bytes"
+    assert seconds < 1.0
+    lines = (tmp_path / "work" / JOURNAL_FILE).read_text().splitlines()
+    received = [json.loads(line) for line in lines if '"received"' in line]
+    assert received[-1]["task"] == "?"
+
+
 @pytest.mark.parametrize("declared", [0, 16, 512 * 2**10, 512 * 2**10 + 1, 3 * 2**20, 2**32 - 1])
 @pytest.mark.parametrize("body_bytes", [2, 3 * 2**20])
 def test_a_header_length_that_lies_is_refused_before_any_work(declared, body_bytes):
