@@ -144,10 +144,12 @@ LOOK_ALIKES = [
 ]
 
 
-@pytest.mark.parametrize("name", LOOK_ALIKES)
-def test_a_name_with_a_unicode_look_alike_is_refused_everywhere(tmp_path, name):
+@pytest.mark.parametrize("name", [*LOOK_ALIKES, "region_1.", "fit_1.v2."])
+def test_a_name_with_a_unicode_look_alike_or_a_trailing_dot_is_refused_everywhere(tmp_path, name):
     """A site named with a Cyrillic letter or an invisible character would read as an
-    enrolled site's name in a log or a report; every layer refuses it for the same reason."""
+    enrolled site's name in a log or a report, and Windows drops a trailing dot from a file
+    or folder name (``region_1.`` is ``region_1``); every layer refuses both for the same
+    reason."""
     import pandas as pd
 
     from fedstats.errors import ConfigError
