@@ -32,7 +32,8 @@ def _safe_name(value: str) -> str:
 
 Name = Annotated[str, AfterValidator(_safe_name)]
 """A site, study or fit name: 1-100 letters, digits, ``_ . -``, starting with a letter or digit
-(:mod:`studyfiles.names`), so never ``.``, ``..`` or a path: safe as a file or folder name."""
+and not ending with a dot (:mod:`studyfiles.names`), so never ``.``, ``..`` or a path: safe as a
+file or folder name."""
 
 
 def resolve_path(value: object, info: ValidationInfo) -> object:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 import accounting
-from fedstats.errors import CodecError, StudyConfigurationError
+from fedstats.errors import CodecError, ResourceLimitError, StudyConfigurationError
 from fedstats.jobs.ledger_heads import HEADS_FIELD, RUNS_DIR, check_ledger, head_records
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_identity import check_site_identity
@@ -28,6 +28,7 @@ from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger
 from fedstats.secagg.roster import load_roster_pin
 from fedstats.site import codec
 from fedstats.site.protocol import load_protocol
+from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.silo import Silo
 
 _log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ class SiteService:
     def answer(self, request: bytes) -> bytes:
         """Journal the request, let the silo answer, journal the answer, return the reply bytes."""
         seq = self.journal.next_seq()
-        task, analysis = _task_of(request)
+        task, analysis = _task_of(request, self.silo.limits)
         self.journal.append(
             {
                 "event": "received",
@@ -141,12 +142,13 @@ class SiteService:
         self.ledger.close()
 
 
-def _task_of(request: bytes) -> tuple[str, str | None]:
+def _task_of(request: bytes, limits: RequestLimits) -> tuple[str, str | None]:
     """The request's task and, for a private release, the analysis it names (``"?"``, None
-    when the bytes are not a request)."""
+    when the bytes are not a request, or are more than the silo's limits let it decode)."""
     try:
+        limits.check_request("?", "?", request)
         message = codec.decode(request)
-    except CodecError:
+    except (CodecError, ResourceLimitError):
         return "?", None
     if not isinstance(message, dict):
         return "?", None

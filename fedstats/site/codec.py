@@ -61,9 +61,9 @@ def decode(data: bytes) -> Any:
     data = bytes(data)
     if len(data) > MAX_MESSAGE_BYTES:
         raise CodecError(f"message of {len(data)} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit")
-    if len(data) < len(MAGIC) + _HEADER.size or not data.startswith(MAGIC):
+    header_len = header_length(data)
+    if header_len is None:
         raise CodecError("not a fedstats message (bad magic)")
-    (header_len,) = _HEADER.unpack_from(data, len(MAGIC))
     start = len(MAGIC) + _HEADER.size
     if start + header_len > len(data):
         raise CodecError("truncated message header")
@@ -171,7 +171,10 @@ def _read_arrays(table: Any, body: memoryview) -> list[np.ndarray]:
         itemsize = np.dtype(dtype).itemsize
         if math.prod(shape) * itemsize != nbytes or offset + nbytes > len(body):
             raise CodecError(f"array {i}: buffer size does not match shape {shape} and {dtype}")
-        arr = np.frombuffer(body[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
+        try:  # an empty array may declare dimensions numpy cannot hold
+            arr = np.frombuffer(body[offset : offset + nbytes], dtype=dtype).reshape(shape).copy()
+        except (ValueError, OverflowError) as exc:
+            raise CodecError(f"array {i}: shape {shape} cannot be made: {exc}") from None
         arrays.append(arr)
         expected_offset = offset + nbytes
     if expected_offset != len(body):

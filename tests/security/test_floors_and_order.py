@@ -131,6 +131,47 @@ def test_the_recorder_refuses_unsafe_fit_and_site_names(tmp_path, name):
     assert checked_name("fit", "fit_1.v2") == "fit_1.v2"
 
 
+LOOK_ALIKES = [
+    "regi\u043en_1",  # Cyrillic o
+    "r\u0435gion_1",  # Cyrillic e
+    "region_\uff11",  # fullwidth digit one
+    "\u0130stanbul",  # dotted capital I
+    "region_1\u200b",  # zero-width space
+    "site\u00a0a",  # no-break space
+    "a\u202eb",  # right-to-left override
+    "\ufb01t_1",  # the ligature fi
+    "\u212a",  # Kelvin sign, which case-folds to K
+]
+
+
+@pytest.mark.parametrize("name", [*LOOK_ALIKES, "region_1.", "fit_1.v2."])
+def test_a_name_with_a_unicode_look_alike_or_a_trailing_dot_is_refused_everywhere(tmp_path, name):
+    """A site named with a Cyrillic letter or an invisible character would read as an
+    enrolled site's name in a log or a report, and Windows drops a trailing dot from a file
+    or folder name (``region_1.`` is ``region_1``); every layer refuses both for the same
+    reason."""
+    import pandas as pd
+
+    from fedstats.errors import ConfigError
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.site.silo import Silo
+    from reports.errors import RecordingError
+    from reports.layout import checked_name
+
+    with pytest.raises(StudyConfigurationError, match="site name"):
+        Silo(name, pd.DataFrame({"x": [1.0, 2.0]}))
+    with pytest.raises(RecordingError, match="starting with a letter or digit"):
+        checked_name("site", name)
+    path = tmp_path / "site.toml"
+    path.write_text(
+        f'[site]\nname = {_toml(name)}\nworkdir = "work"\n'
+        '[data]\nframe = "frame.parquet"\n[privacy]\nledger = "site.ledger"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_site_config(path)
+    assert "site.name" in str(info.value)
+
+
 # ----------------------------------------------------------------- order: limits before work
 class SpyRegistry:
     """The site's registry, with every handler, data check and cost of a task counted."""
@@ -212,6 +253,41 @@ def test_a_design_of_100000_agreed_levels_is_refused_before_any_work():
     assert wide.log[-1].reason == "resources"
 
 
+@pytest.mark.parametrize(
+    "formula",
+    [
+        "disease ~ C(cp):C(restecg):C(exang)",
+        "disease ~ C(cp)*C(restecg)*C(exang)",
+        "disease ~ (C(cp) + C(restecg) + C(exang))**3",
+        "disease ~ cp:restecg:exang",
+    ],
+)
+def test_levels_that_multiply_through_an_interaction_are_refused_before_any_work(formula):
+    """Three factors of 11 agreed levels each: a header of 450 bytes, a design of 1,331
+    columns and more (above ``max_design_columns``), which no single factor shows."""
+    from fedstats.site import codec
+    from fedstats.site.resource_limits import design_width
+    from fedstats.site.silo import Silo
+
+    spy = SpyRegistry()
+    silo = Silo("cleveland", cleveland(), registry=spy)
+    design = {
+        "formula": formula, "outcome": "disease",
+        "variables": ["cp", "restecg", "exang", "disease"],
+        "levels": {v: list(range(11)) for v in ("cp", "restecg", "exang")},
+        "columns": ["Intercept"], "site_intercepts": False, "sites": ["cleveland"],
+        "offset": None, "missing": "raise", "outcome_kind": "binary", "strata": [],
+        "weights": None, "exposure": None,
+    }  # fmt: skip
+    assert design_width(design) > 11**3
+    request = codec.encode({"task": "prepare", "args": {"design": design}})
+    assert len(request) < 1_000
+    reply, seconds = ask_timed(silo, request)
+    assert reply["error"]["type"] == "ResourceLimitError", reply
+    assert reply["error"]["values"]["limit"] == "max_design_columns"
+    assert spy.calls == [] and seconds < 1.0
+
+
 @pytest.mark.deep
 def test_a_network_of_268_million_parameters_is_refused_before_it_is_built():
     """The attack (16 hidden layers of 4,096, a few weights sent) cost 6.4 s and 1.44 GB."""
@@ -242,6 +318,69 @@ def test_a_network_of_268_million_parameters_is_refused_before_it_is_built():
     assert spy.calls == [] and seconds < 1.0
 
 
+def deep_train_args(hidden: list[int], steps: int, *, private: bool) -> dict:
+    """An honest ``deep.train`` request at Cleveland (weights that match the network)."""
+    import numpy as np
+
+    from fedstats.deep.models import build_model
+    from fedstats.deep.site_tasks import DP_GROUP
+
+    design = {
+        "formula": "disease ~ age + chol", "outcome": "disease",
+        "variables": ["age", "chol", "disease"], "levels": {},
+        "columns": ["Intercept", "age", "chol"], "site_intercepts": False,
+        "sites": ["cleveland"], "offset": None, "missing": "raise", "outcome_kind": "binary",
+        "strata": [], "weights": None, "exposure": None,
+    }  # fmt: skip
+    model = build_model("mlp", 2, {"hidden": hidden})
+    args = {
+        "design": design, "scaling": np.array([[0.0, 1.0], [50.0, 30.0], [250.0, 150.0]]),
+        "model": "mlp", "hyper": {"hidden": hidden},
+        "weights": [p.detach().numpy().copy() for p in model.parameters()],
+        "algorithm": "fedavg", "lr": 0.01, "batch_size": 32, "local_steps": steps,
+        "analysis": "a",
+    }  # fmt: skip
+    if private:
+        args["dp_sgd"] = {"sample_rate": 0.1, "noise_multiplier": 1.0, "max_grad_norm": 1.0,
+                          "steps": steps, "engine": "auto"}  # fmt: skip
+        args["dp"] = {"noise_multipliers": {DP_GROUP: 1.0}, "study": "st", "analysis": "a",
+                      "note": ""}  # fmt: skip
+    return args
+
+
+@pytest.mark.deep
+def test_training_work_counts_every_step_and_every_example_a_step_passes(tmp_path):
+    """``max_work`` counts local steps x examples per step x parameters, with at least
+    ``STEP_UNITS`` per step: 501 steps of the smallest network are refused (a step's fixed
+    overhead); one private step of a 700,000-parameter network is refused (per-example
+    gradients of all 303 rows), while the same step without privacy (a batch of 32) is
+    within the limit. Refused before any row is read and before anything is charged."""
+    import accounting
+    from fedstats.deep.site_tasks import STEP_UNITS, train_cost
+    from fedstats.site import codec
+    from fedstats.site.resource_limits import RequestLimits
+    from fedstats.site.silo import Silo
+
+    limit = RequestLimits().max_work
+    assert limit == 500 * STEP_UNITS
+    spy = SpyRegistry()
+    spy.get("deep.train")  # torch and Opacus are imported on the first deep request
+    book = accounting.Ledger(tmp_path / "site.ledger")
+    scope = accounting.Scope("patient", "cleveland", "st")
+    book.set_budget(scope, 1e6, 1e-5)
+    silo = Silo("cleveland", cleveland(), registry=spy, ledger=book)
+    wide = [4096, 170]
+    for args in (deep_train_args([1], 501, private=False), deep_train_args(wide, 1, private=True)):
+        reply, seconds = ask_timed(silo, codec.encode({"task": "deep.train", "args": args}))
+        assert reply["error"]["type"] == "ResourceLimitError", reply
+        assert reply["error"]["values"]["limit"] == "max_work"
+        assert spy.calls == ["cost"] and seconds < 1.0
+        spy.calls.clear()
+    assert book.entries(scope) == []
+    assert train_cost(silo._context, deep_train_args([1], 500, private=False)) == limit
+    assert train_cost(silo._context, deep_train_args(wide, 1, private=False)) < limit
+
+
 def test_a_64_megabyte_header_is_refused_before_it_is_parsed():
     """The attack cost 17.6 s and 1.1 GB: the JSON was parsed before any limit was checked."""
     import struct
@@ -266,6 +405,75 @@ def test_a_64_megabyte_header_is_refused_before_it_is_parsed():
     silo = Silo("cleveland", cleveland(), registry=spy, limits=small)
     reply, seconds = ask_timed(silo, request)
     assert reply["error"]["values"]["limit"] == "max_header_bytes" and seconds < 1.0
+
+
+def test_the_site_service_refuses_a_64_megabyte_header_before_it_is_parsed(tmp_path):
+    """``fedstats site run`` answers through :class:`~fedstats.jobs.site_service.SiteService`,
+    which journals each request's task before the silo runs: reading that task decoded the
+    whole request first, and the header limit was passed by (the attack's seconds and
+    gigabyte came back). A request the limits refuse is journalled with no task."""
+    import json
+    import struct
+    import time
+
+    import tomli_w
+
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.jobs.site_journal import JOURNAL_FILE
+    from fedstats.jobs.site_service import SiteService
+    from fedstats.site import codec
+
+    cleveland().to_parquet(tmp_path / "frame.parquet")
+    config = {
+        "site": {"name": "cleveland", "workdir": str(tmp_path / "work")},
+        "data": {"frame": str(tmp_path / "frame.parquet")},
+        "privacy": {"ledger": str(tmp_path / "site.ledger")},
+    }
+    (tmp_path / "site.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
+    service = SiteService(load_site_config(tmp_path / "site.toml"))
+    body = b'{"v":{"task":"describe","args":{"variables":[' + b'"age",' * (10 * 2**20)
+    request = b"FSC1" + struct.pack("<I", len(body) + 16) + body + b'"age"]}},"b":[]}'
+    assert len(request) < service.silo.limits.max_request_bytes  # only the header is too long
+    try:
+        started = time.perf_counter()
+        reply = codec.decode(service.answer(request))
+        seconds = time.perf_counter() - started
+    finally:
+        service.close()
+    assert reply["error"]["type"] == "ResourceLimitError", reply
+    assert reply["error"]["values"]["limit"] == "max_header_bytes"
+    assert seconds < 1.0
+    lines = (tmp_path / "work" / JOURNAL_FILE).read_text().splitlines()
+    received = [json.loads(line) for line in lines if '"received"' in line]
+    assert received[-1]["task"] == "?"
+
+
+@pytest.mark.parametrize("declared", [0, 16, 512 * 2**10, 512 * 2**10 + 1, 3 * 2**20, 2**32 - 1])
+@pytest.mark.parametrize("body_bytes", [2, 3 * 2**20])
+def test_a_header_length_that_lies_is_refused_before_any_work(declared, body_bytes):
+    """The first eight bytes declare the header's length: declaring less than the header
+    holds cuts the JSON (malformed); declaring more than the limit is refused from the
+    declaration alone, whatever follows (also on a message of a few bytes); declaring more
+    than the message holds is a truncated header. Never an internal failure, no task runs."""
+    import struct
+
+    from fedstats.site.silo import Silo
+
+    spy = SpyRegistry()
+    silo = Silo("cleveland", cleveland(), registry=spy)
+    if body_bytes == 2:
+        body = b"{}"
+    else:
+        body = b'{"v":{"task":"describe","args":{"variables":['
+        body += b'"age",' * ((body_bytes - len(body)) // 6) + b'"age"]}},"b":[]}'
+    reply, seconds = ask_timed(silo, b"FSC1" + struct.pack("<I", declared) + body)
+    error = reply["error"]
+    if declared > 512 * 2**10:  # the default max_header_bytes
+        assert error["type"] == "ResourceLimitError", reply
+        assert error["values"]["limit"] == "max_header_bytes"
+    else:
+        assert error["type"] == "MalformedRequestError", reply
+    assert spy.calls == [] and seconds < 1.0
 
 
 @pytest.mark.parametrize("field", ["max_header_bytes", "max_design_columns"])

@@ -10,6 +10,7 @@ request of every task the site registry serves, at any depth, with a random JSON
 from __future__ import annotations
 
 import contextlib
+import math
 import struct
 
 import numpy as np
@@ -90,6 +91,21 @@ def test_a_5000_digit_integer_is_a_malformed_request():
     assert "integer" in reply["error"]["values"]["reason"]
 
 
+@pytest.mark.parametrize(
+    "shape", [[0, 10**19], [0, 2**63 - 1], [0, 2**40, 2**40], [0, 2**31, 2**31, 2**31]]
+)
+def test_an_empty_array_with_a_dimension_numpy_cannot_hold_is_a_malformed_request(shape):
+    """An empty array's other dimensions may be anything its buffer of 0 bytes matches; numpy
+    refuses a dimension past 2**63 or a size past its address space with ``ValueError``, which
+    ended in ``InternalSiteError``."""
+    silo = Silo("s", frame(50, 0))
+    args = '{"variables":["age"],"x":{"$a":0}}'
+    header = '{"v":{"task":"describe","args":' + args + '},"b":[["<f8",' + str(shape) + ",0,0]]}"
+    reply = codec.decode(silo.handle(raw(header)))
+    assert reply["error"]["type"] == "MalformedRequestError", reply
+    assert "shape" in reply["error"]["values"]["reason"]
+
+
 @pytest.mark.parametrize("sigma", [1e300, 1e-300, 0.0, -1.0, float("nan"), float("inf"), 1e7, True])
 def test_a_noise_multiplier_out_of_range_is_a_malformed_request_naming_the_field(tmp_path, sigma):
     silo = Silo("s", frame(200, 0), ledger=ledger(tmp_path, "s"))
@@ -100,6 +116,69 @@ def test_a_noise_multiplier_out_of_range_is_a_malformed_request_naming_the_field
     reply = codec.decode(silo.handle(request))
     assert reply["error"]["type"] == "MalformedRequestError", reply
     assert "noise_multipliers" in reply["error"]["values"]["reason"]
+
+
+@pytest.mark.parametrize(
+    ("sigma", "answer"),
+    [
+        (1e6, "ok"),  # MAX_NOISE_MULTIPLIER: accepted, costs next to nothing
+        (math.nextafter(1e6, math.inf), "MalformedRequestError"),
+        (1e-6, "BudgetExceededError"),  # MIN_NOISE_MULTIPLIER: accepted, then over budget
+        (math.nextafter(1e-6, 0.0), "MalformedRequestError"),
+    ],
+)
+def test_noise_multipliers_at_the_exact_bounds_are_accepted_and_one_step_beyond_refused(
+    tmp_path, sigma, answer
+):
+    from fedstats.site.private_release import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
+
+    assert (MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER) == (1e-6, 1e6)
+    book = ledger(tmp_path, "s")
+    silo = Silo("s", frame(200, 0), ledger=book)
+    fed = fedstats.Federation.in_process({"s": frame(200, 0)})
+    spec, _ = agreed_design(fed, "y ~ age", analysis="a")
+    dp = {"noise_multipliers": {"n_obs": sigma}, "study": "st", "analysis": "a", "note": ""}
+    request = codec.encode({"task": "prepare", "args": {"design": spec.to_wire(), "dp": dp}})
+    reply = codec.decode(silo.handle(request))
+    assert (reply["status"] if reply["status"] == "ok" else reply["error"]["type"]) == answer
+    if answer == "MalformedRequestError":
+        assert "noise_multipliers" in reply["error"]["values"]["reason"]
+    charged = book.entries(accounting.Scope(unit="patient", owner="s", study="st"))
+    assert len(charged) == (1 if answer == "ok" else 0)
+
+
+@pytest.mark.deep
+@pytest.mark.parametrize(
+    ("field", "value", "accepted"),
+    [
+        ("noise_multiplier", 1e6, True),
+        ("noise_multiplier", 1e-6, True),
+        ("noise_multiplier", math.nextafter(1e6, math.inf), False),
+        ("noise_multiplier", math.nextafter(1e-6, 0.0), False),
+        ("noise_multiplier", 1e300, False),
+        ("max_grad_norm", 1e6, True),
+        ("max_grad_norm", math.nextafter(1e6, math.inf), False),
+        ("max_grad_norm", 1e300, False),
+        ("max_grad_norm", 0.0, False),
+        ("max_grad_norm", float("inf"), False),
+    ],
+)
+def test_dp_sgd_noise_multiplier_and_clipping_norm_are_bounded_naming_the_block(
+    field, value, accepted
+):
+    """The clipping norm times the noise multiplier is the noise's scale: past about 1e154 its
+    square overflows in the accountant, so both are bounded where the request is read."""
+    from fedstats.deep.dp_sgd import DpSgdPlan
+    from fedstats.errors import MalformedRequestError
+
+    block = {"sample_rate": 0.5, "noise_multiplier": 1.0, "max_grad_norm": 1.0, "steps": 3,
+             "engine": "auto", field: value}  # fmt: skip
+    if accepted:
+        assert getattr(DpSgdPlan.from_args({"dp_sgd": block}), field) == value
+        return
+    with pytest.raises(MalformedRequestError) as info:
+        DpSgdPlan.from_args({"dp_sgd": block})
+    assert "'dp_sgd'" in str(info.value) and field in str(info.value)
 
 
 JSON = st.recursive(
