@@ -16,6 +16,7 @@ refuses the frame with a typed error before any charge.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -134,6 +135,11 @@ def patient_frames(draw) -> pd.DataFrame:
     return frame
 
 
+_LEDGER_NUMBERS = itertools.count()
+"""Each silo its own ledger file: hypothesis reuses ``tmp_path`` across examples, and a name
+built from ``id(frame)`` can repeat once a frame is collected."""
+
+
 class Recording:
     """A silo over ``frame`` whose tasks record their reply before the silo adds noise."""
 
@@ -141,7 +147,7 @@ class Recording:
         self.replies: list[dict[str, Any]] = []
         registry = TaskRegistry([dataclasses.replace(t, handler=self._wrap(t.handler))
                                  for t in private_tasks()])  # fmt: skip
-        self.ledger = accounting.Ledger(tmp_path / f"{id(frame)}-{len(frame)}.ledger")
+        self.ledger = accounting.Ledger(tmp_path / f"silo-{next(_LEDGER_NUMBERS)}.ledger")
         self.scope = accounting.Scope(unit="patient", owner=SITE, study=STUDY)
         self.ledger.set_budget(self.scope, epsilon=1e9, delta=1e-5)
         self.silo = Silo(SITE, frame, policy=POLICY, registry=registry, ledger=self.ledger)

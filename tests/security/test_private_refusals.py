@@ -315,3 +315,27 @@ def test_every_private_release_over_budget_is_refused_before_its_handler_runs(ta
     reply = ask(silo, task, CASES[task](0))
     assert reply["status"] == "error" and reply["error"]["type"] == "BudgetExceededError"
     assert called == [] and ledger.entries(scope) == []
+
+
+@pytest.mark.parametrize("task", ["logistic.summaries", "cox.piecewise_summaries"])
+def test_coefficients_beyond_the_clipped_bound_are_refused_before_the_charge(task, tmp_path):
+    """``B ||beta||`` past the bound that keeps every patient's term finite is refused from
+    the request alone (the task's schema), nothing charged, no row read."""
+    from test_dp_per_patient import CASES
+
+    rng = np.random.default_rng(0)
+    n = 40
+    data = pd.DataFrame(
+        {"x": rng.uniform(-4, 4, n), "w": rng.uniform(-4, 4, n), "y": rng.integers(0, 2, n),
+         "t": rng.uniform(0.1, 5, n), "e": rng.integers(0, 2, n)}
+    )  # fmt: skip
+    ledger = accounting.Ledger(tmp_path / "b.ledger")
+    scope = accounting.Scope(unit="patient", owner="only", study="st")
+    ledger.set_budget(scope, epsilon=100, delta=1e-5)
+    silo = Silo("only", data, ledger=ledger)
+    args = CASES[task](0)
+    args["beta"] = np.full(len(args["beta"]), 1e6)
+    reply = ask(silo, task, args)
+    assert reply["status"] == "error" and reply["error"]["type"] == "MalformedRequestError"
+    assert "beta" in reply["error"]["values"]["reason"]
+    assert ledger.entries(scope) == []

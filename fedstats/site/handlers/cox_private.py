@@ -85,8 +85,11 @@ def summaries_schema(args: dict[str, Any]) -> dict:
             site=None, task=None, reason=f"{TASK} is a differentially private release: "
             "the request needs a 'dp' block",
         )  # fmt: skip
-    dim = len(checked_grid(args)) + spec.n_params
-    _bounds(args, spec.n_params)
+    grid = checked_grid(args)
+    dim = len(grid) + spec.n_params
+    row_norm = _bounds(args, spec.n_params)[0]  # every argument, before any charge
+    check_linear_predictor_bound(row_norm, checked_beta(None, args, spec.n_params), MAX_LOG_HAZARD)
+    _alpha(args, len(grid))
     if gradient_only(args):
         return {"gradient": Array((dim,))}
     return {"gradient": Array((dim,)), "hessian": Array((dim, dim))}
@@ -109,7 +112,6 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     beta = checked_beta(ctx.name, args, spec.n_params)
     alpha = _alpha(args, len(grid))
     row_norm, scaling, score_bound, info_bound = _bounds(args, spec.n_params)
-    check_linear_predictor_bound(row_norm, beta, MAX_LOG_HAZARD)
     design = site_design(ctx, spec)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=TASK, reason="not a survival design")

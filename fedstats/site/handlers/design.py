@@ -599,7 +599,7 @@ def checked_group_levels(levels: Any, minimum: int) -> list:
     return levels
 
 
-def checked_beta(site: str, args: dict[str, Any], p: int) -> np.ndarray:
+def checked_beta(site: str | None, args: dict[str, Any], p: int) -> np.ndarray:
     """The request's coefficients ``beta``: ``p`` finite numbers, as float64."""
     beta = args.get("beta")
     if not (isinstance(beta, np.ndarray) and beta.shape == (p,)):

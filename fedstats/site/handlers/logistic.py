@@ -41,8 +41,9 @@ below it, so every patient's term is finite whatever the rows (``exp(700)`` is f
 
 def summaries_schema(args: dict[str, Any]) -> dict:
     p = spec_from_args(args).n_params
-    if args.get("dp") is not None or "clip" in args:
-        clip_from_args(args, p)
+    if args.get("dp") is not None or "clip" in args:  # from the request, before any charge
+        row_norm, _ = clip_from_args(args, p)
+        check_linear_predictor_bound(row_norm, checked_beta(None, args, p), MAX_PRIVATE_LOGIT)
     if args.get("dp") is not None:
         if gradient_only(args):
             return {"gradient": Array((p,))}
@@ -60,13 +61,10 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     spec = spec_from_args(args)
     beta = checked_beta(ctx.name, args, spec.n_params)
     private = ctx.private(args)
-    if private or "clip" in args:
-        row_norm, scaling = clip_from_args(args, spec.n_params)
-        check_linear_predictor_bound(row_norm, beta, MAX_PRIVATE_LOGIT)
     design = site_design(ctx, spec)
     X, y = design.X, design.y
-    if private or "clip" in args:
-        X = clipped_design(X, row_norm, scaling)
+    if private or "clip" in args:  # B ||beta|| was bounded by the schema, before any charge
+        X = clipped_design(X, *clip_from_args(args, spec.n_params))
     eta = X @ beta
     if design.offset is not None:
         eta = eta + design.offset
