@@ -261,11 +261,14 @@ def pld_epsilon(
     """
     delta = check_delta(delta)
     relation = Neighbouring.parse(neighbouring)
-    accountant = PLDAccountant(relation.to_dp_accounting(), value_discretization_interval)
     grouped = group_events(_events(events))
+    key = (event_to_json(grouped), delta, relation.key, float(value_discretization_interval))
+    if key in _PLD_EPSILONS:  # the same spending at several sites: discretised once
+        return _PLD_EPSILONS[key]
+    accountant = PLDAccountant(relation.to_dp_accounting(), value_discretization_interval)
     try:
         _compose(accountant, grouped, relation, "PLD")
-        return float(accountant.get_epsilon(delta))
+        epsilon = float(accountant.get_epsilon(delta))
     except (MemoryError, OverflowError) as error:
         reason = (
             f"its privacy-loss distribution cannot be discretised at interval "
@@ -277,3 +280,13 @@ def pld_epsilon(
             accountant="PLD",
             reason=reason,
         ) from None
+    if len(_PLD_EPSILONS) >= _PLD_EPSILONS_KEPT:
+        _PLD_EPSILONS.pop(next(iter(_PLD_EPSILONS)))
+    _PLD_EPSILONS[key] = epsilon
+    return epsilon
+
+
+_PLD_EPSILONS: dict[tuple[str, float, str, float], float] = {}
+""":func:`pld_epsilon`'s answers by (grouped events as JSON, delta, relation, interval): a
+pure function of its key, and the slowest figure a report computes."""
+_PLD_EPSILONS_KEPT = 256
