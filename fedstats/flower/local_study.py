@@ -323,7 +323,7 @@ class LocalStudy:
             processes.kill(process)
             self.stopped.append(process)
 
-    def run(self, study: Path, out: Path, timeout: float = 150) -> dict:
+    def run(self, study: Path, out: Path, timeout: float = 600) -> dict:
         """Submit the study and wait for its status.json to say completed or failed."""
         status_path = out / "status.json"
         status_path.unlink(missing_ok=True)

@@ -40,7 +40,12 @@ def answered(study: LocalStudy, site: str) -> int:
     return sum(1 for r in journal_of(study, site).records() if r["event"] == "answered")
 
 
-def kill_after(study: LocalStudy, site: str, requests: int, timeout: float = 120) -> None:
+WAIT = 400.0
+"""Seconds a test waits for a site or a run before it fails (with every log): the runs take
+30 to 60 s on an idle machine, several times that on a loaded 2-core one."""
+
+
+def kill_after(study: LocalStudy, site: str, requests: int, timeout: float = WAIT) -> None:
     """Kill ``site``'s processes once it has answered ``requests`` requests (mid-fit)."""
     deadline = time.monotonic() + timeout
     while answered(study, site) < requests:
@@ -65,7 +70,7 @@ def submit(study: LocalStudy, out: Path, **policy) -> int:
     return processes.submit_run(study.root / "user", config), config
 
 
-def wait_status(out: Path, run_id: int, timeout: float = 150) -> dict:
+def wait_status(study: LocalStudy, out: Path, run_id: int, timeout: float = WAIT) -> dict:
     deadline = time.monotonic() + timeout
     path = out / "status.json"
     while time.monotonic() < deadline:
@@ -74,7 +79,7 @@ def wait_status(out: Path, run_id: int, timeout: float = 150) -> dict:
             if status["run_id"] == run_id and status["status"] != "running":
                 return status
         time.sleep(0.1)
-    raise TimeoutError(f"run {run_id} did not finish")
+    raise TimeoutError(f"run {run_id} did not finish in {timeout:g} s: {study.logs()}")
 
 
 def check_consistency(study: LocalStudy) -> None:
@@ -104,7 +109,7 @@ def test_abort_names_the_lost_site_and_a_rerun_completes_the_study(study: LocalS
     out = study.root / "out-abort"
     run_id, config = submit(study, out, round_timeout=6, on_site_lost="abort")
     kill_after(study, VICTIM, requests=4)
-    status = wait_status(out, run_id)
+    status = wait_status(study, out, run_id)
     assert status["status"] == "failed"
     assert VICTIM in status["error"] and "abort" in status["error"]
     assert [entry["site"] for entry in status["lost"]] == [VICTIM]
@@ -123,7 +128,7 @@ def test_retry_finds_the_restarted_site_and_completes(study: LocalStudy) -> None
     before = answered(study, VICTIM)
     kill_after(study, VICTIM, requests=before + 5)
     study.start_node(VICTIM)
-    status = wait_status(out, run_id, timeout=240)
+    status = wait_status(study, out, run_id)
     assert status["status"] == "completed", status
     assert status["lost"] and {entry["site"] for entry in status["lost"]} == {VICTIM}
     check_consistency(study)
