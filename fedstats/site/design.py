@@ -13,6 +13,7 @@ columns or refuses with a typed error.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -259,6 +260,14 @@ def parse_formula(formula: str) -> ParsedFormula:
         raise FormulaError(f"a model formula needs an outcome and '~', got {formula!r}")
     if len(formula) > MAX_FORMULA_CHARS:
         raise FormulaError(f"a model formula may have at most {MAX_FORMULA_CHARS} characters")
+    return _parsed(formula)
+
+
+@functools.lru_cache(maxsize=256)
+def _parsed(formula: str) -> ParsedFormula:
+    """:func:`parse_formula` of a string within the length limit: a pure function of the
+    text, read once per formula (every round of a fit names the same one); refusals are
+    raised again each time."""
     try:
         parsed = Formula(formula)
         lhs_terms, rhs_terms = list(parsed.lhs), list(parsed.rhs)

@@ -232,9 +232,11 @@ class DifferencingGuard:
                     fresh_sets.append((label, bits))
             fresh_columns: list[tuple[str, np.ndarray]] = []
             kept = self._column_matrix(group, width)
+            others = np.empty((len(kept) + len(values), width))  # the kept, then the fresh
+            others[: len(kept)] = kept
             for label, column in values:
-                others = np.vstack([kept, *(c[None, :] for _, c in fresh_columns)])
-                close, same = near_copies(others, column, k, units)
+                compared = others[: len(kept) + len(fresh_columns)]
+                close, same = near_copies(compared, column, k, units)
                 if near is None and close.any():
                     unit = "rows" if units is None else "patients"
                     near = (
@@ -244,6 +246,7 @@ class DifferencingGuard:
                         f"those {unit}' values by subtraction (differencing guard)"
                     )
                 if not same.any():
+                    others[len(kept) + len(fresh_columns)] = column
                     fresh_columns.append((label, column))
             fresh = len(fresh_sets) + len(fresh_columns)
             cap = self.policy.max_guard_entries

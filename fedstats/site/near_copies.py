@@ -57,21 +57,44 @@ _BLOCK = 1 << 22
 """Most matrix cells compared at once (memory stays near 100 MB whatever is remembered)."""
 
 
+def extreme_values(column: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` smallest and the ``count`` largest distinct values of ``column`` (all of
+    them, sorted, when it holds fewer), without sorting the whole column: the distinct values
+    of its ``m`` smallest entries are every distinct value up to the ``m``-th smallest, so
+    ``m`` grows until they number ``count``."""
+
+    n = len(column)
+    m = 4 * count
+    while 2 * m < n:
+        ends = np.partition(column, (m - 1, n - m))  # both ends in one pass
+        low, high = np.unique(ends[:m]), np.unique(ends[n - m :])
+        if low.size >= count and high.size >= count:
+            return low[:count], high[-count:]
+        m *= 8
+    values = np.unique(column)
+    return values[:count], values[-count:]
+
+
 def anchor_pairs(column: np.ndarray, k: int) -> list[tuple[int, int]]:
     """The row pairs through which the candidate affine maps pass (module docstring): a
     row holding one of the ``k + 1`` smallest values with a row holding one of the ``k + 1``
     largest, up to ``k`` rows per value (every pair of distinct values when there are at
     most ``2 (k + 1)`` of them)."""
-    values = np.unique(column)
-    if values.size < 2:
+    smallest, largest = extreme_values(column, k + 2)
+    if smallest.size < 2:
         return []
-    if values.size <= 2 * (k + 1):
-        low = high = values
-    else:
-        low, high = values[: k + 1], values[-k - 1 :]
+    if smallest.size < k + 2 or smallest[-1] >= largest[0]:  # together, every value
+        values = np.union1d(smallest, largest)
+        if values.size <= 2 * (k + 1):
+            low = high = values
+        else:
+            low, high = values[: k + 1], values[-k - 1 :]
+    else:  # at least 2 (k + 2) values
+        low, high = smallest[: k + 1], largest[-k - 1 :]
 
     def rows(chosen: np.ndarray) -> np.ndarray:  # up to k rows per value, in one pass
-        holding = np.flatnonzero(np.isin(column, chosen))
+        # chosen holds every value from its least to its greatest: a range, not a lookup
+        holding = np.flatnonzero((column >= chosen[0]) & (column <= chosen[-1]))
         return np.concatenate([holding[column[holding] == value][:k] for value in chosen])
 
     return sorted(
@@ -109,9 +132,6 @@ def near_copies(
     if m == 0 or n == 0:
         return near, copy
     segments = None if units is None else unit_segments(units)
-    # a column dominated by itself is the cell rules' business: against it, every map with
-    # c near 0 would leave a dominated residual
-    alone = bool(dominated(column[None, :], k, segments)[0])
     screen = _Screen(column, k, segments)
     pairs = anchor_pairs(column, k)
     first = np.array([i for i, _ in pairs], dtype=np.int64)
@@ -140,7 +160,11 @@ def near_copies(
             copy[lo + rows] |= valid & ~residual.any(axis=1)
             open_ = valid & ~screen.spread_out(residual)  # the same proof, on every row
             near[lo + rows[open_]] |= dominated(residual[open_], k, segments)
-    return near & ~copy & (not alone), copy
+    if near.any() and dominated(column[None, :], k, segments)[0]:
+        # a column dominated by itself is the cell rules' business: against it, every map
+        # with c near 0 would leave a dominated residual
+        near[:] = False
+    return near & ~copy, copy
 
 
 def _residual(

@@ -29,7 +29,8 @@ from fedstats.datasets import heart_disease
 from fedstats.errors import DisclosureError
 from fedstats.models.agree import agree_design, agreed_design
 from fedstats.site import codec
-from fedstats.site.near_copies import RTOL, anchor_pairs, near_copies
+from fedstats.site.handlers.design import distinct_values_exceed
+from fedstats.site.near_copies import RTOL, anchor_pairs, extreme_values, near_copies
 from fedstats.site.silo import Silo
 
 K = fedstats.DisclosurePolicy().k_cell
@@ -312,3 +313,28 @@ def test_the_screen_never_changes_the_detectors_answer(
         module._Screen.clearly_apart, module._Screen.spread_out = originals
     assert np.array_equal(screened[0], unscreened[0])
     assert np.array_equal(screened[1], unscreened[1])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    values=st.lists(st.integers(-6, 6), min_size=1, max_size=400),
+    count=st.integers(1, 9),
+    scale=st.sampled_from([1.0, 0.37, -1e6]),
+)
+def test_the_extreme_values_are_those_of_the_sorted_distinct_values(values, count, scale):
+    """Oracle: ``numpy.unique`` (a full sort). The anchors are taken from these values, so
+    finding them by partial partition changes no anchor, hence no answer of the detector."""
+    column = np.array(values, dtype=np.float64) * scale
+    distinct = np.unique(column)
+    smallest, largest = extreme_values(column, count)
+    np.testing.assert_array_equal(smallest, distinct[:count])
+    np.testing.assert_array_equal(largest, distinct[-count:])
+
+
+@settings(max_examples=300, deadline=None)
+@given(values=st.lists(st.integers(0, 3), max_size=8), count=st.sampled_from([1, 2]))
+def test_a_column_answered_as_values_has_more_distinct_values_than_its_sets_cover(values, count):
+    """Oracle: ``numpy.unique``. A column of three or more values goes to the near-copy check;
+    one of two values is a row set there, one of a single value is neither."""
+    column = np.array(values, dtype=np.float64)
+    assert distinct_values_exceed(column, count) == (np.unique(column).size > count)

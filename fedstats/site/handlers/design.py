@@ -515,10 +515,13 @@ def answered_columns(
 
 def distinct_values_exceed(values: np.ndarray, count: int) -> bool:
     """Whether ``values`` hold more than ``count`` (1 or 2) distinct values, in linear time."""
-    rest = values[values != values[0]] if len(values) else values
-    if count == 1 or not rest.size:
-        return bool(rest.size)
-    return bool((rest != rest[0]).any())
+    if not len(values):
+        return False
+    differs = values != values[0]
+    if count == 1:
+        return bool(differs.any())
+    first = int(differs.argmax())  # the first row of a second value (row 0 when none)
+    return bool(differs[first]) and bool((differs & (values != values[first])).any())
 
 
 def check_design_cross_cells(
