@@ -30,8 +30,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 import fedstats  # noqa: E402
+from fedstats.contract import codec  # noqa: E402
 from fedstats.schema import Array  # noqa: E402
-from fedstats.site import codec  # noqa: E402
 from fedstats.site.registry import REGISTRY  # noqa: E402
 from fedstats.site.task import Task, TaskRegistry, TaskReply  # noqa: E402
 

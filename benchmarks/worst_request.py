@@ -159,7 +159,7 @@ def measure(family: str, scale: float) -> dict[str, Any]:
     """In the child: build the family's requests, then time one fresh silo answering them."""
     import accounting
     import fedstats
-    from fedstats.site import codec
+    from fedstats.contract import codec
     from fedstats.site.silo import Silo
 
     frame = fedstats.datasets.heart_disease().frames["cleveland"]

@@ -128,6 +128,7 @@ DISCLOSURE_RULES = (
     "dominance",
     "guard-full",
     "cross-cells",
+    "path",
 )
 """The disclosure rules a site applies; a refusal names one of them."""
 

@@ -7,6 +7,7 @@ import importlib.util
 import numpy as np
 import pandas as pd
 import pytest
+from _pytest.nodes import coerce_node_id
 
 from fedstats import datasets
 
@@ -48,10 +49,24 @@ SERIAL_GROUPS = ("flower", "reports", "notebooks")
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Without the deep extra, tests marked ``deep`` are skipped, saying why; the tests of
-    each folder in :data:`SERIAL_GROUPS` are kept on one worker."""
+    each folder in :data:`SERIAL_GROUPS`, and of each ``xdist_group``, are kept on one
+    worker."""
     for item in items:
         folder = item.path.parent.name
         if folder in SERIAL_GROUPS:
             item.add_marker(pytest.mark.xdist_group(folder))
         if not DEEP_EXTRA and item.get_closest_marker("deep") is not None:
             item.add_marker(pytest.mark.skip(reason=DEEP_SKIP))
+        if getattr(config.option, "loadgroup", False):  # set on the workers by pytest-xdist
+            _name_group(item)
+
+
+def _name_group(item: pytest.Item) -> None:
+    """End the test's id with ``@group``, which is how pytest-xdist's ``loadgroup`` finds a
+    group. pytest-xdist 3.8 writes the suffix to ``item._nodeid``, which pytest 9.2 no longer
+    reads (ids are ``item._id``), so without this every group is split across workers (two
+    Flower studies at once, a session's study made once per worker)."""
+    groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                     for m in item.iter_markers("xdist_group")})  # fmt: skip
+    if groups and "@" not in item.nodeid.rsplit("::", 1)[-1]:
+        item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")

@@ -2,7 +2,7 @@
 
 A request is a Flower ``Message`` of type ``query.fedstats`` whose content
 holds one :class:`flwr.app.ConfigRecord` with one ``bytes`` value: exactly
-the bytes :func:`fedstats.site.codec.encode` made. The reply carries the silo's
+the bytes :func:`fedstats.contract.codec.encode` made. The reply carries the silo's
 reply bytes the same way. Nothing else about the study travels in a message:
 a site's frame, disclosure policy and ledger come from the site's own
 configuration. ``query.identify`` asks a node which site it serves.

@@ -20,13 +20,13 @@ from pathlib import Path
 import pandas as pd
 
 import accounting
+from fedstats.contract import codec
 from fedstats.errors import CodecError, ResourceLimitError, StudyConfigurationError
 from fedstats.jobs.ledger_heads import HEADS_FIELD, RUNS_DIR, check_ledger, head_records
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
 from fedstats.secagg.roster import load_roster_pin
-from fedstats.site import codec
 from fedstats.site.protocol import load_protocol
 from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.silo import Silo

@@ -33,7 +33,7 @@ the inverse penalised information.
 
 Convergence: on the Newton decrement ``g^T H^-1 g`` of the penalised
 objective, which does not depend on the covariates' scales
-(:mod:`fedstats.models.newton`); the partial likelihood is concave, and a step
+(:mod:`fedstats.contract.newton`); the partial likelihood is concave, and a step
 that lowers it is halved (at most 20 times). The estimate is the last
 evaluated point, so its information and log partial likelihood are its own.
 """
@@ -48,17 +48,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedstats.cox_math import TIES, GridSums, WeightedGridSums, grid_partial_likelihood
-from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
-from fedstats.models.agree import Agreement, agree_design
-from fedstats.models.federation import Federation
-from fedstats.models.kaplan_meier import time_grid
-from fedstats.models.newton import (
+from fedstats.contract.newton import (
     DECREMENT_TOL,
     check_rank,
     damped_newton,
     inverse_information,
 )
+from fedstats.cox_math import TIES, GridSums, WeightedGridSums, grid_partial_likelihood
+from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
+from fedstats.models.agree import Agreement, agree_design
+from fedstats.models.federation import Federation
+from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn

@@ -20,6 +20,8 @@ import numpy as np
 import pandas as pd
 
 import accounting
+from fedstats.contract import codec
+from fedstats.contract.paths import SignedReply
 from fedstats.errors import (
     CodecError,
     ExtraNotInstalledError,
@@ -33,7 +35,6 @@ from fedstats.errors import (
 )
 from fedstats.schema import schema_mismatch
 from fedstats.secagg.roster import in_process_pins
-from fedstats.site import codec
 from fedstats.site.disclosure import DisclosurePolicy
 from fedstats.site.error_replies import REFUSALS, refusal_reason
 from fedstats.site.private_release import reply_schema
@@ -129,6 +130,9 @@ class Federation:
         self.ledger = ledger
         self.noise_seed = noise_seed
         self._fingerprints_pending = verify_fingerprints
+        self.signed_replies: dict[str, SignedReply] = {}
+        """The last request's replies that their sites signed (a point of a verified path),
+        by site: the next round relays them (:mod:`fedstats.contract.paths`)."""
 
     @classmethod
     def in_process(
@@ -142,6 +146,7 @@ class Federation:
         ledger: accounting.Ledger | None = None,
         noise_seed: int | None = None,
         protocols: Mapping[str, Protocol] | None = None,
+        verified_paths: bool = False,
     ) -> Federation:
         """All sites in this process, each behind its own :class:`Silo` and the codec.
 
@@ -152,6 +157,8 @@ class Federation:
         party's privacy noise for tests and reproducibility runs (site ``i``
         uses ``noise_seed + i + 1``); fits then report it. ``protocols``
         gives sites the protocol their privacy officer approved (optional here).
+        ``verified_paths``: every site answers an exact logistic regression only at the
+        points it re-derives (:mod:`fedstats.site.verified_paths`).
         """
         if not isinstance(frames, Mapping) or not frames:
             raise StudyConfigurationError(
@@ -182,6 +189,7 @@ class Federation:
                 noise_seed=None if noise_seed is None else noise_seed + i + 1,
                 protocol=protocols.get(name),
                 secure_aggregation=pins[name],
+                verified_paths=verified_paths,
             )
             for i, (name, frame) in enumerate(frames.items())
         }
@@ -341,6 +349,7 @@ class Federation:
         self._dispatch(targets, request_bytes)
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, FedstatsError] = {}
+        self.signed_replies = {}
         for site in targets:
             sent_at = datetime.now(UTC)
             start = time.perf_counter()
@@ -427,4 +436,7 @@ class Federation:
         result = message.get("result")
         if not isinstance(result, dict):
             raise InvalidReplyError(f"site {site!r}, task {task!r}: reply has no result mapping")
+        if isinstance(message.get("signature"), str):
+            verified = message.get("verified") is True
+            self.signed_replies[site] = SignedReply(result, message["signature"], verified)
         return "ok", result

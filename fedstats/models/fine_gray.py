@@ -49,18 +49,18 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.newton import (
+    DECREMENT_TOL,
+    check_rank,
+    damped_newton,
+    inverse_information,
+)
 from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import SiteCounts, agreed_design
 from fedstats.models.cumulative_incidence import checked_cause
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
-from fedstats.models.newton import (
-    DECREMENT_TOL,
-    check_rank,
-    damped_newton,
-    inverse_information,
-)
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.design import DesignSpec, Level, counting_outcome, parse_formula

@@ -24,7 +24,7 @@ are the pooled sums the estimate equals the pooled fit (DataSHIELD
   because one row would dominate the fitted count
   (:func:`fedstats.site.handlers.glm.check_fitted_dominance`), is halved (at
   most 20 times); the fit stops on the Newton decrement
-  (:mod:`fedstats.models.newton`).
+  (:mod:`fedstats.contract.newton`).
 
 Privacy: a binomial fit without weights runs the private logistic
 regression (:class:`fedstats.LogisticRegression`); a Poisson or Gaussian
@@ -40,6 +40,14 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.newton import (
+    DECREMENT_TOL,
+    MAX_HALVINGS,
+    decrement_converged,
+    inverse_information,
+    newton_decrement,
+    newton_step,
+)
 from fedstats.errors import (
     ConvergenceWarning,
     DisclosureError,
@@ -49,14 +57,6 @@ from fedstats.errors import (
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
 from fedstats.models.glm_results import GLMResults
-from fedstats.models.newton import (
-    DECREMENT_TOL,
-    MAX_HALVINGS,
-    decrement_converged,
-    inverse_information,
-    newton_decrement,
-    newton_step,
-)
 from fedstats.models.privacy import ClientDP, RecordDP
 from fedstats.models.results import Provenance
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation

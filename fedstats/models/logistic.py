@@ -10,7 +10,7 @@ JAMIA 2012, "Grid Binary LOgistic REgression (GLORE)"; DataSHIELD ``ds.glm``,
 Gaye et al., Int J Epidemiol 2014).
 
 Convergence: on the Newton decrement ``g^T H^-1 g``, which does not depend
-on the covariates' scales (:mod:`fedstats.models.newton`). The reported
+on the covariates' scales (:mod:`fedstats.contract.newton`). The reported
 coefficients are ``beta + step``, within ``O(|step|^2)`` of the MLE; standard
 errors use the information at the last evaluated point, and the
 log-likelihood adds the quadratic model's predicted gain ``g^T step / 2``.
@@ -24,16 +24,17 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
-from fedstats.models.agree import Agreement, agree_design
-from fedstats.models.federation import Federation
-from fedstats.models.newton import (
+from fedstats.contract.newton import (
     DECREMENT_TOL,
     decrement_converged,
     inverse_information,
     newton_decrement,
     newton_step,
 )
+from fedstats.contract.paths import PATH_KEY, PathRequest
+from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
+from fedstats.models.agree import Agreement, agree_design
+from fedstats.models.federation import Federation
 from fedstats.models.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.models.results import LogisticRegressionResults, Provenance
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
@@ -62,7 +63,7 @@ class LogisticRegression:
         reports the dropped count per site.
     maxiter, tol:
         Newton iterations allowed, and the Newton decrement ``g^T H^-1 g`` below
-        which the fit has converged (:mod:`fedstats.models.newton`).
+        which the fit has converged (:mod:`fedstats.contract.newton`).
 
     Examples
     --------
@@ -183,14 +184,19 @@ class LogisticRegression:
         separation = QuasiSeparation()
         previous = np.inf
         rounds = 0
+        path = PathRequest(sites=tuple(sorted(federation.sites)), round=1)
         for rounds in range(1, self.maxiter + 1):
+            args = {"design": spec.to_wire(), "beta": beta}
+            if secure_aggregation is None:  # the sites re-derive each point (contract.paths)
+                args[PATH_KEY] = path.to_wire()
             sums = summed_replies(
                 federation,
                 "logistic.summaries",
-                {"design": spec.to_wire(), "beta": beta},
+                args,
                 analysis=analysis,
                 secure=secure_aggregation,
             )
+            path = PathRequest(path.sites, rounds + 1, beta, dict(federation.signed_replies))
             gradient, hessian, llf = sums["gradient"], sums["hessian"], float(sums["loglik"])
             # summed 0/1 flags: every site all extreme, or any site with an extreme patient
             check_perfect_separation(sums["all_extreme"], len(federation.sites))

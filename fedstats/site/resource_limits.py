@@ -8,7 +8,7 @@ naming the limit. Each limit is computed from the request alone, before the
 work it bounds (:meth:`fedstats.site.silo.Silo.handle` checks them first):
 
 * ``max_request_bytes`` — the encoded request, before it is decoded;
-* ``max_header_bytes`` — the request's JSON header (:mod:`fedstats.site.codec`),
+* ``max_header_bytes`` — the request's JSON header (:mod:`fedstats.contract.codec`),
   from the length its first eight bytes declare, before it is parsed;
 * ``max_design_columns`` — the design columns the request's agreed levels
   imply (:func:`design_width`), before any design is built;
@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract import codec
 from fedstats.errors import FormulaError, ResourceLimitError, StudyConfigurationError
-from fedstats.site import codec
 from fedstats.site.design import parse_formula
 
 

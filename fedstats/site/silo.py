@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 import accounting
+from fedstats.contract import codec
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
@@ -44,7 +45,6 @@ from fedstats.secagg.site import (
     noise_multipliers,
     open_shares,
 )
-from fedstats.site import codec
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.disclosure import DisclosurePolicy, check_reply
 from fedstats.site.error_replies import REFUSALS, checked_error, refusal_reason
@@ -61,6 +61,7 @@ from fedstats.site.private_rows import check_private_request
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
+from fedstats.site.verified_paths import signature, verified_point
 from studyfiles.names import name_problem
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,10 @@ class Silo:
         (:class:`fedstats.secagg.roster.RosterPin`); sessions whose roster or
         keys differ are refused. Without one, a site charges its ledger for
         the noise it adds itself, not for the noise of the sum.
+    verified_paths:
+        Answer an exact request of an iterative fit only at the point the site re-derives
+        from the previous round's signed replies (:mod:`fedstats.site.verified_paths`);
+        needs ``secure_aggregation`` (the roster whose keys sign the replies).
     limits:
         Resource limits per request (:class:`fedstats.site.resource_limits.RequestLimits`).
     guard_path:
@@ -130,6 +135,7 @@ class Silo:
         secure_aggregation: RosterPin | None = None,
         limits: RequestLimits | None = None,
         guard_path: Path | None = None,
+        verified_paths: bool = False,
     ) -> None:
         problem = name_problem(name)
         if problem is not None:
@@ -140,6 +146,11 @@ class Silo:
             raise StudyConfigurationError(
                 f"site {name!r}: the analysis frame must be a pandas DataFrame, "
                 f"got {type(frame).__name__}"
+            )
+        if verified_paths and secure_aggregation is None:
+            raise StudyConfigurationError(
+                f"site {name!r}: verified paths need the pinned roster and signing key "
+                "(secure_aggregation): the replies a site checks are signed with them"
             )
         if registry is None:
             from fedstats.site.registry import REGISTRY
@@ -158,6 +169,7 @@ class Silo:
             protocol=protocol,
             secure_aggregation=secure_aggregation,
             guard=DifferencingGuard(self.policy, frame, path=guard_path),
+            verified_paths=verified_paths,
         )
         self.ledger = ledger
         self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)
@@ -198,6 +210,7 @@ class Silo:
             dp = DpRequest.from_args(args)
             secure = MaskBlock.from_args(args)
             self._admit(task, task_name, args, private=dp is not None, secure=secure is not None)
+            point = verified_point(context, task_name, args, secure=secure is not None)
             context.deadline = self.limits.deadline()
             context.exact = dp is None
             session = None if secure is None else open_shares(context, secure, task_name)
@@ -219,7 +232,11 @@ class Silo:
                 payload=payload,
                 contributors=None if dp is not None else reply.contributors,
             )
-            out = codec.encode({"status": "ok", "result": payload})
+            envelope = {"status": "ok", "result": payload}
+            if point is not None:  # the next round's sites check this reply by its signature
+                envelope["signature"] = signature(context, point, payload)
+                envelope["verified"] = context.verified_paths
+            out = codec.encode(envelope)
         except SiteError as error:
             error = checked_error(error.located(self.name, task_name), self.policy)
             status = "refused" if isinstance(error, REFUSALS) else "error"

@@ -39,6 +39,9 @@ class SiteContext:
     exact: bool = True
     """Whether the current request asks for an exact (not differentially private) release:
     the small-cell rules and the differencing guard apply to exact releases."""
+    verified_paths: bool = False
+    """Whether exact requests of an iterative fit are answered only at points the site
+    re-derives (:mod:`fedstats.site.verified_paths`)."""
 
     def private(self, args: dict[str, Any]) -> bool:
         """Whether this request asks for a differentially private release."""

@@ -19,10 +19,10 @@ from deep_helpers import BOUNDS
 from sklearn.metrics import roc_auc_score
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer
 from fedstats.deep.site_tasks import TRAIN_TASK
 from fedstats.models.aggregation import CoordinateMedian, Mean, TrimmedMean
-from fedstats.site import codec
 
 SITES = ("a", "b", "c", "d", "e")
 ATTACKER = "e"

@@ -11,12 +11,12 @@ from dp_accounting.rdp import RdpAccountant
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer
 from fedstats.deep.site_tasks import TRAIN_TASK
 from fedstats.errors import PlannedBudgetError, StudyConfigurationError
 from fedstats.models.aggregation import CoordinateMedian
 from fedstats.models.client_dp import DPFedAvg
-from fedstats.site import codec
 
 SITES = ("a", "b", "c", "d")
 FRAMES = {s: synthetic_frame(120, 20 + i) for i, s in enumerate(SITES)}

@@ -11,10 +11,10 @@ from opacus.accountants import RDPAccountant
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer
 from fedstats.deep.privacy_plan import COUNTS_NOISE_MULTIPLIER
 from fedstats.deep.rounds import train_arguments
-from fedstats.site import codec
 
 
 def private_trainer(**options) -> FederatedTrainer:

@@ -182,8 +182,8 @@ def test_survival_network_c_index_is_lifelines_concordance():
 
 def test_evaluation_histograms_release_no_bin_of_fewer_than_k_patients():
     """Every non-empty released logit bin holds at least k patients; none is lost."""
+    from fedstats.contract import codec
     from fedstats.deep.site_tasks import EVALUATE_TASK
-    from fedstats.site import codec
 
     frames = {"a": synthetic_frame(150, 9), "b": synthetic_frame(120, 10)}
     base = fedstats.Federation.in_process(frames)

@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
+from fedstats.contract import codec
 from fedstats.errors import CodecError
-from fedstats.site import codec
 
 scalars = (
     st.none()

@@ -33,6 +33,7 @@ from lifelines.datasets import load_rossi, load_stanford_heart_transplants
 from statsmodels.duration.hazard_regression import PHReg
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import (
     DisclosureError,
     FormulaError,
@@ -40,7 +41,6 @@ from fedstats.errors import (
     MalformedRequestError,
     StudyConfigurationError,
 )
-from fedstats.site import codec
 from fedstats.site.design import DesignSpec
 
 TOL = 1e-6

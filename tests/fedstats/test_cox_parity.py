@@ -299,7 +299,7 @@ def test_replies_hold_only_sums_of_fixed_size(rossi_four_sites):
     def recording(silo):
         def transport(request: bytes) -> bytes:
             reply = silo.handle(request)
-            replies.append(fedstats.site.codec.decode(reply))
+            replies.append(fedstats.contract.codec.decode(reply))
             return reply
 
         return transport
@@ -382,8 +382,8 @@ def test_pooled_model_on_a_coarse_grid_releases_only_k_protected_sums():
     def recording(silo):
         def transport(request: bytes) -> bytes:
             reply = silo.handle(request)
-            if fedstats.site.codec.decode(request)["task"] == "cox.grid_summaries":
-                released.append((silo.name, fedstats.site.codec.decode(reply)["result"]))
+            if fedstats.contract.codec.decode(request)["task"] == "cox.grid_summaries":
+                released.append((silo.name, fedstats.contract.codec.decode(reply)["result"]))
             return reply
 
         return transport

@@ -113,7 +113,7 @@ import json
 import numpy as np
 import fedstats
 from fedstats.errors import StudyConfigurationError, from_wire
-from fedstats.site import codec
+from fedstats.contract import codec
 fed = fedstats.Federation.in_process(frames)
 design = fedstats.LogisticRegression("y ~ x").agree(fed, "b").spec.to_wire()
 args = {"design": design, "scaling": np.tile([0.0, 1.0], (2, 1)), "model": "linear",

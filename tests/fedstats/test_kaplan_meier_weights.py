@@ -21,7 +21,7 @@ from lifelines import KaplanMeierFitter
 from lifelines.datasets import load_lung, load_waltons
 
 import fedstats
-from fedstats.site import codec
+from fedstats.contract import codec
 from fedstats.site.handlers.survival import TASK
 
 OPEN = fedstats.DisclosurePolicy(min_count=1)

@@ -9,8 +9,8 @@ import pytest
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import BudgetExceededError, DisclosureError, FormulaError, NoBudgetError
-from fedstats.site import codec
 from tests.conftest import pooled
 
 BOUNDS = {"x1": (-4, 4), "x2": (-4, 4), "x3": (-4, 4)}

@@ -13,6 +13,7 @@ from scipy import stats
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import (
     MalformedRequestError,
     SecureAggregationAborted,
@@ -24,7 +25,6 @@ from fedstats.secagg import ring as secagg_ring
 from fedstats.secagg import shamir as secagg_shamir
 from fedstats.secagg import site as secagg_site
 from fedstats.secagg.coordinator import SecureAggregation, secure_sum
-from fedstats.site import codec
 from fedstats.site.task import SiteContext
 
 

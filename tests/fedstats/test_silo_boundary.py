@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import (
     DisclosureError,
     InternalSiteError,
@@ -19,7 +20,6 @@ from fedstats.errors import (
 )
 from fedstats.models.agree import agree_design
 from fedstats.schema import Array, Number
-from fedstats.site import codec
 from fedstats.site.design import WIRE_FIELDS
 from fedstats.site.registry import REGISTRY
 from fedstats.site.task import Task, TaskRegistry, TaskReply

@@ -25,10 +25,10 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.datasets import heart_disease
 from fedstats.errors import DisclosureError
 from fedstats.models.agree import agree_design, agreed_design
-from fedstats.site import codec
 from fedstats.site.handlers.design import distinct_values_exceed
 from fedstats.site.near_copies import RTOL, anchor_pairs, extreme_values, near_copies
 from fedstats.site.silo import Silo

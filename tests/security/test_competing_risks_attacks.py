@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import StatusCodeError, StudyConfigurationError
-from fedstats.site import codec
 from fedstats.site.handlers import competing, fine_gray
 from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo

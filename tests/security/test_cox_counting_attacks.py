@@ -23,8 +23,8 @@ import pandas as pd
 import pytest
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import ConvergenceWarning, DisclosureError, ProtocolError
-from fedstats.site import codec
 from fedstats.site.design import DesignSpec
 from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo

@@ -26,10 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import DisclosureError
 from fedstats.models import fairness
 from fedstats.models.agree import agree_design
-from fedstats.site import codec
 from fedstats.site.silo import Silo
 
 DEFAULT = fedstats.DisclosurePolicy()

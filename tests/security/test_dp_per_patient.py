@@ -29,7 +29,7 @@ from lifelines.datasets import load_stanford_heart_transplants
 
 import accounting
 import fedstats
-from fedstats.site import codec
+from fedstats.contract import codec
 from fedstats.site.private_release import noisy_groups
 from fedstats.site.registry import REGISTRY
 from fedstats.site.silo import Silo

@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import DisclosureError
-from fedstats.site import codec
 from fedstats.site.design import DesignSpec
 from fedstats.site.silo import Silo
 

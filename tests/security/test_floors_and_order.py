@@ -216,7 +216,7 @@ def cleveland():
 def ask_timed(silo, request: bytes) -> tuple[dict, float]:
     import time
 
-    from fedstats.site import codec
+    from fedstats.contract import codec
 
     started = time.perf_counter()
     reply = codec.decode(silo.handle(request))
@@ -225,7 +225,7 @@ def ask_timed(silo, request: bytes) -> tuple[dict, float]:
 
 def test_a_design_of_100000_agreed_levels_is_refused_before_any_work():
     """The attack cost 18.7 s and 1 GB at Cleveland's 303 rows before the site refused it."""
-    from fedstats.site import codec
+    from fedstats.contract import codec
     from fedstats.site.resource_limits import RequestLimits
     from fedstats.site.silo import Silo
 
@@ -265,7 +265,7 @@ def test_a_design_of_100000_agreed_levels_is_refused_before_any_work():
 def test_levels_that_multiply_through_an_interaction_are_refused_before_any_work(formula):
     """Three factors of 11 agreed levels each: a header of 450 bytes, a design of 1,331
     columns and more (above ``max_design_columns``), which no single factor shows."""
-    from fedstats.site import codec
+    from fedstats.contract import codec
     from fedstats.site.resource_limits import design_width
     from fedstats.site.silo import Silo
 
@@ -293,7 +293,7 @@ def test_a_network_of_268_million_parameters_is_refused_before_it_is_built():
     """The attack (16 hidden layers of 4,096, a few weights sent) cost 6.4 s and 1.44 GB."""
     import numpy as np
 
-    from fedstats.site import codec
+    from fedstats.contract import codec
     from fedstats.site.silo import Silo
 
     spy = SpyRegistry()
@@ -356,8 +356,8 @@ def test_training_work_counts_every_step_and_every_example_a_step_passes(tmp_pat
     gradients of all 303 rows), while the same step without privacy (a batch of 32) is
     within the limit. Refused before any row is read and before anything is charged."""
     import accounting
+    from fedstats.contract import codec
     from fedstats.deep.site_tasks import STEP_UNITS, train_cost
-    from fedstats.site import codec
     from fedstats.site.resource_limits import RequestLimits
     from fedstats.site.silo import Silo
 
@@ -418,10 +418,10 @@ def test_the_site_service_refuses_a_64_megabyte_header_before_it_is_parsed(tmp_p
 
     import tomli_w
 
+    from fedstats.contract import codec
     from fedstats.jobs.site_config import load_site_config
     from fedstats.jobs.site_journal import JOURNAL_FILE
     from fedstats.jobs.site_service import SiteService
-    from fedstats.site import codec
 
     cleveland().to_parquet(tmp_path / "frame.parquet")
     config = {

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import FormulaError, UnsafeTermError
-from fedstats.site import codec
 from fedstats.site.design import DesignSpec, parse_formula
 from fedstats.site.silo import Silo
 

@@ -21,11 +21,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.datasets import heart_disease
 from fedstats.errors import DisclosureError, StudyConfigurationError
 from fedstats.jobs.site_config import DisclosureSection
 from fedstats.models.agree import agree_design, agreed_design
-from fedstats.site import codec
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.silo import Silo
 

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 import accounting
 import fedstats
-from fedstats.site import codec
+from fedstats.contract import codec
 from fedstats.site.design import DesignSpec
 from fedstats.site.silo import Silo
 

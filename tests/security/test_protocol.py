@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.datasets import heart_disease, tcga_brca
 from fedstats.errors import ProtocolError, StudyConfigurationError
 from fedstats.models.agree import agreed_design
-from fedstats.site import codec
 from fedstats.site.protocol import TASK_MODELS, Protocol, load_protocol
 from fedstats.site.registry import REGISTRY
 from fedstats.site.silo import Silo

@@ -18,10 +18,10 @@ import pytest
 from formulaic import model_matrix
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.datasets import heart_disease
 from fedstats.errors import FedstatsError
 from fedstats.models.agree import agree_design
-from fedstats.site import codec
 
 N_TARGETS = 12
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.models.agree import agreed_design
-from fedstats.site import codec
 from fedstats.site.registry import REGISTRY
 from fedstats.site.silo import Silo
 

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 import fedstats
+from fedstats.contract import codec
 from fedstats.errors import ResourceLimitError
-from fedstats.site import codec
 from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.silo import Silo
 

@@ -22,6 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.datasets import heart_disease
 from fedstats.models.agree import agree_design
 from fedstats.secagg import crypto
@@ -30,7 +31,6 @@ from fedstats.secagg import roster as secagg_roster
 from fedstats.secagg import shamir as secagg_shamir
 from fedstats.secagg import site as secagg_site
 from fedstats.secagg.coordinator import SecureAggregation
-from fedstats.site import codec
 from fedstats.site.silo import Silo
 from fedstats.site.task import SiteContext
 

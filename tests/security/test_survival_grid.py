@@ -13,9 +13,9 @@ import pytest
 
 import accounting
 import fedstats
+from fedstats.contract import codec
 from fedstats.datasets import tcga_brca
 from fedstats.errors import DisclosureError
-from fedstats.site import codec
 from fedstats.site.handlers.survival import TASK
 from fedstats.site.silo import Silo
 

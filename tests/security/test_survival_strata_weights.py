@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import accounting
+from fedstats.contract import codec
 from fedstats.datasets import tcga_brca
-from fedstats.site import codec
 from fedstats.site.handlers.survival import TASK
 from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo

@@ -1,6 +1,8 @@
-"""Newton's method at the coordinator: the step, the stopping rule, the rank check, the covariance.
+"""Newton's method: the step, the stopping rule, the rank check, the covariance.
 
-Shared by every model whose sites return a score and an information matrix
+Part of the contract both sides share: the coordinator takes these steps, and a site
+re-derives them before it answers at the next point (:mod:`fedstats.contract.paths`).
+Used by every model whose sites return a score and an information matrix
 (logistic regression, GLMs, the Cox model).
 
 **Stopping rule.** The fit stops on the Newton decrement

@@ -1,0 +1,248 @@
+"""A coordinator that cannot steer an exact logistic regression: verified paths.
+
+The attack (Huth et al., *Bioinformatics* 2022, multi-step inferential
+disclosure): with ``||beta||`` huge, ``mu = expit(x' beta)`` is the indicator
+of a half-space, and the score ``X'(y - mu)`` of an exact round sums rows over
+it; two half-spaces that differ by one patient give that patient's row. Sites
+with verified paths (:mod:`fedstats.site.verified_paths`) answer only at the
+start or at the step the previous round's signed replies lead to, so every
+crafted point is refused with rule ``path``, through the public API and
+through raw requests; relayed replies that are tampered with, unsigned, of a
+site off the roster, or missing are refused; an honest fit takes the same
+rounds and gives the same numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import fedstats
+from fedstats import datasets
+from fedstats.contract import codec
+from fedstats.contract.paths import PATH_KEY, TOLERANCE, NewtonPath, PathRequest, deviation
+from fedstats.secagg.roster import in_process_pins
+from fedstats.site.silo import Silo
+
+SITES = ("cleveland", "hungary")
+MODEL = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA, levels=datasets.HEART_LEVELS)
+
+
+@pytest.fixture(scope="module")
+def frames() -> dict[str, pd.DataFrame]:
+    heart = datasets.heart_disease().frames
+    return {site: heart[site] for site in SITES}
+
+
+def federation(frames, verified: bool = True) -> fedstats.Federation:
+    return fedstats.Federation.in_process(frames, verified_paths=verified)
+
+
+def design(fed: fedstats.Federation) -> dict:
+    return MODEL.agree(fed, "agree").spec.to_wire()
+
+
+def round_one(fed: fedstats.Federation, wire: dict, p: int) -> PathRequest:
+    """Round 1 asked honestly: the path to round 2."""
+    path = PathRequest(tuple(sorted(fed.sites)), 1)
+    beta = np.zeros(p)
+    fed.request("logistic.summaries", {"design": wire, "beta": beta, PATH_KEY: path.to_wire()},
+                analysis="a")  # fmt: skip
+    return PathRequest(path.sites, 2, beta, dict(fed.signed_replies))
+
+
+def refused_by_path(fed: fedstats.Federation, args: dict) -> fedstats.DisclosureError:
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fed.request("logistic.summaries", args, analysis="a")
+    assert refused.value.rule == "path", refused.value
+    return refused.value
+
+
+# ------------------------------------------------------------------ the attack
+
+
+def half_space_difference(fed: fedstats.Federation, wire: dict, p: int, target: int) -> float:
+    """The attack of the issue on column ``target``: two huge coefficient vectors whose
+    half-spaces differ by the patients between two thresholds; their scores' difference is
+    those patients' summed ``x (y - mu)``."""
+    scores = []
+    for threshold in (0.5, 1.5):
+        beta = np.zeros(p)
+        beta[target], beta[0] = 1e6, -1e6 * threshold
+        replies = fed.request("logistic.summaries", {"design": wire, "beta": beta}, analysis="a")
+        scores.append(sum(r["gradient"] for r in replies.values()))
+    return float(np.abs(scores[1] - scores[0]).max())
+
+
+def test_the_half_space_attack_answers_without_verified_paths_and_is_refused_with_them(frames):
+    """Without verification the crafted points are answered (the difference of two scores is
+    a few patients' rows); with it, the same requests are refused, rule ``path``."""
+    open_fed = federation(frames, verified=False)
+    wire = design(open_fed)
+    p = len(wire["columns"])
+    target = wire["columns"].index("sex")
+    assert half_space_difference(open_fed, wire, p, target) > 0
+    fed = federation(frames)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        half_space_difference(fed, wire, p, target)
+    assert refused.value.rule == "path"
+
+
+def test_a_crafted_point_is_refused_at_every_round_through_raw_requests(frames):
+    """Straight to one silo: no path, round 1 away from the start, and round 2 at a point
+    other than the step: each refused with rule ``path`` before any row is read."""
+    fed = federation(frames)
+    wire = design(fed)
+    p = len(wire["columns"])
+    silo = fed.silos["cleveland"]
+    before = silo._context.guard.entries  # refusals come before the guard remembers anything
+
+    def ask(args: dict) -> dict:
+        return codec.decode(silo.handle(codec.encode({"task": "logistic.summaries",
+                                                      "args": args})))  # fmt: skip
+
+    crafted = np.full(p, 1e6)
+    for args in (
+        {"design": wire, "beta": crafted},
+        {"design": wire, "beta": crafted, PATH_KEY: {"sites": list(SITES), "round": 1}},
+        {"design": wire, "beta": crafted, PATH_KEY: {"sites": ["cleveland"], "round": 1}},
+        {"design": wire, "beta": crafted, PATH_KEY: "round 1"},
+    ):
+        reply = ask(args)
+        assert reply["status"] == "error", args
+        assert reply["error"]["values"]["rule"] == "path"
+    assert silo._context.guard.entries == before
+    path = round_one(fed, wire, p)
+    reply = ask({"design": wire, "beta": crafted, PATH_KEY: path.to_wire()})
+    assert reply["error"]["values"]["rule"] == "path"
+
+
+def test_a_point_moved_by_more_than_the_tolerance_is_refused_and_within_it_answered(frames):
+    """The derived round-2 point is answered; moved by 10 tolerances (in standard errors) along
+    any coefficient it is refused."""
+    fed = federation(frames)
+    wire = design(fed)
+    p = len(wire["columns"])
+    path = round_one(fed, wire, p)
+    replies = {s: dict(r.reply) for s, r in path.replies.items()}
+    derived, information = NewtonPath().next_point(path.previous, replies)
+    se = np.sqrt(np.diag(np.linalg.inv(information)))
+    fed.request("logistic.summaries", {"design": wire, "beta": derived, PATH_KEY: path.to_wire()},
+                analysis="a")  # fmt: skip
+    for j in (0, p // 2, p - 1):
+        moved = derived.copy()
+        moved[j] += 10 * TOLERANCE * se[j]
+        refused_by_path(fed, {"design": wire, "beta": moved, PATH_KEY: path.to_wire()})
+
+
+@settings(max_examples=25, deadline=None)
+@given(order=st.permutations(range(4)), seed=st.integers(0, 2**32 - 1))
+def test_sites_summing_in_another_order_agree_within_the_tolerance(order, seed):
+    """Oracle: the same path derived from replies summed in a shuffled order (another BLAS
+    or site order changes only the rounding) lies far within the tolerance, while a shift of
+    twice the tolerance does not."""
+    rng = np.random.default_rng(seed)
+    p = 6
+    replies = {}
+    for s in range(4):
+        X = rng.normal(size=(50, p)) * rng.uniform(0.1, 100, p)
+        w = rng.uniform(0.01, 0.25, 50)
+        replies[f"s{s}"] = {
+            "gradient": X.T @ rng.normal(size=50),
+            "hessian": (X * w[:, None]).T @ X,
+        }
+    beta = rng.normal(size=p)
+    derived, information = NewtonPath().next_point(beta, replies)
+    shuffled = {f"s{s}": replies[f"s{s}"] for s in order}
+    score = sum(shuffled[k]["gradient"] for k in shuffled)  # the given order, not sorted
+    hessian = sum(shuffled[k]["hessian"] for k in shuffled)
+    other = beta + np.linalg.solve(hessian, score)
+    assert deviation(other, derived, information) <= TOLERANCE / 1e3
+    se = np.sqrt(np.diag(np.linalg.inv(information)))
+    shifted = derived + 2 * TOLERANCE * se * np.eye(p)[seed % p]
+    assert deviation(shifted, derived, information) > TOLERANCE
+
+
+# ------------------------------------------------------------------ relayed replies
+
+
+def test_tampered_unsigned_missing_and_off_roster_replies_are_refused(frames):
+    fed = federation(frames)
+    wire = design(fed)
+    p = len(wire["columns"])
+    path = round_one(fed, wire, p)
+    replies = {s: dict(r.reply) for s, r in path.replies.items()}
+    derived, _ = NewtonPath().next_point(path.previous, replies)
+
+    def asked(wire_path: dict) -> dict:
+        return {"design": wire, "beta": derived, PATH_KEY: wire_path}
+
+    tampered = path.to_wire()
+    gradient = tampered["replies"]["hungary"]["reply"]["gradient"]
+    tampered["replies"]["hungary"]["reply"]["gradient"] = gradient * 1.001
+    assert "not signed" in refused_by_path(fed, asked(tampered)).reason
+    forged = path.to_wire()
+    forged["replies"]["hungary"]["signature"] = "00" * 64
+    assert "not signed" in refused_by_path(fed, asked(forged)).reason
+    missing = path.to_wire()
+    del missing["replies"]["hungary"]
+    refused_by_path(fed, asked(missing))
+    unverified = path.to_wire()
+    unverified["replies"]["cleveland"]["verified"] = False
+    refused_by_path(fed, asked(unverified))
+    # a site off the roster, its reply signed by a key of its own
+    stranger = in_process_pins(["cleveland", "hungary", "stranger"])["stranger"]
+    off_roster = path.to_wire()
+    off_roster["sites"] = sorted([*SITES, "stranger"])
+    off_roster["replies"]["stranger"] = {
+        "reply": off_roster["replies"]["hungary"]["reply"],
+        "signature": stranger.sign_advert(b"anything"),
+        "verified": True,
+    }
+    assert "roster" in refused_by_path(fed, asked(off_roster)).reason
+    # the replies of another design's path do not lead to this design's points
+    other = {**wire, "formula": wire["formula"].replace("+ oldpeak", "")}
+    refused_by_path(fed, {"design": other, "beta": derived, PATH_KEY: path.to_wire()})
+
+
+def test_a_silo_needs_its_roster_to_verify_paths(frames):
+    with pytest.raises(fedstats.StudyConfigurationError, match="roster"):
+        Silo("cleveland", frames["cleveland"], verified_paths=True)
+
+
+# ------------------------------------------------------------------ honest fits
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        MODEL,
+        fedstats.LogisticRegression("disease ~ age + sex + thalach", site_intercepts=True),
+    ],
+    ids=["heart", "site-intercepts"],
+)
+def test_an_honest_fit_takes_the_same_rounds_and_gives_the_same_numbers(frames, model):
+    plain = model.fit(federation(frames, verified=False))
+    verified = model.fit(federation(frames))
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    np.testing.assert_array_equal(verified.bse, plain.bse)
+    assert verified.llf == plain.llf
+
+
+def test_a_fit_crosses_sites_that_verify_and_sites_that_only_sign(frames):
+    """A site that does not verify still signs its replies; the verifying site checks its own
+    signature at each previous point, so the fit completes and equals the plain fit."""
+    pins = in_process_pins(list(SITES))
+    silos = {
+        s: Silo(s, frames[s], secure_aggregation=pins[s], verified_paths=s == "cleveland")
+        for s in SITES
+    }
+    mixed = fedstats.Federation({s: silo.handle for s, silo in silos.items()})
+    plain = MODEL.fit(federation(frames, verified=False))
+    result = MODEL.fit(mixed)
+    np.testing.assert_array_equal(result.params, plain.params)
+    assert result.iterations == plain.iterations
