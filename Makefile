@@ -5,9 +5,12 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # Debian packages: WeasyPrint's HarfBuzz subsetter (the PDF report, `make demo`); for the
-# tests also poppler (pdftotext, pdftoppm) and Chromium, which loads the HTML report headless.
+# tests also poppler (pdftotext, pdftoppm), Chromium, which loads the HTML report headless,
+# and R with survival and cmprsk, whose Rscript is the live oracle of the survival fits
+# (tests/fedstats/test_r_oracle.py: coxph, survdiff, finegray, crr, cuminc).
 REPORT_PACKAGES := libharfbuzz-subset0
-SYSTEM_PACKAGES := $(REPORT_PACKAGES) poppler-utils chromium
+R_PACKAGES      := r-base-core r-cran-survival r-cran-cmprsk
+SYSTEM_PACKAGES := $(REPORT_PACKAGES) poppler-utils chromium $(R_PACKAGES)
 
 # Install the Debian packages named in $(1) that are missing (as root, e.g. in CI).
 define install_debian
