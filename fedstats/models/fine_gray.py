@@ -34,7 +34,9 @@ Standard errors: by default the **robust** (sandwich) covariance
 inverse weighted information and ``U_i`` each patient's score residual summed
 over their expanded rows (:func:`fedstats.site.handlers.fine_gray.score_residuals`):
 what R reports for ``coxph(Surv(fgstart, fgstop, fgstatus) ~ ..., weights =
-fgwt, cluster = id)`` on ``finegray()`` rows. It treats the censoring weights
+fgwt, cluster = id)`` on ``finegray()`` rows with Breslow ties or untied times (the
+residuals are Breslow-type; under Efron ties with tied event times R's are Efron-type,
+about 1e-4 relative apart). It treats the censoring weights
 as known, as that fit does (``crr``'s variance also accounts for their
 estimation; the two are usually close). ``robust=False`` reports the
 model-based ``V`` instead.
