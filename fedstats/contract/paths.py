@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract import codec
-from fedstats.contract.newton import inverse_information, newton_step
+from fedstats.contract.newton import MAX_HALVINGS, inverse_information, newton_step
 
 TOLERANCE = 1e-6
 """How far, in standard errors, a requested coefficient may lie from the re-derived one."""
@@ -55,25 +55,100 @@ PATH_KEY = "path"
 class NewtonPath:
     """Newton's method on summed score and information (logistic regression): start at 0,
     then ``beta + H^-1 g`` with ``g`` and ``H`` the sums of every site's ``score`` and
-    ``information`` fields at ``beta`` (Wu et al., JAMIA 2012)."""
+    ``information`` fields at ``beta`` (Wu et al., JAMIA 2012). Every point is its own base:
+    no step is halved."""
 
     score: str = "gradient"
     information: str = "hessian"
+    damped: bool = False
 
     def start(self, p: int) -> np.ndarray:
         return np.zeros(p)
 
-    def next_point(
-        self, beta: np.ndarray, replies: Mapping[str, Mapping[str, Any]]
+    def step(
+        self, replies: Mapping[str, Mapping[str, Any]]
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The next point and the summed information it was derived from (``None`` where the
-        information is singular: the path ends there)."""
+        """The Newton step ``H^-1 g`` of the summed replies and ``H`` (``None`` where ``H``
+        is singular: the path ends there)."""
         score = summed(replies, self.score)
         information = summed(replies, self.information)
         step = newton_step(information, score, [], first=False)
         if step is None or not np.isfinite(step).all():
             return None
-        return beta + step, information
+        return step, information
+
+    def next_point(
+        self, beta: np.ndarray, replies: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """The next point and the summed information it was derived from."""
+        found = self.step(replies)
+        return None if found is None else (beta + found[0], found[1])
+
+
+@dataclass(frozen=True)
+class DampedNewtonPath(NewtonPath):
+    """Newton's method with step halving on a concave objective (GLMs, the Cox models):
+    from an accepted point ``a`` (the *base*) the trials are ``a + H_a^-1 g_a / 2^j``,
+    ``j = 0 .. MAX_HALVINGS``; a trial becomes the next base only if its summed
+    ``objective`` is not below the base's (less ``1e-12 (1 + |objective|)``), as
+    :func:`fedstats.contract.newton.damped_newton` accepts it. So every base's objective is
+    at least its predecessor's, and every point lies on a Newton segment from a base.
+
+    ``restart``: ``"rates"`` lets round 2 start a Poisson fit at the intercept-only rates
+    derived from round 1 (:func:`rate_start`), a base of its own."""
+
+    damped: bool = True
+    objective: str = "loglik"
+    restart: str | None = None
+
+    def accepts(
+        self, trial: Mapping[str, Mapping[str, Any]], base: Mapping[str, Mapping[str, Any]]
+    ) -> bool:
+        """Whether a trial's summed objective lets it become the next base."""
+        after = float(sum(float(trial[s][self.objective]) for s in sorted(trial)))
+        before = float(sum(float(base[s][self.objective]) for s in sorted(base)))
+        return after >= before - 1e-12 * (1 + abs(before))
+
+    def on_segment(
+        self, requested: np.ndarray, base: np.ndarray, replies: Mapping[str, Mapping[str, Any]]
+    ) -> bool:
+        """Whether ``requested`` is ``base + step / 2^j`` for some ``j`` (within the
+        tolerance, in standard errors)."""
+        found = self.step(replies)
+        if found is None:
+            return False
+        step, information = found
+        return any(
+            deviation(requested, base + step / 2**j, information) <= TOLERANCE
+            for j in range(MAX_HALVINGS + 1)
+        )
+
+
+def rate_start(
+    names: Sequence[str], start: np.ndarray, replies: Mapping[str, Mapping[str, Any]]
+) -> np.ndarray:
+    """A Poisson fit's start at the intercept-only rates: for each intercept column ``j``
+    (``Intercept`` or a site's own, 0/1), ``beta_j = log(sum y / sum mu_0)`` over its rows,
+    from the first round's score ``g_j = sum y - sum mu_0`` and information
+    ``H_jj = sum mu_0``. Unchanged where a column has no events or no exposure."""
+    score, information = summed(replies, "gradient"), summed(replies, "hessian")
+    out = np.array(start, dtype=np.float64)
+    for j, name in enumerate(names):
+        if name == "Intercept" or is_site_column(name):
+            expected = float(information[j, j])
+            observed = float(score[j]) + expected
+            if expected > 0 and observed > 0:
+                out[j] = np.log(observed / expected)
+    return out
+
+
+SITE_COLUMN = "site[{}]"
+"""The name of a site's own intercept column (``site_intercepts=True``)."""
+
+
+def is_site_column(name: str) -> bool:
+    prefix, _, _ = SITE_COLUMN.partition("{}")
+    return name.startswith(prefix) and name.endswith("]")
 
 
 def summed(replies: Mapping[str, Mapping[str, Any]], field: str) -> np.ndarray:
@@ -98,6 +173,10 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def point_digest(beta: np.ndarray) -> str:
+    return digest(np.ascontiguousarray(beta, dtype="<f8").tobytes())
+
+
 def design_digest(design: Any) -> str:
     """The digest of a request's ``design`` argument as the codec writes it."""
     return digest(codec.encode(design))
@@ -110,21 +189,23 @@ def statement(
     sites: Sequence[str],
     round: int,
     beta: np.ndarray,
+    base: np.ndarray,
     reply: Mapping[str, Any],
     verified: bool,
 ) -> bytes:
     """The bytes a site signs over its answer at one point of a path: canonical JSON of the
-    task, design digest, the fit's sites, the round, the point's digest (its float64 bytes)
-    and the reply's digest (the codec's bytes of the payload), and whether the site verified
-    the point before answering. The signing keys are the study's (its pinned roster), which
-    ties the statement to the study."""
+    task, design digest, the fit's sites, the round, the digests of the point and its base
+    (their float64 bytes) and of the reply (the codec's bytes of the payload), and whether
+    the site verified the point before answering. The signing keys are the study's (its
+    pinned roster), which ties the statement to the study."""
     record = {
         "kind": "fedstats path reply v1",
         "task": task,
         "design": design,
         "sites": sorted(sites),
         "round": int(round),
-        "beta": digest(np.ascontiguousarray(beta, dtype="<f8").tobytes()),
+        "beta": point_digest(beta),
+        "base": point_digest(base),
         "reply": digest(codec.encode(dict(reply))),
         "verified": bool(verified),
     }
@@ -145,18 +226,44 @@ class SignedReply:
 
 
 @dataclass(frozen=True)
+class Evaluated:
+    """A point of a path every site answered: the point, its round, its base (the accepted
+    point it was stepped from; itself for a base), and each site's signed reply there."""
+
+    beta: np.ndarray
+    round: int
+    base: np.ndarray
+    replies: Mapping[str, SignedReply]
+
+    @property
+    def is_base(self) -> bool:
+        return bool(np.array_equal(self.beta, self.base))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "beta": self.beta,
+            "round": self.round,
+            "base": self.base,
+            "replies": {s: r.to_wire() for s, r in sorted(self.replies.items())},
+        }
+
+
+@dataclass(frozen=True)
 class PathRequest:
     """Where a request stands on its fit's path: the sites whose sums make the path, the
-    round, and (after round 1) the previous point and every site's signed reply there."""
+    round, the point's base, and (after round 1) the previous point with every site's signed
+    reply there and, when that point was a trial, the base it was tried from."""
 
     sites: tuple[str, ...]
     round: int
-    previous: np.ndarray | None = None
-    replies: Mapping[str, SignedReply] | None = None
+    base: np.ndarray
+    previous: Evaluated | None = None
+    accepted: Evaluated | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"sites": list(self.sites), "round": self.round}
-        if self.previous is not None and self.replies is not None:
-            wire["previous"] = self.previous
-            wire["replies"] = {s: r.to_wire() for s, r in sorted(self.replies.items())}
+        wire: dict[str, Any] = {"sites": list(self.sites), "round": self.round, "base": self.base}
+        if self.previous is not None:
+            wire["previous"] = self.previous.to_wire()
+        if self.accepted is not None:
+            wire["accepted"] = self.accepted.to_wire()
         return wire

@@ -48,6 +48,7 @@ from fedstats.contract.newton import (
     newton_decrement,
     newton_step,
 )
+from fedstats.contract.paths import rate_start
 from fedstats.errors import (
     ConvergenceWarning,
     DisclosureError,
@@ -57,11 +58,12 @@ from fedstats.errors import (
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
 from fedstats.models.glm_results import GLMResults
+from fedstats.models.path_relay import PathRelay
 from fedstats.models.privacy import ClientDP, RecordDP
 from fedstats.models.results import Provenance
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import SITE_COLUMN, Level
+from fedstats.site.design import Level
 from fedstats.site.handlers.glm import FAMILY_OUTCOMES, TASK
 
 FAMILIES = tuple(FAMILY_OUTCOMES)
@@ -180,14 +182,20 @@ class GLM:
         names = list(spec.columns)
         design = spec.to_wire()
 
-        def evaluate(beta: np.ndarray) -> Evaluation:
-            args = {"design": design, "beta": beta, "family": self.family}
-            return summed_replies(
+        path = PathRelay(federation, enabled=secure_aggregation is None)
+
+        def evaluate(beta: np.ndarray, base: np.ndarray) -> Evaluation:
+            """The sums at ``beta``, a point stepped from ``base`` (contract.paths)."""
+            args = path.arguments({"design": design, "beta": beta, "family": self.family},
+                                  beta, base)  # fmt: skip
+            state = summed_replies(
                 federation, TASK, args, analysis=analysis, secure=secure_aggregation
             )
+            path.answered(beta, base)
+            return state
 
         beta = np.zeros(len(names))
-        state = evaluate(beta)
+        state = evaluate(beta, beta)
         rounds = 1
         if self.family == "poisson":
             beta, state = self._rate_start(evaluate, beta, state, names)
@@ -231,7 +239,7 @@ class GLM:
 
     def _newton(
         self,
-        evaluate: Callable[[np.ndarray], Evaluation],
+        evaluate: Callable[[np.ndarray, np.ndarray], Evaluation],
         beta: np.ndarray,
         state: Evaluation,
         names: list[str],
@@ -272,7 +280,7 @@ class GLM:
             for _ in range(MAX_HALVINGS):
                 rounds += 1
                 try:
-                    trial = evaluate(candidate)
+                    trial = evaluate(candidate, beta)
                 except DisclosureError as error:  # one row would dominate: the step overshot
                     if error.rule != "dominance":
                         raise
@@ -297,26 +305,17 @@ class GLM:
 
     def _rate_start(
         self,
-        evaluate: Callable[[np.ndarray], Evaluation],
+        evaluate: Callable[[np.ndarray, np.ndarray], Evaluation],
         beta: np.ndarray,
         state: Evaluation,
         names: list[str],
     ) -> tuple[np.ndarray, Evaluation]:
-        """Start a Poisson fit at the intercept-only rates: for each intercept column ``j`` (0/1),
-        ``beta_j = log(sum y / sum mu_0)`` over its rows, from the first round's score
-        ``g_j = sum y - sum mu_0`` and information ``H_jj = sum mu_0``."""
-        intercepts = [
-            j for j, name in enumerate(names) if name == "Intercept" or _is_site_column(name)
-        ]
-        start = beta.copy()
-        for j in intercepts:
-            expected = float(state["hessian"][j, j])
-            observed = float(state["gradient"][j]) + expected
-            if expected > 0 and observed > 0:
-                start[j] = np.log(observed / expected)
+        """Start a Poisson fit at the intercept-only rates
+        (:func:`fedstats.contract.paths.rate_start`), a base of its own."""
+        start = rate_start(names, beta, {"all": state})
         if not start.any():
             return beta, state
-        return start, evaluate(start)
+        return start, evaluate(start, start)
 
     def _dispersion(self, state: Evaluation, nobs: float, p: int) -> float:
         """``phi``: 1, or Pearson's ``X^2 / (sum w - p)`` (Gaussian; ``scale="X2"``)."""
@@ -365,8 +364,3 @@ class GLM:
             tol=self.tol,
         )
         return model.fit(federation, privacy=privacy, secure_aggregation=secure_aggregation)
-
-
-def _is_site_column(name: str) -> bool:
-    prefix, _, _ = SITE_COLUMN.partition("{}")
-    return name.startswith(prefix) and name.endswith("]")

@@ -31,10 +31,10 @@ from fedstats.contract.newton import (
     newton_decrement,
     newton_step,
 )
-from fedstats.contract.paths import PATH_KEY, PathRequest
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
+from fedstats.models.path_relay import PathRelay
 from fedstats.models.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.models.results import LogisticRegressionResults, Provenance
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
@@ -184,19 +184,16 @@ class LogisticRegression:
         separation = QuasiSeparation()
         previous = np.inf
         rounds = 0
-        path = PathRequest(sites=tuple(sorted(federation.sites)), round=1)
+        path = PathRelay(federation, enabled=secure_aggregation is None)
         for rounds in range(1, self.maxiter + 1):
-            args = {"design": spec.to_wire(), "beta": beta}
-            if secure_aggregation is None:  # the sites re-derive each point (contract.paths)
-                args[PATH_KEY] = path.to_wire()
             sums = summed_replies(
                 federation,
                 "logistic.summaries",
-                args,
+                path.arguments({"design": spec.to_wire(), "beta": beta}, beta, base=beta),
                 analysis=analysis,
                 secure=secure_aggregation,
             )
-            path = PathRequest(path.sites, rounds + 1, beta, dict(federation.signed_replies))
+            path.answered(beta, base=beta)
             gradient, hessian, llf = sums["gradient"], sums["hessian"], float(sums["loglik"])
             # summed 0/1 flags: every site all extreme, or any site with an extreme patient
             check_perfect_separation(sums["all_extreme"], len(federation.sites))

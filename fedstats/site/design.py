@@ -28,6 +28,7 @@ from formulaic import Formula, model_matrix
 from formulaic.errors import FormulaicError
 from formulaic.parser.types import Term
 
+from fedstats.contract.paths import SITE_COLUMN
 from fedstats.errors import (
     FormulaError,
     FormulaRefusedError,
@@ -38,9 +39,6 @@ from fedstats.errors import (
 from fedstats.site.formula_grammar import Factor, parse_factor, plain_message
 
 Level = int | float | str
-
-SITE_COLUMN = "site[{}]"
-"""Name of a site's own intercept column when ``site_intercepts=True``."""
 
 
 WIRE_FIELDS = (

@@ -2,13 +2,19 @@
 
 The rule of each task (:data:`PATH_RULES`, from :mod:`fedstats.contract.paths`)
 says where its fit starts and how it steps. Before any row is read, a request
-of such a task carries its ``path`` (the fit's sites, the round, the previous
-point and every site's signed reply there); the site checks each signature
-with the key its roster pins for that site, sums the replies and re-derives
-the point with the contract's own step, and refuses (rule ``path``) a point
-further than :data:`~fedstats.contract.paths.TOLERANCE` standard errors from
-it. Its own reply is then signed over the point (:func:`signature`), so the
-next round can be checked by every site in turn.
+of such a task carries its ``path``: the fit's sites, the round, the point's
+base (the accepted point it steps from), the last point every site answered
+with each site's signed reply there and, when that point was a trial, the
+base it was tried from with its replies. The site checks each signature with
+the key its roster pins for that site, sums the replies, re-derives the step
+with the contract's own code, and refuses (rule ``path``) a point further
+than :data:`~fedstats.contract.paths.TOLERANCE` standard errors from every
+step the rule allows (for plain Newton, one; with step halving, the halvings
+of a base's step, a trial becoming a base only if its objective did not
+fall). Its own reply is then signed over the point and its base
+(:func:`signature`), so the next round can be checked by every site in turn:
+every point it answers lies on a path an honest fit of these sites' data can
+take.
 
 Switched on per site (``Silo(verified_paths=True)``, which needs the pinned
 roster and signing key of :class:`~fedstats.secagg.roster.RosterPin`); a site with a
@@ -30,15 +36,20 @@ from fedstats.contract.paths import (
     MAX_ROUND,
     PATH_KEY,
     TOLERANCE,
+    DampedNewtonPath,
     NewtonPath,
     design_digest,
     deviation,
+    rate_start,
     statement,
 )
 from fedstats.errors import DisclosureError
 from fedstats.site.task import SiteContext
 
-PATH_RULES: dict[str, NewtonPath] = {"logistic.summaries": NewtonPath()}
+PATH_RULES: dict[str, NewtonPath] = {
+    "logistic.summaries": NewtonPath(),
+    "glm.summaries": DampedNewtonPath(restart="rates"),
+}
 """The tasks answered only on a verified path, and each one's rule."""
 
 MAX_SIGNATURE_CHARS = 200
@@ -54,6 +65,7 @@ class PathPoint:
     sites: tuple[str, ...]
     round: int
     beta: np.ndarray
+    base: np.ndarray
 
 
 def verified_point(
@@ -71,59 +83,171 @@ def verified_point(
         return None
     path = args.get(PATH_KEY)
     if not ctx.verified_paths:
-        return _unverified(ctx, task, args, path)
+        return _unverified(task, args, path)
     if not isinstance(path, dict):
         raise _refused(ctx, task, "an exact request of this fit must carry its path")
-    beta = args.get("beta")
-    if not (isinstance(beta, np.ndarray) and beta.ndim == 1 and beta.dtype.kind == "f"):
-        raise _refused(ctx, task, "the path's point must be an array of coefficients")
+    beta = _point(ctx, task, args.get("beta"), None, "the path's point")
+    base = _point(ctx, task, path.get("base"), beta.shape, "the point's base")
     sites = _sites(ctx, task, path.get("sites"), pin)
     round_ = path.get("round")
     if type(round_) is not int or not 1 <= round_ <= MAX_ROUND:
         raise _refused(ctx, task, f"the path's round must be an integer from 1 to {MAX_ROUND}")
-    design = design_digest(args.get("design"))
-    point = PathPoint(task, design, sites, round_, beta)
+    point = PathPoint(task, design_digest(args.get("design")), sites, round_, beta, base)
     if round_ == 1:
-        if set(path) != {"sites", "round"} or not np.array_equal(beta, rule.start(len(beta))):
+        if set(path) != {"sites", "round", "base"} or not (
+            np.array_equal(beta, rule.start(len(beta))) and np.array_equal(base, beta)
+        ):
             raise _refused(ctx, task, "round 1 of the path starts at the rule's start point")
         return point
-    if set(path) != {"sites", "round", "previous", "replies"}:
+    if not set(path) <= {"sites", "round", "base", "previous", "accepted"} or (
+        "previous" not in path
+    ):
         raise _refused(ctx, task, "a later round carries the previous point and its replies")
-    previous = path["previous"]
-    if not (isinstance(previous, np.ndarray) and previous.shape == beta.shape):
-        raise _refused(ctx, task, "the previous point must have the point's shape")
-    replies = _signed_replies(ctx, task, path["replies"], point, previous, pin)
-    if not all(_sums_fit(rule, reply, len(beta)) for reply in replies.values()):
-        raise _refused(ctx, task, "a relayed reply does not hold this fit's sums")
-    derived = rule.next_point(np.asarray(previous, dtype=np.float64), replies)
-    if derived is None:
-        raise _refused(ctx, task, "the path ends at the previous point (singular information)")
-    target, information = derived
-    if not deviation(beta, target, information) <= TOLERANCE:
+    previous = _evaluated(ctx, task, path["previous"], point, pin)
+    accepted = None
+    if not np.array_equal(previous["beta"], previous["base"]):  # the previous was a trial
+        if "accepted" not in path:
+            raise _refused(ctx, task, "a trial's base must come with its replies")
+        accepted = _evaluated(ctx, task, path["accepted"], point, pin)
+        if not np.array_equal(accepted["beta"], previous["base"]):
+            raise _refused(ctx, task, "the relayed base is not the previous point's base")
+    elif "accepted" in path:
+        raise _refused(ctx, task, "the previous point is a base: no other base is relayed")
+    if not _follows(rule, point, previous, accepted, args.get("design")):
         raise _refused(
             ctx,
             task,
-            f"the coefficients are not the next point of the path (more than {TOLERANCE:g} "
-            "standard errors from the step the relayed replies give)",
+            "the coefficients are not a next point of the path (more than "
+            f"{TOLERANCE:g} standard errors from every step the relayed replies allow)",
         )
     return point
 
 
-def _unverified(ctx: SiteContext, task: str, args: dict[str, Any], path: Any) -> PathPoint | None:
+def _follows(
+    rule: NewtonPath,
+    point: PathPoint,
+    previous: dict[str, Any],
+    accepted: dict[str, Any] | None,
+    design: Any,
+) -> bool:
+    """Whether ``point`` (with its declared base) is a step the rule allows after
+    ``previous`` (and, when ``previous`` was a trial, its base ``accepted``)."""
+    p = len(point.beta)
+    for evaluated in (previous, accepted):
+        if evaluated is not None and not all(
+            _sums_fit(rule, reply, p) for reply in evaluated["replies"].values()
+        ):
+            return False
+    beta, base = point.beta, point.base
+    if not rule.damped:  # plain Newton: each point its own base, one step from the previous
+        derived = rule.next_point(previous["beta"], previous["replies"])
+        return (
+            derived is not None
+            and np.array_equal(base, beta)
+            and deviation(beta, derived[0], derived[1]) <= TOLERANCE
+        )
+    assert isinstance(rule, DampedNewtonPath)
+    if np.array_equal(base, beta):  # a new base of its own: only a restart from round 1
+        return (
+            rule.restart == "rates"
+            and previous["round"] == 1
+            and isinstance(design, dict)
+            and isinstance(design.get("columns"), list)
+            and len(design["columns"]) == p
+            and bool(
+                np.array_equal(
+                    beta, rate_start(design["columns"], previous["beta"], previous["replies"])
+                )
+            )
+        )
+    if np.array_equal(base, previous["beta"]):  # the previous point is accepted as the base
+        if accepted is not None and not rule.accepts(previous["replies"], accepted["replies"]):
+            return False
+        return rule.on_segment(beta, base, previous["replies"])
+    if accepted is not None and np.array_equal(base, accepted["beta"]):  # a shorter trial
+        return rule.on_segment(beta, base, accepted["replies"])
+    return False
+
+
+def _evaluated(
+    ctx: SiteContext, task: str, wire: Any, point: PathPoint, pin: Any
+) -> dict[str, Any]:
+    """A relayed evaluated point (:class:`fedstats.contract.paths.Evaluated`), every reply
+    checked against its site's pinned key; this site's own reply must say it verified."""
+    if not (isinstance(wire, dict) and set(wire) == {"beta", "round", "base", "replies"}):
+        raise _refused(ctx, task, "a relayed point is malformed")
+    beta = _point(ctx, task, wire["beta"], point.beta.shape, "a relayed point")
+    base = _point(ctx, task, wire["base"], point.beta.shape, "a relayed point's base")
+    at = wire["round"]
+    if type(at) is not int or not 1 <= at < point.round:
+        raise _refused(ctx, task, "a relayed point's round does not precede this one")
+    replies = wire["replies"]
+    if not isinstance(replies, dict) or sorted(replies) != list(point.sites):
+        raise _refused(ctx, task, "the path needs the reply of every one of its sites")
+    out = {}
+    for site in point.sites:
+        signed = replies[site]
+        if not (
+            isinstance(signed, dict)
+            and set(signed) == {"reply", "signature", "verified"}
+            and isinstance(signed["reply"], dict)
+            and isinstance(signed["signature"], str)
+            and len(signed["signature"]) <= MAX_SIGNATURE_CHARS
+            and isinstance(signed["verified"], bool)
+        ):
+            raise _refused(ctx, task, f"the relayed reply of {site!r} is malformed")
+        if site == ctx.name and not signed["verified"]:
+            raise _refused(ctx, task, "this site did not verify a relayed point")
+        message = statement(
+            task=point.task,
+            design=point.design,
+            sites=point.sites,
+            round=at,
+            beta=beta,
+            base=base,
+            reply=signed["reply"],
+            verified=signed["verified"],
+        )
+        if not pin.verify_advert(site, message, signed["signature"]):
+            raise _refused(
+                ctx,
+                task,
+                f"the relayed reply of {site!r} is not signed by the key this site's roster "
+                "pins for it at that point",
+            )
+        out[site] = signed["reply"]
+    return {"beta": beta, "round": at, "base": base, "replies": out}
+
+
+def _point(ctx: SiteContext, task: str, value: Any, shape: Any, what: str) -> np.ndarray:
+    if not (
+        isinstance(value, np.ndarray)
+        and value.ndim == 1
+        and value.dtype.kind == "f"
+        and (shape is None or value.shape == shape)
+        and np.isfinite(value).all()
+    ):
+        raise _refused(ctx, task, f"{what} must be a finite array of the coefficients")
+    return value.astype(np.float64)
+
+
+def _unverified(task: str, args: dict[str, Any], path: Any) -> PathPoint | None:
     """A site that does not verify paths still signs its replies to a request that carries a
     well-formed one: the signature vouches for the reply, not the point (a verifying site
     vouches for the point by its own signature, which every round must relay)."""
     if not isinstance(path, dict):
         return None
-    sites, round_, beta = path.get("sites"), path.get("round"), args.get("beta")
+    sites, round_ = path.get("sites"), path.get("round")
+    beta, base = args.get("beta"), path.get("base")
     if not (
         isinstance(sites, list)
         and all(isinstance(s, str) for s in sites)
         and type(round_) is int
         and isinstance(beta, np.ndarray)
+        and isinstance(base, np.ndarray)
     ):
         return None
-    return PathPoint(task, design_digest(args.get("design")), tuple(sites), round_, beta)
+    return PathPoint(task, design_digest(args.get("design")), tuple(sites), round_, beta, base)
 
 
 def signature(ctx: SiteContext, point: PathPoint, payload: dict[str, Any]) -> str:
@@ -135,6 +259,7 @@ def signature(ctx: SiteContext, point: PathPoint, payload: dict[str, Any]) -> st
             sites=point.sites,
             round=point.round,
             beta=point.beta,
+            base=point.base,
             reply=payload,
             verified=ctx.verified_paths,
         )
@@ -154,53 +279,15 @@ def _sites(ctx: SiteContext, task: str, sites: Any, pin: Any) -> tuple[str, ...]
     return tuple(sites)
 
 
-def _signed_replies(
-    ctx: SiteContext, task: str, replies: Any, point: PathPoint, previous: np.ndarray, pin: Any
-) -> dict[str, dict[str, Any]]:
-    """The previous round's replies, each checked against its site's pinned key."""
-    if not isinstance(replies, dict) or sorted(replies) != list(point.sites):
-        raise _refused(ctx, task, "the path needs the previous reply of every one of its sites")
-    out = {}
-    for site in point.sites:
-        signed = replies[site]
-        if not (
-            isinstance(signed, dict)
-            and set(signed) == {"reply", "signature", "verified"}
-            and isinstance(signed["reply"], dict)
-            and isinstance(signed["signature"], str)
-            and len(signed["signature"]) <= MAX_SIGNATURE_CHARS
-            and isinstance(signed["verified"], bool)
-        ):
-            raise _refused(ctx, task, f"the relayed reply of {site!r} is malformed")
-        if site == ctx.name and not signed["verified"]:
-            raise _refused(ctx, task, "this site did not verify the previous point")
-        message = statement(
-            task=point.task,
-            design=point.design,
-            sites=point.sites,
-            round=point.round - 1,
-            beta=previous,
-            reply=signed["reply"],
-            verified=signed["verified"],
-        )
-        if not pin.verify_advert(site, message, signed["signature"]):
-            raise _refused(
-                ctx,
-                task,
-                f"the relayed reply of {site!r} is not signed by the key this site's roster "
-                "pins for it at the previous point",
-            )
-        out[site] = signed["reply"]
-    return out
-
-
 def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int) -> bool:
     score, information = reply.get(rule.score), reply.get(rule.information)
+    objective = reply.get(getattr(rule, "objective", rule.score))
     return (
         isinstance(score, np.ndarray)
         and score.shape == (p,)
         and isinstance(information, np.ndarray)
         and information.shape == (p, p)
+        and (not rule.damped or isinstance(objective, float | int))
     )
 
 

@@ -23,7 +23,16 @@ from hypothesis import strategies as st
 import fedstats
 from fedstats import datasets
 from fedstats.contract import codec
-from fedstats.contract.paths import PATH_KEY, TOLERANCE, NewtonPath, PathRequest, deviation
+from fedstats.contract.paths import (
+    PATH_KEY,
+    TOLERANCE,
+    Evaluated,
+    NewtonPath,
+    PathRequest,
+    deviation,
+    rate_start,
+)
+from fedstats.models.path_relay import PathRelay
 from fedstats.secagg.roster import in_process_pins
 from fedstats.site.silo import Silo
 
@@ -45,13 +54,24 @@ def design(fed: fedstats.Federation) -> dict:
     return MODEL.agree(fed, "agree").spec.to_wire()
 
 
-def round_one(fed: fedstats.Federation, wire: dict, p: int) -> PathRequest:
-    """Round 1 asked honestly: the path to round 2."""
-    path = PathRequest(tuple(sorted(fed.sites)), 1)
+def round_one(fed: fedstats.Federation, wire: dict, p: int) -> Evaluated:
+    """Round 1 asked honestly: the answered point the next round relays."""
+    relay = PathRelay(fed)
     beta = np.zeros(p)
-    fed.request("logistic.summaries", {"design": wire, "beta": beta, PATH_KEY: path.to_wire()},
-                analysis="a")  # fmt: skip
-    return PathRequest(path.sites, 2, beta, dict(fed.signed_replies))
+    args = relay.arguments({"design": wire, "beta": beta}, beta, beta)
+    fed.request("logistic.summaries", args, analysis="a")
+    relay.answered(beta, beta)
+    return relay.last
+
+
+def path_at(previous: Evaluated, beta: np.ndarray) -> dict:
+    """The wire path of a round-2 request at ``beta`` after ``previous``."""
+    return PathRequest(tuple(sorted(previous.replies)), 2, beta, previous=previous).to_wire()
+
+
+def derived_after(previous: Evaluated) -> tuple[np.ndarray, np.ndarray]:
+    replies = {s: dict(r.reply) for s, r in previous.replies.items()}
+    return NewtonPath().next_point(previous.beta, replies)
 
 
 def refused_by_path(fed: fedstats.Federation, args: dict) -> fedstats.DisclosureError:
@@ -115,8 +135,8 @@ def test_a_crafted_point_is_refused_at_every_round_through_raw_requests(frames):
         assert reply["status"] == "error", args
         assert reply["error"]["values"]["rule"] == "path"
     assert silo._context.guard.entries == before
-    path = round_one(fed, wire, p)
-    reply = ask({"design": wire, "beta": crafted, PATH_KEY: path.to_wire()})
+    previous = round_one(fed, wire, p)
+    reply = ask({"design": wire, "beta": crafted, PATH_KEY: path_at(previous, crafted)})
     assert reply["error"]["values"]["rule"] == "path"
 
 
@@ -126,16 +146,16 @@ def test_a_point_moved_by_more_than_the_tolerance_is_refused_and_within_it_answe
     fed = federation(frames)
     wire = design(fed)
     p = len(wire["columns"])
-    path = round_one(fed, wire, p)
-    replies = {s: dict(r.reply) for s, r in path.replies.items()}
-    derived, information = NewtonPath().next_point(path.previous, replies)
+    previous = round_one(fed, wire, p)
+    derived, information = derived_after(previous)
     se = np.sqrt(np.diag(np.linalg.inv(information)))
-    fed.request("logistic.summaries", {"design": wire, "beta": derived, PATH_KEY: path.to_wire()},
+    fed.request("logistic.summaries",
+                {"design": wire, "beta": derived, PATH_KEY: path_at(previous, derived)},
                 analysis="a")  # fmt: skip
     for j in (0, p // 2, p - 1):
         moved = derived.copy()
         moved[j] += 10 * TOLERANCE * se[j]
-        refused_by_path(fed, {"design": wire, "beta": moved, PATH_KEY: path.to_wire()})
+        refused_by_path(fed, {"design": wire, "beta": moved, PATH_KEY: path_at(previous, moved)})
 
 
 @settings(max_examples=25, deadline=None)
@@ -173,39 +193,41 @@ def test_tampered_unsigned_missing_and_off_roster_replies_are_refused(frames):
     fed = federation(frames)
     wire = design(fed)
     p = len(wire["columns"])
-    path = round_one(fed, wire, p)
-    replies = {s: dict(r.reply) for s, r in path.replies.items()}
-    derived, _ = NewtonPath().next_point(path.previous, replies)
+    previous = round_one(fed, wire, p)
+    derived, _ = derived_after(previous)
 
     def asked(wire_path: dict) -> dict:
         return {"design": wire, "beta": derived, PATH_KEY: wire_path}
 
-    tampered = path.to_wire()
-    gradient = tampered["replies"]["hungary"]["reply"]["gradient"]
-    tampered["replies"]["hungary"]["reply"]["gradient"] = gradient * 1.001
+    def relayed() -> tuple[dict, dict]:
+        path = path_at(previous, derived)
+        return path, path["previous"]["replies"]
+
+    tampered, replies = relayed()
+    replies["hungary"]["reply"]["gradient"] = replies["hungary"]["reply"]["gradient"] * 1.001
     assert "not signed" in refused_by_path(fed, asked(tampered)).reason
-    forged = path.to_wire()
-    forged["replies"]["hungary"]["signature"] = "00" * 64
+    forged, replies = relayed()
+    replies["hungary"]["signature"] = "00" * 64
     assert "not signed" in refused_by_path(fed, asked(forged)).reason
-    missing = path.to_wire()
-    del missing["replies"]["hungary"]
+    missing, replies = relayed()
+    del replies["hungary"]
     refused_by_path(fed, asked(missing))
-    unverified = path.to_wire()
-    unverified["replies"]["cleveland"]["verified"] = False
+    unverified, replies = relayed()
+    replies["cleveland"]["verified"] = False
     refused_by_path(fed, asked(unverified))
     # a site off the roster, its reply signed by a key of its own
     stranger = in_process_pins(["cleveland", "hungary", "stranger"])["stranger"]
-    off_roster = path.to_wire()
+    off_roster, replies = relayed()
     off_roster["sites"] = sorted([*SITES, "stranger"])
-    off_roster["replies"]["stranger"] = {
-        "reply": off_roster["replies"]["hungary"]["reply"],
+    replies["stranger"] = {
+        "reply": replies["hungary"]["reply"],
         "signature": stranger.sign_advert(b"anything"),
         "verified": True,
     }
     assert "roster" in refused_by_path(fed, asked(off_roster)).reason
     # the replies of another design's path do not lead to this design's points
     other = {**wire, "formula": wire["formula"].replace("+ oldpeak", "")}
-    refused_by_path(fed, {"design": other, "beta": derived, PATH_KEY: path.to_wire()})
+    refused_by_path(fed, {"design": other, "beta": derived, PATH_KEY: path_at(previous, derived)})
 
 
 def test_a_silo_needs_its_roster_to_verify_paths(frames):
@@ -246,3 +268,110 @@ def test_a_fit_crosses_sites_that_verify_and_sites_that_only_sign(frames):
     result = MODEL.fit(mixed)
     np.testing.assert_array_equal(result.params, plain.params)
     assert result.iterations == plain.iterations
+
+
+# ------------------------------------------------------------------ GLMs: step halving
+
+
+@pytest.fixture(scope="module")
+def counts() -> dict[str, pd.DataFrame]:
+    """Counts of mean about 30: a Newton step from 0 overshoots the intercept (``exp(30)``
+    times too large), so its log-likelihood falls and the step must be halved."""
+    rng = np.random.default_rng(7)
+    frames = {}
+    for s in ("a", "b", "c"):
+        x = rng.normal(0, 1, 300)
+        frames[s] = pd.DataFrame({"x": x, "y": rng.poisson(np.exp(3.4 + 0.1 * x))})
+    return frames
+
+
+def glm_at(fed, relay: PathRelay, wire: dict, beta: np.ndarray, base: np.ndarray) -> dict:
+    """The summed GLM replies at ``beta`` stepped from ``base``, the path written by the
+    coordinator's relay (so only ``beta`` and ``base`` are the attacker's)."""
+    args = relay.arguments({"design": wire, "beta": beta, "family": "poisson"}, beta, base)
+    replies = fed.request("glm.summaries", args, analysis="a")
+    relay.answered(beta, base)
+    return {k: sum(r[k] for r in replies.values()) for k in ("gradient", "hessian", "loglik")}
+
+
+def test_a_glm_path_halves_steps_but_never_accepts_a_worse_point(counts):
+    """From 0 the full Newton step of a Poisson intercept overshoots: it may be tried (a point
+    on the segment), halved (a shorter trial of the same base), never taken as a base, and
+    nothing off the segment is answered."""
+    fed = federation(counts)
+    model = fedstats.GLM("y ~ x", family="poisson")
+    wire = model.agree(fed, "agree").spec.to_wire()
+    relay = PathRelay(fed)
+    zero = np.zeros(2)
+    at_zero = glm_at(fed, relay, wire, zero, zero)
+    step = np.linalg.solve(at_zero["hessian"], at_zero["gradient"])
+    trial = glm_at(fed, relay, wire, zero + step, zero)  # a full step: answered
+    assert trial["loglik"] < at_zero["loglik"]  # and worse than its base
+    with pytest.raises(fedstats.DisclosureError) as refused:  # taken as a base: refused
+        onward = np.linalg.solve(trial["hessian"], trial["gradient"])
+        glm_at(fed, relay, wire, zero + step + onward, zero + step)
+    assert refused.value.rule == "path"
+    with pytest.raises(fedstats.DisclosureError) as refused:  # off the segment
+        glm_at(fed, relay, wire, zero + 0.3 * step, zero)
+    assert refused.value.rule == "path"
+    halved = glm_at(fed, relay, wire, zero + step / 2, zero)  # a shorter trial: answered
+    assert np.isfinite(halved["loglik"])
+
+
+def test_a_poisson_fit_restarts_at_the_rates_only_at_round_two(counts):
+    """Round 2 may start at the intercept-only rates derived from round 1 (a base of its own);
+    another point as a base of its own, or the rates later, are refused."""
+    fed = federation(counts)
+    wire = fedstats.GLM("y ~ x", family="poisson").agree(fed, "agree").spec.to_wire()
+    relay = PathRelay(fed)
+    zero = np.zeros(2)
+    glm_at(fed, relay, wire, zero, zero)
+    elsewhere = np.array([3.0, 0.0])
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        glm_at(fed, relay, wire, elsewhere, elsewhere)
+    assert refused.value.rule == "path"
+    replies = {s: dict(r.reply) for s, r in relay.last.replies.items()}
+    rates = rate_start(wire["columns"], zero, replies)
+    glm_at(fed, relay, wire, rates, rates)
+    at_rates = {s: dict(r.reply) for s, r in relay.last.replies.items()}
+    again = rate_start(wire["columns"], rates, at_rates)  # the rule's restart, from round 2
+    assert not np.array_equal(again, rates)
+    with pytest.raises(fedstats.DisclosureError) as refused:  # not from round 1 any more
+        glm_at(fed, relay, wire, again, again)
+    assert refused.value.rule == "path"
+
+
+def test_the_half_space_attack_on_glm_summaries_is_refused(frames):
+    fed = federation(frames)
+    model = fedstats.GLM(
+        datasets.HEART_EXACT_FORMULA, family="binomial", levels=datasets.HEART_LEVELS
+    )
+    wire = model.agree(fed, "agree").spec.to_wire()
+    beta = np.zeros(len(wire["columns"]))
+    beta[wire["columns"].index("age")], beta[0] = 1e6, -55e6
+    refused_by_path(fed, {"design": wire, "beta": beta, "family": "binomial"})
+    relay = PathRelay(fed)
+    args = relay.arguments({"design": wire, "beta": beta, "family": "binomial"}, beta, beta)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fed.request("glm.summaries", args, analysis="a")
+    assert refused.value.rule == "path"
+
+
+@pytest.mark.parametrize(
+    ("family", "formula", "extra"),
+    [
+        ("poisson", "y ~ x", {}),
+        ("gaussian", "y ~ x", {}),
+        ("binomial", "disease ~ age + sex + thalach", {}),
+    ],
+)
+def test_an_honest_glm_takes_the_same_rounds_and_gives_the_same_numbers(
+    frames, counts, family, formula, extra
+):
+    data = frames if family == "binomial" else counts
+    model = fedstats.GLM(formula, family=family, **extra)
+    plain = model.fit(federation(data, verified=False))
+    verified = model.fit(federation(data))
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    np.testing.assert_array_equal(verified.bse, plain.bse)

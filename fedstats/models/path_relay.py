@@ -1,0 +1,59 @@
+"""The coordinator's half of the path rules: carry each round's signed replies to the next.
+
+Sites that verify paths (:mod:`fedstats.site.verified_paths`) answer an exact
+round only at a point they re-derive from the replies of the last point every
+site answered. :class:`PathRelay` keeps those signed replies
+(:attr:`fedstats.models.federation.Federation.signed_replies`) and writes the
+``path`` argument of the next request (:class:`fedstats.contract.paths.PathRequest`):
+the fit's sites, the round, the point's base, the last answered point and, when
+that point was a trial, the base it was tried from. The coordinator's steps
+are those of the contract (:mod:`fedstats.contract.newton`), so an honest
+fit's requests always pass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from fedstats.contract.paths import PATH_KEY, Evaluated, PathRequest, point_digest
+from fedstats.models.federation import Federation
+
+
+class PathRelay:
+    """The path of one iterative exact fit over ``federation``; ``enabled=False`` (inside
+    secure aggregation, whose masked replies cannot be re-derived from) adds nothing."""
+
+    def __init__(self, federation: Federation, *, enabled: bool = True) -> None:
+        self.federation = federation
+        self.enabled = enabled
+        self.sites = tuple(sorted(federation.sites))
+        self.round = 0
+        self.last: Evaluated | None = None
+        self._answered: dict[str, Evaluated] = {}
+
+    def arguments(self, args: dict[str, Any], beta: np.ndarray, base: np.ndarray) -> dict:
+        """``args`` with the path of a request at ``beta`` stepped from ``base``."""
+        if not self.enabled:
+            return args
+        self.round += 1
+        accepted = None
+        if self.last is not None and not self.last.is_base:
+            accepted = self._answered.get(point_digest(self.last.base))
+        path = PathRequest(self.sites, self.round, np.array(base, dtype=np.float64),
+                           previous=self.last, accepted=accepted)  # fmt: skip
+        return {**args, PATH_KEY: path.to_wire()}
+
+    def answered(self, beta: np.ndarray, base: np.ndarray) -> None:
+        """Keep the signed replies of the request just answered at ``beta`` (every site's, or
+        none: sites without a pinned key sign nothing)."""
+        if not self.enabled:
+            return
+        replies = dict(self.federation.signed_replies)
+        if set(replies) != set(self.sites):
+            return
+        point = Evaluated(np.array(beta, dtype=np.float64), self.round,
+                          np.array(base, dtype=np.float64), replies)  # fmt: skip
+        self.last = point
+        self._answered[point_digest(point.beta)] = point
