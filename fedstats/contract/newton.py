@@ -103,7 +103,7 @@ State = tuple[Any, ...]
 
 
 def damped_newton(
-    evaluate: Callable[[np.ndarray], State],
+    evaluate: Callable[[np.ndarray, np.ndarray], State],
     beta: np.ndarray,
     state: State,
     names: list[str],
@@ -112,10 +112,12 @@ def damped_newton(
     maxiter: int,
 ) -> tuple[np.ndarray, State, bool, int, list[str]]:
     """Newton rounds from ``beta`` (evaluated as ``state``) on a concave objective, each step
-    halved (at most 20 times) until the objective does not fall; stops on the Newton
-    decrement (:func:`decrement_converged`) at the last evaluated point, whose information
-    and objective are then the estimate's own. Returns ``(beta, its evaluation, converged,
-    rounds, notes)``; ``rounds`` counts evaluations, the first included."""
+    halved (at most 20 times) until the objective does not fall (``evaluate(point, base)``:
+    the point and the accepted point it was stepped from, :mod:`fedstats.contract.paths`);
+    stops on the Newton decrement (:func:`decrement_converged`) at the last evaluated point,
+    whose information and objective are then the estimate's own. Returns ``(beta, its
+    evaluation, converged, rounds, notes)``; ``rounds`` counts evaluations, the first
+    included."""
     objective, score, information = state[:3]
     notes: list[str] = []
     rounds = 1
@@ -131,7 +133,7 @@ def damped_newton(
         previous = decrement
         candidate = beta + step
         for _ in range(MAX_HALVINGS):
-            trial = evaluate(candidate)
+            trial = evaluate(candidate, beta)  # a trial stepped from the base beta
             rounds += 1
             if trial[0] >= objective - 1e-12 * (1 + abs(objective)):
                 break

@@ -13,7 +13,7 @@ such a fit only at a point it re-derives itself:
   from the round ``t - 1`` replies of every site of the fit, relayed by the
   coordinator, each signed by its site (:func:`statement`).
 
-Each reply is signed over the task, the design, the fit's sites, the
+Each reply is signed over the task, the request, the fit's sites, the
 round, the point and the reply itself, so a site checks that every relayed
 reply was answered at the previous point by the site it names (with the key
 its roster pins), and a site signs only at points it verified: by induction
@@ -40,6 +40,7 @@ import numpy as np
 
 from fedstats.contract import codec
 from fedstats.contract.newton import MAX_HALVINGS, inverse_information, newton_step
+from fedstats.cox_math import WeightedGridSums, grid_partial_likelihood
 
 TOLERANCE = 1e-6
 """How far, in standard errors, a requested coefficient may lie from the re-derived one."""
@@ -50,38 +51,49 @@ MAX_ROUND = 10_000
 PATH_KEY = "path"
 """The request argument carrying a fit's path (:class:`PathRequest` on the wire)."""
 
+Replies = Mapping[str, Mapping[str, Any]]
+"""Each site's reply at one point, by site."""
+
 
 @dataclass(frozen=True)
 class NewtonPath:
     """Newton's method on summed score and information (logistic regression): start at 0,
-    then ``beta + H^-1 g`` with ``g`` and ``H`` the sums of every site's ``score`` and
-    ``information`` fields at ``beta`` (Wu et al., JAMIA 2012). Every point is its own base:
-    no step is halved."""
+    then ``beta + H^-1 g`` with ``g`` and ``H`` the sums of every site's ``gradient`` and
+    ``hessian`` at ``beta`` (Wu et al., JAMIA 2012). Every point is its own base: no step is
+    halved."""
 
-    score: str = "gradient"
-    information: str = "hessian"
     damped: bool = False
 
     def start(self, p: int) -> np.ndarray:
         return np.zeros(p)
 
+    def fields(self, p: int) -> dict[str, tuple[int, ...]]:
+        """The reply fields the rule reads, with their shapes (``()``: a number)."""
+        return {"gradient": (p,), "hessian": (p, p)}
+
+    def evaluate(
+        self, replies: Replies, beta: np.ndarray, args: Mapping[str, Any]
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(objective, score, information)`` of the summed replies at ``beta`` (plain
+        Newton never compares objectives: 0)."""
+        return 0.0, summed(replies, "gradient"), summed(replies, "hessian")
+
     def step(
-        self, replies: Mapping[str, Mapping[str, Any]]
+        self, replies: Replies, beta: np.ndarray, args: Mapping[str, Any]
     ) -> tuple[np.ndarray, np.ndarray] | None:
-        """The Newton step ``H^-1 g`` of the summed replies and ``H`` (``None`` where ``H``
-        is singular: the path ends there)."""
-        score = summed(replies, self.score)
-        information = summed(replies, self.information)
+        """The Newton step ``H^-1 g`` at ``beta`` and ``H`` (``None`` where ``H`` is singular:
+        the path ends there)."""
+        _, score, information = self.evaluate(replies, beta, args)
         step = newton_step(information, score, [], first=False)
         if step is None or not np.isfinite(step).all():
             return None
         return step, information
 
     def next_point(
-        self, beta: np.ndarray, replies: Mapping[str, Mapping[str, Any]]
+        self, beta: np.ndarray, replies: Replies, args: Mapping[str, Any] | None = None
     ) -> tuple[np.ndarray, np.ndarray] | None:
         """The next point and the summed information it was derived from."""
-        found = self.step(replies)
+        found = self.step(replies, beta, args or {})
         return None if found is None else (beta + found[0], found[1])
 
 
@@ -89,32 +101,63 @@ class NewtonPath:
 class DampedNewtonPath(NewtonPath):
     """Newton's method with step halving on a concave objective (GLMs, the Cox models):
     from an accepted point ``a`` (the *base*) the trials are ``a + H_a^-1 g_a / 2^j``,
-    ``j = 0 .. MAX_HALVINGS``; a trial becomes the next base only if its summed
-    ``objective`` is not below the base's (less ``1e-12 (1 + |objective|)``), as
+    ``j = 0 .. MAX_HALVINGS``; a trial becomes the next base only if its objective is not
+    below the base's (less ``1e-12 (1 + |objective|)``), as
     :func:`fedstats.contract.newton.damped_newton` accepts it. So every base's objective is
     at least its predecessor's, and every point lies on a Newton segment from a base.
 
-    ``restart``: ``"rates"`` lets round 2 start a Poisson fit at the intercept-only rates
-    derived from round 1 (:func:`rate_start`), a base of its own."""
+    ``evaluation``: ``"sums"`` (the replies hold ``loglik``, ``gradient`` and ``hessian``) or
+    ``"cox-grid"`` (the replies hold a pooled Cox model's grid sums; the partial likelihood
+    is :func:`fedstats.cox_math.grid_partial_likelihood` of their total, with the request's
+    ``ties``). A request's ``ridge`` (default 0) penalises the objective by
+    ``ridge / 2 ||beta||^2``. ``restart``: ``"rates"`` lets round 2 start a Poisson fit at
+    the intercept-only rates derived from round 1 (:func:`rate_start`), a base of its own."""
 
     damped: bool = True
-    objective: str = "loglik"
+    evaluation: str = "sums"
     restart: str | None = None
 
+    def fields(self, p: int) -> dict[str, tuple[int, ...]]:
+        if self.evaluation == "cox-grid":
+            return {"x_events": (p,)}  # the grid's length is the request's; shapes follow
+        return {"gradient": (p,), "hessian": (p, p), "loglik": ()}
+
+    def evaluate(
+        self, replies: Replies, beta: np.ndarray, args: Mapping[str, Any]
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        if self.evaluation == "cox-grid":
+            total = {name: summed(replies, name) for name in GRID_FIELDS}
+            found = grid_partial_likelihood(
+                WeightedGridSums(**total), beta, str(args.get("ties", "breslow"))
+            )
+            loglik, score, information = found.loglik, found.score, found.information
+        else:
+            loglik = float(summed(replies, "loglik"))
+            score, information = summed(replies, "gradient"), summed(replies, "hessian")
+        ridge = ridge_of(args)
+        return (
+            loglik - ridge / 2 * float(beta @ beta),
+            score - ridge * beta,
+            information + ridge * np.eye(len(beta)),
+        )
+
     def accepts(
-        self, trial: Mapping[str, Mapping[str, Any]], base: Mapping[str, Mapping[str, Any]]
+        self,
+        trial: tuple[Replies, np.ndarray],
+        base: tuple[Replies, np.ndarray],
+        args: Mapping[str, Any],
     ) -> bool:
-        """Whether a trial's summed objective lets it become the next base."""
-        after = float(sum(float(trial[s][self.objective]) for s in sorted(trial)))
-        before = float(sum(float(base[s][self.objective]) for s in sorted(base)))
+        """Whether a trial's objective lets it become the next base."""
+        after = self.evaluate(trial[0], trial[1], args)[0]
+        before = self.evaluate(base[0], base[1], args)[0]
         return after >= before - 1e-12 * (1 + abs(before))
 
     def on_segment(
-        self, requested: np.ndarray, base: np.ndarray, replies: Mapping[str, Mapping[str, Any]]
+        self, requested: np.ndarray, base: np.ndarray, replies: Replies, args: Mapping[str, Any]
     ) -> bool:
         """Whether ``requested`` is ``base + step / 2^j`` for some ``j`` (within the
         tolerance, in standard errors)."""
-        found = self.step(replies)
+        found = self.step(replies, base, args)
         if found is None:
             return False
         step, information = found
@@ -122,6 +165,19 @@ class DampedNewtonPath(NewtonPath):
             deviation(requested, base + step / 2**j, information) <= TOLERANCE
             for j in range(MAX_HALVINGS + 1)
         )
+
+
+GRID_FIELDS = tuple(WeightedGridSums.__dataclass_fields__)
+"""The fields of a pooled Cox model's grid sums (:class:`fedstats.cox_math.WeightedGridSums`)."""
+
+
+def ridge_of(args: Mapping[str, Any]) -> float:
+    """A request's ridge penalty: a finite number >= 0 (0 when absent), else ``nan``."""
+    ridge = args.get("ridge", 0.0)
+    if isinstance(ridge, bool) or not isinstance(ridge, int | float):
+        return float("nan")
+    ridge = float(ridge)
+    return ridge if np.isfinite(ridge) and ridge >= 0 else float("nan")
 
 
 def rate_start(
@@ -177,15 +233,16 @@ def point_digest(beta: np.ndarray) -> str:
     return digest(np.ascontiguousarray(beta, dtype="<f8").tobytes())
 
 
-def design_digest(design: Any) -> str:
-    """The digest of a request's ``design`` argument as the codec writes it."""
-    return digest(codec.encode(design))
+def request_digest(args: Mapping[str, Any]) -> str:
+    """The digest of a request's arguments but its point and path, as the codec writes them:
+    the design, family, ties, grid, penalty... every reply of a path is bound to."""
+    return digest(codec.encode({k: v for k, v in args.items() if k not in ("beta", PATH_KEY)}))
 
 
 def statement(
     *,
     task: str,
-    design: str,
+    request: str,
     sites: Sequence[str],
     round: int,
     beta: np.ndarray,
@@ -194,14 +251,14 @@ def statement(
     verified: bool,
 ) -> bytes:
     """The bytes a site signs over its answer at one point of a path: canonical JSON of the
-    task, design digest, the fit's sites, the round, the digests of the point and its base
-    (their float64 bytes) and of the reply (the codec's bytes of the payload), and whether
-    the site verified the point before answering. The signing keys are the study's (its
-    pinned roster), which ties the statement to the study."""
+    task, the request's digest (:func:`request_digest`), the fit's sites, the round, the
+    digests of the point and its base (their float64 bytes) and of the reply (the codec's
+    bytes of the payload), and whether the site verified the point before answering. The
+    signing keys are the study's (its pinned roster), which ties the statement to it."""
     record = {
         "kind": "fedstats path reply v1",
         "task": task,
-        "design": design,
+        "request": request,
         "sites": sorted(sites),
         "round": int(round),
         "beta": point_digest(beta),

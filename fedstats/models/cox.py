@@ -59,6 +59,7 @@ from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfiguration
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
+from fedstats.models.path_relay import PathRelay
 from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn
@@ -273,7 +274,7 @@ class CoxPH:
 
         evaluate = self._evaluator(federation, design, analysis, secure_aggregation, ridge, last)
         beta = np.zeros(p)
-        objective, score, information, loglik = evaluate(beta)
+        objective, score, information, loglik = evaluate(beta, beta)
         if sum(counts.n_events.values()) == 0:
             raise StudyConfigurationError("no site has an event: the Cox model cannot be fitted")
         if self.pooled and not last["sums"].d.any():
@@ -345,28 +346,35 @@ class CoxPH:
         secure_aggregation: SecureAggregation | None,
         ridge: float,
         last: dict[str, Any],
-    ) -> Callable[[np.ndarray], tuple[float, np.ndarray, np.ndarray, float]]:
-        """One round's evaluation at ``beta``, from the sites' summed statistics: the
-        pooled model's grid sums (kept in ``last``) or the stratified sites' own sums."""
+    ) -> Callable[[np.ndarray, np.ndarray], tuple[float, np.ndarray, np.ndarray, float]]:
+        """One round's evaluation at ``beta`` (stepped from ``base``), from the sites' summed
+        statistics: the pooled model's grid sums (kept in ``last``) or the stratified sites'
+        own sums. Each request carries its path (:mod:`fedstats.contract.paths`) and the
+        ridge, which the sites' path rule applies as this fit does."""
         p = len(design["columns"])
+        path = PathRelay(federation, enabled=secure_aggregation is None)
 
-        def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, float]:
+        def evaluate(
+            beta: np.ndarray, base: np.ndarray
+        ) -> tuple[float, np.ndarray, np.ndarray, float]:
             """Penalised objective, its score and information, and the log partial likelihood."""
             if self.pooled:
                 sums, last["truncated"] = self._grid_sums(
-                    federation, design, beta, analysis, secure_aggregation
+                    federation, design, beta, analysis, secure_aggregation, path, base, ridge
                 )
                 last["sums"] = sums
                 result = grid_partial_likelihood(sums, beta, self.ties)
                 loglik, score, information = result.loglik, result.score, result.information
             else:
+                args = {"design": design, "beta": beta, "ties": self.ties, "ridge": ridge}
                 sums = summed_replies(
                     federation,
                     "cox.summaries",
-                    {"design": design, "beta": beta, "ties": self.ties},
+                    path.arguments(args, beta, base),
                     analysis=analysis,
                     secure=secure_aggregation,
                 )
+                path.answered(beta, base)
                 loglik = float(sums["loglik"])
                 score, information = sums["gradient"], sums["hessian"]
             penalised = loglik - ridge / 2 * float(beta @ beta)
@@ -429,19 +437,24 @@ class CoxPH:
         beta: np.ndarray,
         analysis: str,
         secure: SecureAggregation | None,
+        path: PathRelay,
+        base: np.ndarray,
+        ridge: float,
     ) -> tuple[GridSums, dict[str, int]]:
         """The sites' grid sums, totalled, and how many patients each censored early.
 
         Under secure aggregation only the total of patients censored early is
         known (reported as ``"all sites"``).
         """
-        args = {"design": design, "beta": beta, "grid": self.grid}
+        args = {"design": design, "beta": beta, "grid": self.grid, "ties": self.ties,
+                "ridge": ridge}  # fmt: skip
         fields = WeightedGridSums.__dataclass_fields__
         if secure is not None:
             total = summed_replies(federation, GRID_TASK, args, analysis=analysis, secure=secure)
             sums = WeightedGridSums(**{f: total[f] for f in fields})
             return sums, {"all sites": round(total["truncated"])}
-        replies = federation.request(GRID_TASK, args, analysis=analysis)
+        replies = federation.request(GRID_TASK, path.arguments(args, beta, base), analysis=analysis)
+        path.answered(beta, base)
         sums = WeightedGridSums(**{f: sum(r[f] for r in replies.values()) for f in fields})
         return sums, {s: int(r["truncated"]) for s, r in replies.items()}
 

@@ -230,7 +230,11 @@ class FineGray:
 
         last: dict[str, GridSums] = {}
 
-        def evaluate(beta: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        def evaluate(
+            beta: np.ndarray, base: np.ndarray | None = None
+        ) -> tuple[float, np.ndarray, np.ndarray]:
+            """The sums at ``beta`` (``base``, the point it steps from, is not yet relayed:
+            Fine-Gray has no path rule)."""
             replies = request(beta, G)
             sums = last["sums"] = GridSums(**{f: replies[f] for f in SUM_FIELDS})
             result = grid_partial_likelihood(sums, beta, self.ties)

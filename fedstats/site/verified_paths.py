@@ -38,9 +38,9 @@ from fedstats.contract.paths import (
     TOLERANCE,
     DampedNewtonPath,
     NewtonPath,
-    design_digest,
     deviation,
     rate_start,
+    request_digest,
     statement,
 )
 from fedstats.errors import DisclosureError
@@ -49,6 +49,8 @@ from fedstats.site.task import SiteContext
 PATH_RULES: dict[str, NewtonPath] = {
     "logistic.summaries": NewtonPath(),
     "glm.summaries": DampedNewtonPath(restart="rates"),
+    "cox.summaries": DampedNewtonPath(),
+    "cox.grid_summaries": DampedNewtonPath(evaluation="cox-grid"),
 }
 """The tasks answered only on a verified path, and each one's rule."""
 
@@ -61,7 +63,7 @@ class PathPoint:
     """A verified point: what the site's signature over its reply there covers."""
 
     task: str
-    design: str
+    request: str
     sites: tuple[str, ...]
     round: int
     beta: np.ndarray
@@ -92,7 +94,7 @@ def verified_point(
     round_ = path.get("round")
     if type(round_) is not int or not 1 <= round_ <= MAX_ROUND:
         raise _refused(ctx, task, f"the path's round must be an integer from 1 to {MAX_ROUND}")
-    point = PathPoint(task, design_digest(args.get("design")), sites, round_, beta, base)
+    point = PathPoint(task, request_digest(args), sites, round_, beta, base)
     if round_ == 1:
         if set(path) != {"sites", "round", "base"} or not (
             np.array_equal(beta, rule.start(len(beta))) and np.array_equal(base, beta)
@@ -113,7 +115,7 @@ def verified_point(
             raise _refused(ctx, task, "the relayed base is not the previous point's base")
     elif "accepted" in path:
         raise _refused(ctx, task, "the previous point is a base: no other base is relayed")
-    if not _follows(rule, point, previous, accepted, args.get("design")):
+    if not _follows(rule, point, previous, accepted, args):
         raise _refused(
             ctx,
             task,
@@ -128,19 +130,34 @@ def _follows(
     point: PathPoint,
     previous: dict[str, Any],
     accepted: dict[str, Any] | None,
-    design: Any,
+    args: dict[str, Any],
 ) -> bool:
     """Whether ``point`` (with its declared base) is a step the rule allows after
-    ``previous`` (and, when ``previous`` was a trial, its base ``accepted``)."""
+    ``previous`` (and, when ``previous`` was a trial, its base ``accepted``); relayed sums
+    that do not compute (wrong shapes, a singular information) allow nothing."""
     p = len(point.beta)
     for evaluated in (previous, accepted):
         if evaluated is not None and not all(
             _sums_fit(rule, reply, p) for reply in evaluated["replies"].values()
         ):
             return False
+    try:
+        with np.errstate(all="ignore"):
+            return _allowed(rule, point, previous, accepted, args)
+    except (ValueError, IndexError, TypeError, np.linalg.LinAlgError):
+        return False
+
+
+def _allowed(
+    rule: NewtonPath,
+    point: PathPoint,
+    previous: dict[str, Any],
+    accepted: dict[str, Any] | None,
+    args: dict[str, Any],
+) -> bool:
     beta, base = point.beta, point.base
     if not rule.damped:  # plain Newton: each point its own base, one step from the previous
-        derived = rule.next_point(previous["beta"], previous["replies"])
+        derived = rule.next_point(previous["beta"], previous["replies"], args)
         return (
             derived is not None
             and np.array_equal(base, beta)
@@ -148,24 +165,24 @@ def _follows(
         )
     assert isinstance(rule, DampedNewtonPath)
     if np.array_equal(base, beta):  # a new base of its own: only a restart from round 1
+        columns = args["design"].get("columns") if isinstance(args.get("design"), dict) else None
         return (
             rule.restart == "rates"
             and previous["round"] == 1
-            and isinstance(design, dict)
-            and isinstance(design.get("columns"), list)
-            and len(design["columns"]) == p
+            and isinstance(columns, list)
+            and len(columns) == len(beta)
             and bool(
-                np.array_equal(
-                    beta, rate_start(design["columns"], previous["beta"], previous["replies"])
-                )
+                np.array_equal(beta, rate_start(columns, previous["beta"], previous["replies"]))
             )
         )
     if np.array_equal(base, previous["beta"]):  # the previous point is accepted as the base
-        if accepted is not None and not rule.accepts(previous["replies"], accepted["replies"]):
+        if accepted is not None and not rule.accepts(
+            (previous["replies"], previous["beta"]), (accepted["replies"], accepted["beta"]), args
+        ):
             return False
-        return rule.on_segment(beta, base, previous["replies"])
+        return rule.on_segment(beta, base, previous["replies"], args)
     if accepted is not None and np.array_equal(base, accepted["beta"]):  # a shorter trial
-        return rule.on_segment(beta, base, accepted["replies"])
+        return rule.on_segment(beta, base, accepted["replies"], args)
     return False
 
 
@@ -200,7 +217,7 @@ def _evaluated(
             raise _refused(ctx, task, "this site did not verify a relayed point")
         message = statement(
             task=point.task,
-            design=point.design,
+            request=point.request,
             sites=point.sites,
             round=at,
             beta=beta,
@@ -247,7 +264,7 @@ def _unverified(task: str, args: dict[str, Any], path: Any) -> PathPoint | None:
         and isinstance(base, np.ndarray)
     ):
         return None
-    return PathPoint(task, design_digest(args.get("design")), tuple(sites), round_, beta, base)
+    return PathPoint(task, request_digest(args), tuple(sites), round_, beta, base)
 
 
 def signature(ctx: SiteContext, point: PathPoint, payload: dict[str, Any]) -> str:
@@ -255,7 +272,7 @@ def signature(ctx: SiteContext, point: PathPoint, payload: dict[str, Any]) -> st
     return ctx.secure_aggregation.sign_advert(
         statement(
             task=point.task,
-            design=point.design,
+            request=point.request,
             sites=point.sites,
             round=point.round,
             beta=point.beta,
@@ -280,15 +297,15 @@ def _sites(ctx: SiteContext, task: str, sites: Any, pin: Any) -> tuple[str, ...]
 
 
 def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int) -> bool:
-    score, information = reply.get(rule.score), reply.get(rule.information)
-    objective = reply.get(getattr(rule, "objective", rule.score))
-    return (
-        isinstance(score, np.ndarray)
-        and score.shape == (p,)
-        and isinstance(information, np.ndarray)
-        and information.shape == (p, p)
-        and (not rule.damped or isinstance(objective, float | int))
-    )
+    """Whether a relayed reply holds the fields the rule reads, each of its shape."""
+    for name, shape in rule.fields(p).items():
+        value = reply.get(name)
+        if shape == ():
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return False
+        elif not (isinstance(value, np.ndarray) and value.shape == shape):
+            return False
+    return True
 
 
 def _refused(ctx: SiteContext, task: str, reason: str) -> DisclosureError:

@@ -317,7 +317,8 @@ def test_fine_gray_equals_r_finegray_and_weighted_coxph_on_senators(senators_in_
     reason="fedstats' robust Fine–Gray errors use Breslow-type score residuals whatever the "
     "ties (fedstats.site.handlers.fine_gray.score_residuals); R's coxph(..., cluster = id) "
     "with Efron's ties uses Efron-type residuals, so at tied event times the two differ "
-    "(here by about 5e-6 to 8e-6) although the README says they are R's",
+    "(here by about 5e-6 to 8e-6); the README and fedstats.models.fine_gray state the "
+    "equality with R for Breslow ties or untied times only",
 )
 @pytest.mark.parametrize("cause", [1, 2])
 def test_fine_gray_robust_errors_with_efron_ties_equal_r_on_senators(senators_in_r, cause):

@@ -19,6 +19,7 @@ import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from lifelines.datasets import load_rossi
 
 import fedstats
 from fedstats import datasets
@@ -26,6 +27,7 @@ from fedstats.contract import codec
 from fedstats.contract.paths import (
     PATH_KEY,
     TOLERANCE,
+    DampedNewtonPath,
     Evaluated,
     NewtonPath,
     PathRequest,
@@ -46,8 +48,12 @@ def frames() -> dict[str, pd.DataFrame]:
     return {site: heart[site] for site in SITES}
 
 
-def federation(frames, verified: bool = True) -> fedstats.Federation:
-    return fedstats.Federation.in_process(frames, verified_paths=verified)
+def federation(frames, verified: bool = True, **options) -> fedstats.Federation:
+    return fedstats.Federation.in_process(frames, verified_paths=verified, **options)
+
+
+POOLED = fedstats.DisclosurePolicy(min_count=1)
+"""The Cox parity tests' policy for Rossi's pooled fits (no row threshold; cell rules on)."""
 
 
 def design(fed: fedstats.Federation) -> dict:
@@ -375,3 +381,85 @@ def test_an_honest_glm_takes_the_same_rounds_and_gives_the_same_numbers(
     assert verified.iterations == plain.iterations
     np.testing.assert_array_equal(verified.params, plain.params)
     np.testing.assert_array_equal(verified.bse, plain.bse)
+
+
+# ------------------------------------------------------------------ Cox models
+
+
+@pytest.fixture(scope="module")
+def rossi() -> dict[str, pd.DataFrame]:
+    """Rossi's prisoners dealt alternately to two sites (as the Cox parity tests deal them)."""
+    frame = load_rossi()
+    return {f"s{i}": frame.iloc[i::2].reset_index(drop=True) for i in range(2)}
+
+
+ROSSI = "Surv(week, arrest) ~ fin + age + race + wexp + mar + paro + prio"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"penalizer": 0.05},
+        {"strata": None, "grid": "weeks", "ties": "efron"},
+        {"strata": None, "grid": "weeks", "ties": "breslow"},
+    ],
+    ids=["stratified", "penalised", "pooled-efron", "pooled-breslow"],
+)
+def test_an_honest_cox_fit_takes_the_same_rounds_and_gives_the_same_numbers(rossi, options):
+    if options.get("grid") == "weeks":
+        options = {**options, "grid": np.arange(4.0, 53.0, 4.0)}
+    model = fedstats.CoxPH(ROSSI, **options)
+    policy = {"disclosure": POOLED} if "grid" in options else {}
+    plain = model.fit(federation(rossi, verified=False, **policy))
+    verified = model.fit(federation(rossi, **policy))
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    np.testing.assert_array_equal(verified.bse, plain.bse)
+
+
+def test_the_cox_highest_score_attack_is_refused(rossi):
+    """The issue's Cox attack: at a huge ``beta`` a risk set's ``S1/S0`` is its highest-scoring
+    patient's covariates. Refused on ``cox.summaries`` and the pooled grid task, with or
+    without a path; a ridge other than the one the relayed replies were signed under, or a
+    negative one, leads nowhere either."""
+    fed = federation(rossi)
+    model = fedstats.CoxPH(ROSSI)
+    wire = model.agree(fed, "agree").spec.to_wire()
+    p = len(wire["columns"])
+    huge = np.zeros(p)
+    huge[wire["columns"].index("age")] = 1e3
+    refused_by_path_on(fed, "cox.summaries", {"design": wire, "beta": huge, "ties": "efron"})
+    relay = PathRelay(fed)
+    zero = np.zeros(p)
+    args = {"design": wire, "ties": "efron", "ridge": 0.0}
+    fed.request("cox.summaries", relay.arguments({**args, "beta": zero}, zero, zero),
+                analysis="a")  # fmt: skip
+    relay.answered(zero, zero)
+    crafted = relay.arguments({**args, "beta": huge}, huge, zero)
+    refused_by_path_on(fed, "cox.summaries", crafted)
+    replies = {s: dict(r.reply) for s, r in relay.last.replies.items()}
+    for ridge in (-1.0, 5.0):  # a first step asked under another ridge than the replies'
+        step, _ = DampedNewtonPath().step(replies, zero, {"ridge": max(ridge, 0.0)})
+        other = relay.arguments({**args, "ridge": ridge, "beta": zero + step}, zero + step, zero)
+        refused_by_path_on(fed, "cox.summaries", other)
+
+
+def refused_by_path_on(fed: fedstats.Federation, task: str, args: dict) -> None:
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fed.request(task, args, analysis="a")
+    assert refused.value.rule == "path", refused.value
+
+
+def test_the_pooled_cox_grid_task_answers_only_on_its_path(rossi):
+    fed = federation(rossi, disclosure=POOLED)
+    weeks = np.arange(4.0, 53.0, 4.0)
+    model = fedstats.CoxPH(ROSSI, strata=None, grid=weeks)
+    wire = model.agree(fed, "agree").spec.to_wire()
+    huge = np.zeros(len(wire["columns"]))
+    huge[wire["columns"].index("prio")] = 1e3
+    refused_by_path_on(fed, "cox.grid_summaries", {"design": wire, "beta": huge, "grid": weeks})
+    relay = PathRelay(fed)
+    args = relay.arguments({"design": wire, "beta": huge, "grid": weeks, "ties": "efron"},
+                           huge, huge)  # fmt: skip
+    refused_by_path_on(fed, "cox.grid_summaries", args)
