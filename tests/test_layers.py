@@ -20,7 +20,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedstats", "harmonize", "accounting", "reports", "studyfiles")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-LAYERS = "fedstats layers: commands > operations > deep models > models > site boundary > shared"
+LAYERS = "fedstats layers: commands > operations > deep models > models > site boundary > contract > shared"
 
 
 def scratch_copy(folder: Path) -> Path:
@@ -65,6 +65,12 @@ def test_the_code_keeps_every_contract(scratch: Path) -> None:
             "from fedstats.models import logistic\n",
             LAYERS,
             "fedstats.site.scratch_wrong -> fedstats.models.logistic",
+        ),
+        (
+            "fedstats/contract/scratch_wrong.py",
+            "from fedstats.site import silo\n",
+            LAYERS,
+            "fedstats.contract.scratch_wrong -> fedstats.site.silo",
         ),
         (
             "reports/scratch_wrong.py",
