@@ -92,6 +92,10 @@ class DisclosureSection(BaseModel):
     protocol_sha256: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")] | None = None
     """The SHA-256 of the protocol text the privacy officer approved; a protocol file with
     another digest is refused (``fedstats site protocol`` prints it)."""
+    verified_paths: bool = False
+    """Answer an exact iterative fit only at points the site re-derives from the signed
+    replies of every site (:mod:`fedstats.site.verified_paths`); needs
+    ``[secure_aggregation]``'s roster and signing key, which sign and check the replies."""
 
     _paths = field_validator("protocol", mode="before")(resolve_path)
 
@@ -176,6 +180,15 @@ class SiteConfig(BaseModel):
     disclosure: DisclosureSection = DisclosureSection()
     secure_aggregation: SecureAggregationSection | None = None
     coordinator: CoordinatorSection | None = None
+
+    @model_validator(mode="after")
+    def _paths_need_keys(self) -> SiteConfig:
+        if self.disclosure.verified_paths and self.secure_aggregation is None:
+            raise ValueError(
+                "disclosure.verified_paths needs [secure_aggregation] roster and signing_key: "
+                "the replies a site checks are signed with the study's keys"
+            )
+        return self
 
     @property
     def name(self) -> str:

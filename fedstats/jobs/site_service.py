@@ -82,6 +82,7 @@ class SiteService:
             if config.secure_aggregation is None
             else load_roster_pin(config.secure_aggregation, site=config.name),
             guard_path=config.workdir / GUARD_FILE,
+            verified_paths=config.disclosure.verified_paths,
         )
         self.journal = SiteJournal(config.workdir / JOURNAL_FILE)
         try:

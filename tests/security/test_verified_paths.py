@@ -463,3 +463,25 @@ def test_the_pooled_cox_grid_task_answers_only_on_its_path(rossi):
     args = relay.arguments({"design": wire, "beta": huge, "grid": weeks, "ties": "efron"},
                            huge, huge)  # fmt: skip
     refused_by_path_on(fed, "cox.grid_summaries", args)
+
+
+# ------------------------------------------------------------------ site.toml
+
+
+def test_site_toml_switches_verified_paths_on_only_with_the_keys_that_sign(tmp_path):
+    """``[disclosure] verified_paths = true`` needs ``[secure_aggregation]``'s roster and
+    signing key (they sign and check the relayed replies): without them the configuration
+    is refused naming the field."""
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.toml_config import ConfigError
+
+    base = (
+        '[site]\nname = "cleveland"\nworkdir = "work"\n[data]\nframe = "frame.parquet"\n'
+        '[privacy]\nledger = "site.ledger"\n[disclosure]\nverified_paths = true\n'
+    )
+    path = tmp_path / "site.toml"
+    path.write_text(base)
+    with pytest.raises(ConfigError, match="verified_paths"):
+        load_site_config(path)
+    path.write_text(base + '[secure_aggregation]\nroster = "roster.toml"\nsigning_key = "key"\n')
+    assert load_site_config(path).disclosure.verified_paths
