@@ -20,7 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedstats", "harmonize", "accounting", "reports", "studyfiles")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-LAYERS = "fedstats layers: commands > operations > deep models > models > site boundary > contract > shared"
+LAYERS = (
+    "fedstats layers: commands > operations > deep models > models > site boundary > contract "
+    "> shared"
+)
 
 
 def scratch_copy(folder: Path) -> Path:
