@@ -130,6 +130,9 @@ class Federation:
         self.ledger = ledger
         self.noise_seed = noise_seed
         self._fingerprints_pending = verify_fingerprints
+        self.path_sites: set[str] | None = None
+        """The sites that answer exact iterative fits only on verified paths, as their
+        fingerprints say (``None``: not asked yet; the coordinator then relays every path)."""
         self.signed_replies: dict[str, SignedReply] = {}
         """The last request's replies that their sites signed (a point of a verified path),
         by site: the next round relays them (:mod:`fedstats.contract.paths`)."""
@@ -201,6 +204,7 @@ class Federation:
             noise_seed=noise_seed,
         )
         federation.silos = silos
+        federation.path_sites = {n for n, silo in silos.items() if silo.verifies_paths}
         federation.site_protocols = {
             name: None if silo.protocol is None else silo.protocol.digest
             for name, silo in silos.items()
@@ -278,6 +282,7 @@ class Federation:
         part._seq, part._analysis_ids = self._seq, self._analysis_ids
         part.silos = {s: self.silos[s] for s in sites if s in self.silos}
         part._fingerprints_pending = self._fingerprints_pending
+        part.path_sites = None if self.path_sites is None else self.path_sites & set(sites)
         return part
 
     def __repr__(self) -> str:
@@ -420,6 +425,7 @@ class Federation:
         self.site_protocols.update(
             {site: reply["protocol_sha256"] or None for site, reply in replies.items()}
         )
+        self.path_sites = {site for site, reply in replies.items() if reply["paths"]}
         self._fingerprints_pending = False
 
     def _read_reply(self, site: str, task: str, reply_bytes: bytes) -> tuple[str, dict | None]:

@@ -22,12 +22,15 @@ from fedstats.models.federation import Federation
 
 
 class PathRelay:
-    """The path of one iterative exact fit over ``federation``; ``enabled=False`` (inside
-    secure aggregation, whose masked replies cannot be re-derived from) adds nothing."""
+    """The path of one iterative exact fit over ``federation``; it adds nothing when
+    ``enabled`` is false (inside secure aggregation, whose masked replies cannot be
+    re-derived from) or when no site of the federation verifies paths (their fingerprints
+    say so: :attr:`fedstats.models.federation.Federation.path_sites`), sparing every round
+    the relayed replies."""
 
     def __init__(self, federation: Federation, *, enabled: bool = True) -> None:
         self.federation = federation
-        self.enabled = enabled
+        self.enabled = enabled and federation.path_sites != set()
         self.sites = tuple(sorted(federation.sites))
         self.round = 0
         self.last: Evaluated | None = None

@@ -178,6 +178,11 @@ class Silo:
     def __repr__(self) -> str:
         return f"Silo({self.name!r}, {len(self._context.frame)} patients, {self.policy})"
 
+    @property
+    def verifies_paths(self) -> bool:
+        """Whether this site answers exact iterative fits only on verified paths."""
+        return self._context.verified_paths
+
     def handle(self, request: bytes) -> bytes:
         """Answer one request; the reply is always bytes, an error reply included.
 

@@ -8,7 +8,8 @@ fingerprint from the frame it actually serves, with the study digest and
 units its harmonisation recorded, so a frame edited after harmonisation shows
 as different. A fingerprint lists column names, kinds, declared levels and
 units: nothing about patients, so the reply is not subject to the disclosure
-threshold. The reply also names the protocol the site approved (its SHA-256).
+threshold. The reply also names the protocol the site approved (its SHA-256) and
+whether the site verifies paths.
 Its size depends on the specification, never on the number of
 patients.
 """
@@ -27,21 +28,34 @@ MAX_CHARS = 50_000
 
 
 def fingerprint_schema(args: dict[str, Any]) -> dict:
-    return {"fingerprint": Text(max_chars=MAX_CHARS), "protocol_sha256": Text(max_chars=64)}
+    return {
+        "fingerprint": Text(max_chars=MAX_CHARS),
+        "protocol_sha256": Text(max_chars=64),
+        "paths": Text(max_chars=8),
+    }
 
 
 def fingerprint(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """The fingerprint of the served frame as JSON, or ``""`` if it was not harmonised,
-    and the SHA-256 of the protocol the site approved (``""`` when it has none), which the
-    coordinator records for the compliance report."""
+    the SHA-256 of the protocol the site approved (``""`` when it has none), which the
+    coordinator records for the compliance report, and ``paths``: ``"verified"`` when the
+    site answers exact iterative fits only on verified paths (the coordinator then relays
+    each round's signed replies, :mod:`fedstats.site.verified_paths`), else ``""``."""
     protocol = "" if ctx.protocol is None else ctx.protocol.digest
+    paths = "verified" if ctx.verified_paths else ""
     recorded = ctx.frame.attrs.get(FINGERPRINT_ATTR)
     if recorded is None:
-        return TaskReply({"fingerprint": "", "protocol_sha256": protocol}, contributors=None)
+        return TaskReply(
+            {"fingerprint": "", "protocol_sha256": protocol, "paths": paths}, contributors=None
+        )
     declared = SiteFingerprint.from_record(recorded)
     units = {c.name: c.unit for c in declared.columns if c.unit and c.name in ctx.frame.columns}
     served = fingerprint_frame(ctx.frame, units=units, spec_digest=declared.spec_digest)
     return TaskReply(
-        {"fingerprint": json.dumps(served.as_record()), "protocol_sha256": protocol},
+        {
+            "fingerprint": json.dumps(served.as_record()),
+            "protocol_sha256": protocol,
+            "paths": paths,
+        },
         contributors=None,
     )
