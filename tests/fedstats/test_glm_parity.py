@@ -9,7 +9,8 @@ Oracles:
   Star98 data and R/Stata's Gaussian fit of the Longley data (at one site: its 16 rows
   split over two are refused). R's and Stata's Poisson fits of the 17-row
   capital-punishment data are refused by the column dominance rule at every site
-  configuration (``k_cell = 2``), which a test asserts.
+  configuration (``k_cell = 2``), which a test asserts; R's Poisson ``glm`` is run live on
+  larger data instead (``test_r_oracle.py::test_poisson_rate_model_equals_r_glm``).
 
 Each federation splits the rows over several sites (Longley aside); a weighted fit is also
 checked against the unweighted fit on the rows repeated as many times as

@@ -1,4 +1,4 @@
-"""Federated survival fits equal R's, run live on the pooled rows.
+"""Federated survival fits and GLMs equal R's, run live on the pooled rows.
 
 R's ``survival`` and ``cmprsk`` packages are what users check a survival analysis
 against. Each test here fits a federation of in-process sites, writes the sites'
@@ -405,3 +405,39 @@ for (cause in 1:2) {
         assert [float(level) for level in by.cumulative_incidence_.columns] == [0.0, 1.0]
         for column, level in zip(by.cumulative_incidence_.columns, (0, 1), strict=True):
             assert largest(by.cumulative_incidence_[column], r[f"{level}_{cause}"]) < FINE
+
+
+# ------------------------------------------------------------------ GLM
+
+
+def test_poisson_rate_model_equals_r_glm(tmp_path):
+    """R: ``glm(event ~ age_at_index + ajcc_pathologic_n_n1 + prior_malignancy_yes +
+    offset(log(time)), family = poisson, data, control = glm.control(epsilon = 1e-14))``:
+    coefficients, standard errors, log-likelihood and deviance of the federated Poisson rate
+    model (person-time as exposure) over three TCGA regions. The outside Poisson oracle
+    where the 17-row capital-punishment data are refused by the cell rules."""
+    sites = ("region_0", "region_1", "region_2")
+    frames = {s: f for s, f in fedstats.datasets.tcga_brca().frames.items() if s in sites}
+    covariates = ["age_at_index", "ajcc_pathologic_n_n1", "prior_malignancy_yes"]
+    fit = fedstats.GLM("event ~ " + " + ".join(covariates), family="poisson", exposure="time").fit(
+        fedstats.Federation.in_process(frames)
+    )
+    data = pd.concat([f[["event", "time", *covariates]] for f in frames.values()])
+    r = run_r(
+        """
+fit <- glm(event ~ age_at_index + ajcc_pathologic_n_n1 + prior_malignancy_yes +
+           offset(log(time)), family = poisson, data = data,
+           control = glm.control(epsilon = 1e-14, maxit = 100))
+emit("coef", coef(fit))
+emit("se", sqrt(diag(vcov(fit))))
+emit("loglik", as.numeric(logLik(fit)))
+emit("deviance", deviance(fit))
+""",
+        data,
+        tmp_path,
+    )
+    order = ["Intercept", *covariates]
+    assert largest(fit.params[order], r["coef"]) < TOL
+    assert largest(fit.bse[order], r["se"]) < TOL
+    assert abs(fit.llf - r["loglik"][0]) < FINE
+    assert abs(fit.deviance - r["deviance"][0]) < FINE
