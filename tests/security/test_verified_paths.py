@@ -485,3 +485,40 @@ def test_site_toml_switches_verified_paths_on_only_with_the_keys_that_sign(tmp_p
         load_site_config(path)
     path.write_text(base + '[secure_aggregation]\nroster = "roster.toml"\nsigning_key = "key"\n')
     assert load_site_config(path).disclosure.verified_paths
+
+
+# ------------------------------------------------------------------ hostile paths
+
+ARRAYS = st.sampled_from(
+    [np.zeros(3), np.zeros(11), np.full(11, np.nan), np.ones((11, 11)), np.zeros(11, np.int64)]
+)
+VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats() | st.text(max_size=8)
+    | ARRAYS,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.sampled_from(["sites", "round", "base", "previous", "accepted",
+                                       "beta", "replies", "reply", "signature", "verified",
+                                       "cleveland", "hungary", "x"]), inner, max_size=5),
+    max_leaves=12,
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(path=VALUES, beta=ARRAYS)
+def test_any_path_a_coordinator_sends_is_refused_typed_or_answered_never_a_crash(
+    frames, path, beta
+):
+    """Whatever the ``path`` argument holds, a verifying site answers at an allowed point or
+    refuses with a typed error (rule ``path`` for a path it cannot follow); it never fails
+    with an internal error."""
+    fed = federation(frames)
+    silo = fed.silos["cleveland"]
+    wire = design(fed)
+    reply = codec.decode(
+        silo.handle(codec.encode({"task": "glm.summaries", "args": {
+            "design": wire, "beta": beta, "family": "binomial", PATH_KEY: path}}))
+    )  # fmt: skip
+    if reply["status"] == "error":
+        assert reply["error"]["type"] in ("DisclosureError", "MalformedRequestError"), reply
+    else:
+        assert np.array_equal(beta, np.zeros(len(wire["columns"])))  # only the start
