@@ -386,16 +386,20 @@ def _message_rows(inventory: MessageInventory) -> list[MessageRow]:
             r.reply_bytes,
             r.sent_at,
             r.reason,
+            r.path,
         )
         for r in inventory
     ]
 
 
 def _site_rules(study: Study, messages: tuple[MessageRow, ...] | None) -> tuple[SiteRules, ...]:
-    """Each site's protocol digest (recorded from its fingerprint reply) and its refusals
-    counted by reason (from the message inventory)."""
+    """Each site's protocol digest and whether it verifies paths (recorded from its
+    fingerprint reply), its refusals counted by reason and its answers on verified paths
+    (from the message inventory)."""
     protocols = study.configuration.get("site_protocols")
     recorded = isinstance(protocols, dict)
+    paths = study.configuration.get("site_paths")
+    verifying = set(paths) if isinstance(paths, list) else None
     sites = dict.fromkeys([*(protocols or {}), *(m.site for m in messages or ())])
     rows = []
     for site in sites:
@@ -409,6 +413,10 @@ def _site_rules(study: Study, messages: tuple[MessageRow, ...] | None) -> tuple[
                 protocol_sha256=digest if isinstance(digest, str) else None,
                 protocol_recorded=recorded and site in protocols,
                 refusals=tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+                verifies_paths=None if verifying is None else site in verifying,
+                verified_answers=sum(
+                    1 for m in messages or () if m.site == site and m.path == "verified"
+                ),
             )
         )
     return tuple(rows)

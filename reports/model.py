@@ -135,6 +135,7 @@ class MessageRow:
     reply_bytes: int
     sent_at: datetime
     reason: str = ""
+    path: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,11 @@ class SiteRules:
     protocol_recorded: bool
     refusals: tuple[tuple[str, int], ...]
     """``(reason, count)`` of the requests this site refused or failed, most frequent first."""
+    verifies_paths: bool | None = None
+    """Whether the site answers exact iterative fits only at points it re-derives (its
+    fingerprint said so); ``None``: not recorded."""
+    verified_answers: int = 0
+    """Answers the site gave at points of a verified path (from the message inventory)."""
 
 
 @dataclass(frozen=True)

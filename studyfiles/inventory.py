@@ -41,6 +41,10 @@ class MessageRecord:
     reason: str = ""
     """Why a site refused or failed the request (a disclosure rule such as ``cells``,
     ``protocol``, ``resources``, ``formula``, or the error's type); empty when answered."""
+    path: str = ""
+    """For an answer at a point of an iterative fit's path: ``"verified"`` when the site
+    re-derived the point before answering, ``"signed"`` when it only signed its reply;
+    empty otherwise (or for records written before paths)."""
 
 
 class MessageInventory:
@@ -112,6 +116,12 @@ class MessageInventory:
         )
 
 
+PATHS = ("", "signed", "verified")
+"""The values of :attr:`MessageRecord.path`."""
+OPTIONAL_FIELDS = frozenset({"reason", "path"})
+"""Fields an older inventory may lack (each read as empty)."""
+
+
 def _record_from_line(line: str, where: str) -> MessageRecord:
     """One :class:`MessageRecord` from a JSON line, every field checked."""
     try:
@@ -121,7 +131,7 @@ def _record_from_line(line: str, where: str) -> MessageRecord:
     if not isinstance(raw, dict):
         raise InventoryFileError(f"{where}: expected a JSON object, got {type(raw).__name__}")
     expected = {f.name for f in fields(MessageRecord)}
-    if set(raw) | {"reason"} != expected:
+    if set(raw) | OPTIONAL_FIELDS != expected:
         missing, extra = sorted(expected - set(raw)), sorted(set(raw) - expected)
         raise InventoryFileError(
             f"{where}: a message record has the fields {sorted(expected)}; "
@@ -136,6 +146,10 @@ def _record_from_line(line: str, where: str) -> MessageRecord:
     if not isinstance(reason, str):
         raise InventoryFileError(f"{where}: field 'reason' must be a string")
     values["reason"] = reason
+    path = raw.get("path", "")  # inventories written before paths
+    if path not in PATHS:
+        raise InventoryFileError(f"{where}: field 'path' must be one of {list(PATHS)}")
+    values["path"] = path
     if values["status"] not in STATUSES:
         raise InventoryFileError(f"{where}: field 'status' must be one of {list(STATUSES)}")
     for name in ("seq", "request_bytes", "reply_bytes"):

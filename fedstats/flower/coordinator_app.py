@@ -91,5 +91,6 @@ def run_study(grid: Grid, config: StudyConfig, *, run_id: int = 0) -> dict[str, 
             federation.inventory.save(out / INVENTORY_FILE.format(run_id=run_id))
             status["messages"] = len(federation.inventory)
             status["site_protocols"] = dict(federation.site_protocols)
+            status["site_paths"] = sorted(federation.path_sites or ())
         write_json_atomically(out / STATUS_FILE, status)
     return status

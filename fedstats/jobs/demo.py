@@ -176,6 +176,7 @@ def run_demo_study(
             },
             "disclosure": disclosure.as_record(),
             "site_protocols": dict(federation.site_protocols),
+            "site_paths": sorted(federation.path_sites or ()),
             "noise_seed": noise_seed,
             "runtime": "in-process federation (one codec, same checks as remote sites)",
         }

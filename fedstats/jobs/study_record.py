@@ -84,6 +84,7 @@ def record_study(
             "nodes": status.get("nodes", {}),
             "fingerprints_checked_before_fits": True,
             "site_protocols": status.get("site_protocols", {}),
+            "site_paths": status.get("site_paths", []),
             "site_identity": site_identity(status),
             "ledgers": LEDGERS_STATEMENT,
             "disclosure": DISCLOSURE_STATEMENT,

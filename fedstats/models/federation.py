@@ -386,6 +386,7 @@ class Federation:
                     status=status,
                     analysis=analysis,
                     reason=reason,
+                    path=_path_kind(self.signed_replies.get(site)),
                 )
             )
             if payload is None:
@@ -446,3 +447,10 @@ class Federation:
             verified = message.get("verified") is True
             self.signed_replies[site] = SignedReply(result, message["signature"], verified)
         return "ok", result
+
+
+def _path_kind(signed: SignedReply | None) -> str:
+    """How a reply stands on its fit's path, for the message inventory."""
+    if signed is None:
+        return ""
+    return "verified" if signed.verified else "signed"

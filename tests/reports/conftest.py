@@ -83,6 +83,7 @@ def flower_like_study(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "run_id": 1,
         "nodes": {site: str(index) for index, site in enumerate(SITES)},
         "site_protocols": dict(federation.site_protocols),
+        "site_paths": sorted(federation.path_sites or ()),
     }
     return record_study(config, study_toml, status, results, federation.inventory)
 

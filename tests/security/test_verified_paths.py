@@ -522,3 +522,33 @@ def test_any_path_a_coordinator_sends_is_refused_typed_or_answered_never_a_crash
         assert reply["error"]["type"] in ("DisclosureError", "MalformedRequestError"), reply
     else:
         assert np.array_equal(beta, np.zeros(len(wire["columns"])))  # only the start
+
+
+# ------------------------------------------------------------------ the compliance report
+
+
+def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(frames, tmp_path):
+    """Section 5 says, per site, whether it verifies paths and how many answers it gave on
+    verified paths (the message inventory records each answer's path)."""
+    from reports import build_report
+    from reports.recorder import StudyRecorder
+    from reports.render import render_html
+    from reports.study import Study
+
+    fed = federation(frames)
+    result = MODEL.fit(fed)
+    recorder = StudyRecorder(tmp_path / "study", study="paths")
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[study]\nname = "paths"\n', encoding="utf-8")
+    recorder.record_spec(spec)
+    recorder.record_configuration(
+        {"study": "paths", "noise_seed": None, "site_paths": sorted(fed.path_sites)}
+    )
+    recorder.record_fit("exact", result, description="exact logistic regression")
+    recorder.record_inventory(fed.inventory)
+    report = build_report(Study.load(recorder.finish()))
+    rules = {r.site: r for r in report.site_rules}
+    for site in SITES:
+        assert rules[site].verifies_paths
+        assert rules[site].verified_answers == result.iterations
+    assert f"yes: {result.iterations} answers on verified paths" in render_html(report)
