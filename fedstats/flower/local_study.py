@@ -25,6 +25,7 @@ import pandas as pd
 
 from fedstats.errors import FlowerProcessError
 from fedstats.flower import processes, study_pki
+from fedstats.secagg.roster import write_roster
 
 STUDY_TEMPLATE = """
 [study]
@@ -72,6 +73,8 @@ def write_site(
     auth_private_key: Path | None = None,
     enrolment: Path | None = None,
     claims: str | None = None,
+    roster: Path | None = None,
+    signing_key: Path | None = None,
 ) -> Path:
     """A site folder with its frame and site.toml; returns the site.toml path.
 
@@ -79,6 +82,9 @@ def write_site(
     ``enrolment``: the study's enrolment list the site checks its own key
     against. ``claims``: the site name its site.toml gives, when not ``name``
     (the folder's name): a node of another party posing as a study site.
+    ``roster`` and ``signing_key``: the study's roster and the site's key, pinned in
+    ``[secure_aggregation]``, with ``[disclosure] verified_paths = true``: the site answers
+    exact iterative fits only on verified paths (:mod:`fedstats.site.verified_paths`).
     """
     if root_certificates is None:
         connection = "insecure = true"
@@ -92,17 +98,20 @@ def write_site(
     folder.mkdir(parents=True, exist_ok=True)
     frame.to_parquet(folder / "frame.parquet")
     path = folder / "site.toml"
-    path.write_text(
-        SITE_TEMPLATE.format(
-            claims=claims or name,
-            workdir=folder / "work",
-            frame=folder / "frame.parquet",
-            ledger=folder / "site.ledger",
-            superlink=superlink,
-            connection=connection,
-        ),
-        encoding="utf-8",
+    text = SITE_TEMPLATE.format(
+        claims=claims or name,
+        workdir=folder / "work",
+        frame=folder / "frame.parquet",
+        ledger=folder / "site.ledger",
+        superlink=superlink,
+        connection=connection,
     )
+    if roster is not None and signing_key is not None:
+        text += (
+            "\n[disclosure]\nverified_paths = true\n\n"
+            f'[secure_aggregation]\nroster = "{roster}"\nsigning_key = "{signing_key}"\n'
+        )
+    path.write_text(text, encoding="utf-8")
     return path
 
 
@@ -168,6 +177,10 @@ class LocalStudy:
         enrolment list signed by the study CA (``root/pki/enrolment.toml``)
         over every site of :meth:`start` and its ``parties``; each site.toml
         names it, and :attr:`identity` is the coordinator's ``[identity]``.
+    verified_paths:
+        Every site of :meth:`start` pins the study's roster of node keys
+        (``root/pki/roster.toml``) and answers exact iterative fits only on
+        verified paths.
     """
 
     root: Path
@@ -180,6 +193,8 @@ class LocalStudy:
     tls: bool = False
     node_auth: bool = False
     enrol: bool = False
+    verified_paths: bool = False
+    roster: Path | None = None
     ca: study_pki.StudyCa | None = None
     enrolment: Path | None = None
     node_keys: dict[str, study_pki.NodeKey] = field(default_factory=dict)
@@ -241,6 +256,14 @@ class LocalStudy:
                 STUDY_NAME,
                 {name: key.public_key.read_text(encoding="utf-8") for name, key in keys.items()},
             )
+        if self.verified_paths:
+            keys = {name: self._node_key(name) for name in frames}
+            (self.root / "pki").mkdir(parents=True, exist_ok=True)
+            self.roster = write_roster(
+                self.root / "pki" / "roster.toml",
+                STUDY_NAME,
+                {name: key.public_key.read_text(encoding="utf-8") for name, key in keys.items()},
+            )
         for name, frame in frames.items():
             self.add_site(name, frame)
         return self
@@ -281,6 +304,8 @@ class LocalStudy:
             auth_private_key=None if key is None else key.private_key,
             enrolment=self.enrolment if checks_enrolment else None,
             claims=claims,
+            roster=self.roster,
+            signing_key=None if self.roster is None else self._node_key(name).private_key,
         )
         self.start_node(name, trusted=trusted)
 
@@ -295,7 +320,7 @@ class LocalStudy:
         ca = None
         if self.ca is not None and trusted:
             ca = self.ca.certificate
-        key = self.node_keys.get(name)
+        key = self.node_keys.get(name) if self.node_auth else None  # else it only signs replies
         self.nodes[name] = processes.start_supernode(
             self.root / "nodes" / f"{name}-{time.monotonic_ns()}",
             self.address,
