@@ -454,9 +454,8 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     sets += [(term, over_frame(mask)) for term, mask in design.indicators]
     for j in varying:
         column = design.X[:, j]
-        differs = column != column[0]
-        if differs.any() and (column[differs] == column[differs][0]).all():  # two values
-            sets.append((spec.columns[j], over_frame(differs)))
+        if distinct_values_exceed(column, 1) and not distinct_values_exceed(column, 2):
+            sets.append((spec.columns[j], over_frame(column != column[0])))  # two values
     if design.stratum is not None and spec.strata:
         sets += [
             (f"stratum {s}", over_frame(design.stratum == s)) for s in np.unique(design.stratum)
@@ -513,10 +512,17 @@ def answered_columns(
     return columns
 
 
+_FIRST_ROWS = 64
+"""Rows :func:`distinct_values_exceed` looks at before it reads the whole column."""
+
+
 def distinct_values_exceed(values: np.ndarray, count: int) -> bool:
-    """Whether ``values`` hold more than ``count`` (1 or 2) distinct values, in linear time."""
+    """Whether ``values`` hold more than ``count`` (1 or 2) distinct values, in linear time
+    (at once when the first rows already hold more: a measurement, usually)."""
     if not len(values):
         return False
+    if np.unique(values[:_FIRST_ROWS]).size > count:
+        return True
     differs = values != values[0]
     if count == 1:
         return bool(differs.any())
