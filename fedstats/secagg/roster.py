@@ -95,7 +95,14 @@ def sign(key: PrivateKey, message: bytes) -> str:
 
 
 def verify(key: PublicKey, message: bytes, signature_hex: str) -> bool:
-    """Whether ``signature_hex`` is ``key``'s signature of ``message``."""
+    """Whether ``signature_hex`` is ``key``'s signature of ``message``.
+
+    A valid signature is remembered (:data:`_VERIFIED`, by key, message and signature), so
+    sites that share a process (the embedded runtime) check each relayed signature once,
+    not once each; an invalid one is checked every time."""
+    remembered = (_public_bytes(key), message, signature_hex)
+    if remembered in _VERIFIED:
+        return True
     try:
         signature = bytes.fromhex(signature_hex)
         if isinstance(key, ed25519.Ed25519PublicKey):
@@ -104,7 +111,15 @@ def verify(key: PublicKey, message: bytes, signature_hex: str) -> bool:
             key.verify(signature, message, ec.ECDSA(hashes.SHA256()))
     except (InvalidSignature, ValueError):
         return False
+    if len(_VERIFIED) >= _VERIFIED_KEPT:
+        _VERIFIED.pop(next(iter(_VERIFIED)))
+    _VERIFIED[remembered] = None
     return True
+
+
+_VERIFIED: dict[tuple[bytes, bytes, str], None] = {}
+"""Signatures found valid, oldest first (a valid signature stays valid)."""
+_VERIFIED_KEPT = 65_536
 
 
 @dataclass(frozen=True)
