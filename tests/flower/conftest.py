@@ -3,7 +3,8 @@
 A SuperLink and three SuperNodes (separate processes on loopback) make the
 fits of one study.toml — logistic regression, site-stratified Cox,
 Kaplan–Meier by nodal status and a seeded FedAvg MLP — and every process is
-stopped before the tests compare. The same study on
+stopped before the tests compare. Every site pins the study's roster of node
+keys and answers exact iterative fits only on verified paths. The same study on
 ``Federation.in_process`` with the same frames is the reference.
 """
 
@@ -26,7 +27,7 @@ def tcga_over_flower(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """The study's results over Flower and in process, its status, inventory and sites."""
     frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in SITES}
     root = tmp_path_factory.mktemp("flower")
-    local = LocalStudy(root)
+    local = LocalStudy(root, verified_paths=True)
     with stopped_after(local):
         local.start(frames)
         out = root / "out"
@@ -39,10 +40,12 @@ def tcga_over_flower(tmp_path_factory: pytest.TempPathFactory) -> dict:
     embedded_config = config.model_copy(
         update={"study": config.study.model_copy(update={"out": root / "embedded"})}
     )
+    inventory_file = out / f"inventory-{status['run_id']}.jsonl"
     return {
         "status": status,
         "seconds": seconds,
         "out": out,
+        "inventory": [json.loads(line) for line in inventory_file.read_text().splitlines()],
         "site_configs": dict(local.site_configs),
         "over_flower": {
             fit.name: json.loads((out / "results" / f"{fit.name}.json").read_text())
