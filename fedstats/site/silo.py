@@ -61,7 +61,7 @@ from fedstats.site.private_rows import check_private_request
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
-from fedstats.site.verified_paths import signature, verified_point
+from fedstats.site.verified_paths import remember, signature, verified_point
 from studyfiles.names import name_problem
 
 log = logging.getLogger(__name__)
@@ -241,6 +241,7 @@ class Silo:
             if point is not None:  # the next round's sites check this reply by its signature
                 envelope["signature"] = signature(context, point, payload)
                 envelope["verified"] = context.verified_paths
+                remember(context, args, point)
             out = codec.encode(envelope)
         except SiteError as error:
             error = checked_error(error.located(self.name, task_name), self.policy)

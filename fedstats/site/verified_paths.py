@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.codec import encode
 from fedstats.contract.paths import (
     MAX_ROUND,
     PATH_KEY,
@@ -39,6 +40,8 @@ from fedstats.contract.paths import (
     DampedNewtonPath,
     NewtonPath,
     deviation,
+    digest,
+    point_digest,
     rate_start,
     request_digest,
     statement,
@@ -53,6 +56,15 @@ PATH_RULES: dict[str, NewtonPath] = {
     "cox.grid_summaries": DampedNewtonPath(evaluation="cox-grid"),
 }
 """The tasks answered only on a verified path, and each one's rule."""
+
+EVALUATION_TASKS = frozenset({"cox.robust", "cox.concordance"})
+"""Tasks that evaluate a fitted model at its coefficients: at a site that verifies paths,
+answered only at a point the site answered on a verified path of the same design (a Cox
+fit ends at its last accepted point, which every site answered)."""
+
+REMEMBERED_POINTS = 100_000
+"""The most verified points a site remembers for evaluations (the oldest are forgotten:
+an evaluation there is then refused, never answered)."""
 
 MAX_SIGNATURE_CHARS = 200
 """Longest hex signature accepted (Ed25519: 128; DER ECDSA P-256: at most 144)."""
@@ -81,7 +93,12 @@ def verified_point(
     """
     rule = PATH_RULES.get(task)
     pin = ctx.secure_aggregation
-    if rule is None or pin is None or args.get("dp") is not None or secure:
+    if pin is None or args.get("dp") is not None or secure:
+        return None
+    if task in EVALUATION_TASKS and ctx.verified_paths:
+        _check_evaluated_point(ctx, task, args)
+        return None
+    if rule is None:
         return None
     path = args.get(PATH_KEY)
     if not ctx.verified_paths:
@@ -267,6 +284,35 @@ def _unverified(task: str, args: dict[str, Any], path: Any) -> PathPoint | None:
     return PathPoint(task, request_digest(args), tuple(sites), round_, beta, base)
 
 
+def remember(ctx: SiteContext, args: dict[str, Any], point: PathPoint) -> None:
+    """Keep a point this site answered on a verified path, for evaluations of the fit."""
+    if not ctx.verified_paths:
+        return
+    points: dict = ctx.cache.setdefault(_REMEMBERED, {})
+    if len(points) >= REMEMBERED_POINTS:
+        points.pop(next(iter(points)))
+    points[(design_digest(args.get("design")), point_digest(point.beta))] = None
+
+
+def _check_evaluated_point(ctx: SiteContext, task: str, args: dict[str, Any]) -> None:
+    beta = args.get("beta")
+    points = ctx.cache.get(_REMEMBERED, {})
+    if not (
+        isinstance(beta, np.ndarray)
+        and beta.dtype.kind == "f"
+        and (design_digest(args.get("design")), point_digest(beta)) in points
+    ):
+        raise _refused(
+            ctx,
+            task,
+            "a fitted model is evaluated only at coefficients this site answered on a "
+            "verified path of the same design",
+        )
+
+
+_REMEMBERED = "verified path points"
+
+
 def signature(ctx: SiteContext, point: PathPoint, payload: dict[str, Any]) -> str:
     """This site's signature over its reply at a verified point."""
     return ctx.secure_aggregation.sign_advert(
@@ -310,3 +356,8 @@ def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int) -> bool:
 
 def _refused(ctx: SiteContext, task: str, reason: str) -> DisclosureError:
     return DisclosureError(site=ctx.name, task=task, reason=reason, rule="path")
+
+
+def design_digest(design: Any) -> str:
+    """The digest of a request's design as the codec writes it."""
+    return digest(encode(design))

@@ -552,3 +552,28 @@ def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(f
         assert rules[site].verifies_paths
         assert rules[site].verified_answers == result.iterations
     assert f"yes: {result.iterations} answers on verified paths" in render_html(report)
+
+
+# ------------------------------------------------------------------ evaluations
+
+
+def test_cox_evaluations_only_at_points_of_a_verified_path(rossi):
+    """The robust variance's meat and Harrell's C at the fit's own coefficients are answered
+    (a Cox fit ends at a point every site answered on its path) and equal the plain fit's;
+    at crafted coefficients, or at a path point of another design, they are refused."""
+    model = fedstats.CoxPH(ROSSI, robust=True)
+    plain_fed, fed = federation(rossi, verified=False), federation(rossi)
+    plain, verified = model.fit(plain_fed), model.fit(fed)
+    np.testing.assert_array_equal(verified.bse, plain.bse)
+    assert fedstats.concordance_index(verified, fed) == fedstats.concordance_index(plain, plain_fed)
+    huge = verified.params.to_numpy() * 1e3
+    for task, extra in (("cox.robust", {"cluster": None}), ("cox.concordance", {})):
+        refused_by_path_on(fed, task, {"design": verified.design, "beta": huge, **extra})
+    other = fedstats.CoxPH("Surv(week, arrest) ~ fin + age + race + wexp + mar + paro")
+    other_fit = other.fit(fed)
+    wider = {**verified.design}
+    refused_by_path_on(
+        fed,
+        "cox.concordance",
+        {"design": wider, "beta": np.r_[other_fit.params.to_numpy(), 0.0]},
+    )
