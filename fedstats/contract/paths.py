@@ -233,6 +233,12 @@ def point_digest(beta: np.ndarray) -> str:
     return digest(np.ascontiguousarray(beta, dtype="<f8").tobytes())
 
 
+def design_digest(design: Any) -> str:
+    """The digest of a request's ``design`` as the codec writes it (what a fitted model's
+    evaluations are matched on)."""
+    return digest(codec.encode(design))
+
+
 def request_digest(args: Mapping[str, Any]) -> str:
     """The digest of a request's arguments but its point and path, as the codec writes them:
     the design, family, ties, grid, penalty... every reply of a path is bound to."""

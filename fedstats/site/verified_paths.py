@@ -32,15 +32,14 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.contract.codec import encode
 from fedstats.contract.paths import (
     MAX_ROUND,
     PATH_KEY,
     TOLERANCE,
     DampedNewtonPath,
     NewtonPath,
+    design_digest,
     deviation,
-    digest,
     point_digest,
     rate_start,
     request_digest,
@@ -356,8 +355,3 @@ def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int) -> bool:
 
 def _refused(ctx: SiteContext, task: str, reason: str) -> DisclosureError:
     return DisclosureError(site=ctx.name, task=task, reason=reason, rule="path")
-
-
-def design_digest(design: Any) -> str:
-    """The digest of a request's design as the codec writes it."""
-    return digest(encode(design))

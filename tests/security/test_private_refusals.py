@@ -283,35 +283,43 @@ def _release_tasks() -> list[str]:
     return [t.name for t in private_tasks() if t.private_release is not None]
 
 
-@pytest.mark.parametrize("task", _release_tasks())
-def test_every_private_release_over_budget_is_refused_before_its_handler_runs(task, tmp_path):
-    """For every Gaussian-release task of the registry: over budget, the request is refused
-    (``BudgetExceededError``) with nothing charged and the handler — the only code that reads
-    the task's rows — never called."""
+def recording_silo(
+    tmp_path, epsilon: float
+) -> tuple[Silo, accounting.Ledger, accounting.Scope, list]:
+    """A silo over 40 random patients whose private tasks record each handler call (the
+    handler is the only code that reads a task's rows), with a ledger budget of ``epsilon``."""
     import dataclasses
 
-    from test_dp_per_patient import CASES, private_tasks
+    from test_dp_per_patient import private_tasks
 
     from fedstats.site.task import TaskRegistry
 
     called: list[str] = []
 
-    def recorded(handler):
-        return lambda ctx, args: called.append(task) or handler(ctx, args)
+    def recorded(task):
+        return lambda ctx, args: called.append(task.name) or task.handler(ctx, args)
 
-    registry = TaskRegistry(
-        [dataclasses.replace(t, handler=recorded(t.handler)) for t in private_tasks()]
-    )
+    registry = TaskRegistry([dataclasses.replace(t, handler=recorded(t)) for t in private_tasks()])
     rng = np.random.default_rng(0)
     n = 40
     data = pd.DataFrame(
         {"x": rng.uniform(-4, 4, n), "w": rng.uniform(-4, 4, n), "y": rng.integers(0, 2, n),
          "t": rng.uniform(0.1, 5, n), "e": rng.integers(0, 2, n)}
     )  # fmt: skip
-    ledger = accounting.Ledger(tmp_path / "tiny.ledger")
+    ledger = accounting.Ledger(tmp_path / "recording.ledger")
     scope = accounting.Scope(unit="patient", owner="only", study="st")
-    ledger.set_budget(scope, epsilon=1e-6, delta=1e-5)
-    silo = Silo("only", data, ledger=ledger, registry=registry)
+    ledger.set_budget(scope, epsilon=epsilon, delta=1e-5)
+    return Silo("only", data, ledger=ledger, registry=registry), ledger, scope, called
+
+
+@pytest.mark.parametrize("task", _release_tasks())
+def test_every_private_release_over_budget_is_refused_before_its_handler_runs(task, tmp_path):
+    """For every Gaussian-release task of the registry: over budget, the request is refused
+    (``BudgetExceededError``) with nothing charged and the handler — the only code that reads
+    the task's rows — never called."""
+    from test_dp_per_patient import CASES
+
+    silo, ledger, scope, called = recording_silo(tmp_path, epsilon=1e-6)
     reply = ask(silo, task, CASES[task](0))
     assert reply["status"] == "error" and reply["error"]["type"] == "BudgetExceededError"
     assert called == [] and ledger.entries(scope) == []
@@ -320,22 +328,13 @@ def test_every_private_release_over_budget_is_refused_before_its_handler_runs(ta
 @pytest.mark.parametrize("task", ["logistic.summaries", "cox.piecewise_summaries"])
 def test_coefficients_beyond_the_clipped_bound_are_refused_before_the_charge(task, tmp_path):
     """``B ||beta||`` past the bound that keeps every patient's term finite is refused from
-    the request alone (the task's schema), nothing charged, no row read."""
+    the request alone (the task's schema): nothing charged, the handler never called."""
     from test_dp_per_patient import CASES
 
-    rng = np.random.default_rng(0)
-    n = 40
-    data = pd.DataFrame(
-        {"x": rng.uniform(-4, 4, n), "w": rng.uniform(-4, 4, n), "y": rng.integers(0, 2, n),
-         "t": rng.uniform(0.1, 5, n), "e": rng.integers(0, 2, n)}
-    )  # fmt: skip
-    ledger = accounting.Ledger(tmp_path / "b.ledger")
-    scope = accounting.Scope(unit="patient", owner="only", study="st")
-    ledger.set_budget(scope, epsilon=100, delta=1e-5)
-    silo = Silo("only", data, ledger=ledger)
+    silo, ledger, scope, called = recording_silo(tmp_path, epsilon=100)
     args = CASES[task](0)
     args["beta"] = np.full(len(args["beta"]), 1e6)
     reply = ask(silo, task, args)
     assert reply["status"] == "error" and reply["error"]["type"] == "MalformedRequestError"
     assert "beta" in reply["error"]["values"]["reason"]
-    assert ledger.entries(scope) == []
+    assert called == [] and ledger.entries(scope) == []
