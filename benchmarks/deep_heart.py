@@ -41,9 +41,9 @@ import numpy as np  # noqa: E402
 import accounting  # noqa: E402
 import fedstats  # noqa: E402
 from fedstats import datasets  # noqa: E402
+from fedstats.contract.design import feature_scaling  # noqa: E402
 from fedstats.deep import FederatedTrainer  # noqa: E402
 from fedstats.models.agree import agree_design  # noqa: E402
-from fedstats.site.design import feature_scaling  # noqa: E402
 
 # Chest pain as non-anginal, asymptomatic or angina (the reference); ECG normal or abnormal.
 FORMULA = datasets.HEART_EXACT_FORMULA.replace("C(cp)", "I(cp == 3) + I(cp == 4)")

@@ -69,7 +69,7 @@ _PUBLIC: dict[str, str] = {
     "SecureAggregation": "fedstats.secagg.coordinator",
     "SecureSum": "fedstats.secagg.coordinator",
     "secure_sum": "fedstats.secagg.coordinator",
-    "DesignSpec": "fedstats.site.design",
+    "DesignSpec": "fedstats.contract.design",
     "DisclosurePolicy": "fedstats.site.disclosure",
     "Silo": "fedstats.site.silo",
     "DeepModelResults": "fedstats.deep",
@@ -82,6 +82,7 @@ _SUBMODULES = frozenset({"datasets", "deep"})
 
 if TYPE_CHECKING:
     from fedstats import datasets, deep
+    from fedstats.contract.design import DesignSpec
     from fedstats.deep import DeepModelResults, FederatedTrainer
     from fedstats.models.client_dp import DPFedAvg
     from fedstats.models.cox import CoxPH, concordance_index
@@ -105,7 +106,6 @@ if TYPE_CHECKING:
     from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
     from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
     from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_sum
-    from fedstats.site.design import DesignSpec
     from fedstats.site.disclosure import DisclosurePolicy
     from fedstats.site.silo import Silo
     from studyfiles.inventory import MessageInventory, MessageRecord

@@ -169,7 +169,7 @@ class FormulaRefusedError(SiteError, FormulaError):
         return (
             f"site {self.site!r} refused the formula of task {self.task!r}: {self.term!r} "
             f"{self.reason}. Formulas may use column names, numbers, + - * / **, comparisons, "
-            "& | ~, C() and the functions listed in fedstats.site.formula_grammar."
+            "& | ~, C() and the functions listed in fedstats.contract.formula_grammar."
         )
 
 

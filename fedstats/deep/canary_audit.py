@@ -48,6 +48,7 @@ import pandas as pd
 import torch
 
 import accounting
+from fedstats.contract.design import parse_formula
 from fedstats.deep.losses import BINARY
 from fedstats.deep.results import DeepModelResults
 from fedstats.deep.site_data import site_tensors
@@ -57,7 +58,6 @@ from fedstats.models.agree import agree_design
 from fedstats.models.audit import AuditResult, audit, draw_inclusion
 from fedstats.models.federation import Federation
 from fedstats.models.privacy import RecordDP
-from fedstats.site.design import parse_formula
 from fedstats.site.disclosure import DisclosurePolicy
 from fedstats.site.task import SiteContext
 

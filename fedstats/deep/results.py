@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import torch
 
+from fedstats.contract.design import DesignSpec
 from fedstats.deep.evaluation import Evaluation
 from fedstats.deep.models import build_model
 from fedstats.deep.privacy_plan import DpSgdSchedule
 from fedstats.deep.weights import load_arrays
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.results import Provenance
-from fedstats.site.design import DesignSpec
 
 
 @dataclass(frozen=True)

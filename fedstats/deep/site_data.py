@@ -2,7 +2,7 @@
 
 The site builds the agreed design (:mod:`fedstats.site.handlers.design`, cached per
 design), maps every column to ``[-1, 1]`` with the request's public
-``(centre, half-width)`` scaling (:func:`fedstats.site.design.feature_scaling`),
+``(centre, half-width)`` scaling (:func:`fedstats.contract.design.feature_scaling`),
 clips values outside, and drops the intercept column (a network has its own
 biases). Binary designs give ``y``; survival designs give ``time`` and ``event``.
 """
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedstats.contract.design import DesignSpec
 from fedstats.errors import MalformedRequestError
-from fedstats.site.design import DesignSpec
 from fedstats.site.handlers.design import build_design, site_design, spec_from_args
 from fedstats.site.task import SiteContext
 

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
+from fedstats.contract.design import DesignSpec
 from fedstats.cox_math import concordance_counts
 from fedstats.deep.dp_sgd import DpSgdPlan
 from fedstats.deep.local_training import ALGORITHMS, LocalPlan, train_locally
@@ -40,7 +41,6 @@ from fedstats.deep.weights import checked_arrays, load_arrays
 from fedstats.errors import MalformedRequestError, ModelSpecError
 from fedstats.models.quantize import quantize
 from fedstats.schema import Array, Number
-from fedstats.site.design import DesignSpec
 from fedstats.site.handlers.survival import deferred_points
 from fedstats.site.patient_clipping import refuse_several_rows
 from fedstats.site.private_release import DpRequest

@@ -51,6 +51,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from fedstats.contract.design import (
+    DesignSpec,
+    Level,
+    feature_scaling,
+    parse_formula,
+    survival_outcome,
+)
 from fedstats.deep.aggregation import Aggregator, client_weights, sample_sites, weighted_sum
 from fedstats.deep.evaluation import Evaluation, combine_binary, combine_survival
 from fedstats.deep.losses import BINARY, SURVIVAL
@@ -92,13 +99,6 @@ from fedstats.models.privacy import (
 )
 from fedstats.models.results import Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_record
-from fedstats.site.design import (
-    DesignSpec,
-    Level,
-    feature_scaling,
-    parse_formula,
-    survival_outcome,
-)
 from fedstats.site.private_release import DpRequest
 
 

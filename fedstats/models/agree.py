@@ -6,9 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypedDict, Unpack
 
-from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
-from fedstats.models.federation import Federation
-from fedstats.site.design import (
+from fedstats.contract.design import (
     SITE_COLUMN,
     DesignLayout,
     DesignSpec,
@@ -22,6 +20,8 @@ from fedstats.site.design import (
     survival_outcome,
     union_levels,
 )
+from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
+from fedstats.models.federation import Federation
 from fedstats.site.private_release import DpRequest
 
 
@@ -326,7 +326,7 @@ def _prepared(
 
 def agreed_levels(federation: Federation, variable: str, analysis: str) -> tuple[Level, ...]:
     """The union of one categorical column's levels over the sites (each site's level checks
-    apply; :func:`fedstats.site.design.union_levels`)."""
+    apply; :func:`fedstats.contract.design.union_levels`)."""
     replies = federation.request(
         "describe",
         {"variables": [variable], "levels_for": [variable], "levels_known": [],

@@ -48,6 +48,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.design import Level, counting_outcome
 from fedstats.contract.newton import (
     DECREMENT_TOL,
     check_rank,
@@ -64,7 +65,6 @@ from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import Level, counting_outcome
 from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 from fedstats.site.private_release import DpRequest
 

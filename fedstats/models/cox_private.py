@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from fedstats.contract.design import feature_scaling
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement
 from fedstats.models.federation import Federation
@@ -50,7 +51,6 @@ from fedstats.models.privacy import (
 from fedstats.models.results import PRIVATE_BOOTSTRAP, CoxPHResults, Provenance
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_record, secure_sum
-from fedstats.site.design import feature_scaling
 from fedstats.site.handlers.cox_private import TASK
 from fedstats.site.private_release import DpRequest
 

@@ -35,13 +35,13 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fedstats.contract.design import Level, normalise_level
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import step_curves, time_grid
 from fedstats.models.summary import render_html, render_text
 from fedstats.secagg.coordinator import SecureAggregation, summed_replies
-from fedstats.site.design import Level, normalise_level
 from fedstats.site.handlers.competing import MAX_CAUSE, TASK
 
 

@@ -36,10 +36,10 @@ import numpy as np
 import pandas as pd
 import scipy.linalg
 
+from fedstats.contract.design import Level, normalise_level
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement, agreed_levels
 from fedstats.models.federation import Federation
-from fedstats.site.design import Level, normalise_level
 from fedstats.site.handlers.fairness import SITE_GROUPS, TASK
 
 

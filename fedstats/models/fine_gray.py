@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.design import DesignSpec, Level, counting_outcome, parse_formula
 from fedstats.contract.newton import (
     DECREMENT_TOL,
     check_rank,
@@ -65,7 +66,6 @@ from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import DesignSpec, Level, counting_outcome, parse_formula
 from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
 ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"

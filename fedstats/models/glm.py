@@ -40,6 +40,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.design import Level
 from fedstats.contract.newton import (
     DECREMENT_TOL,
     MAX_HALVINGS,
@@ -63,7 +64,6 @@ from fedstats.models.privacy import ClientDP, RecordDP
 from fedstats.models.results import Provenance
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.design import Level
 from fedstats.site.handlers.glm import FAMILY_OUTCOMES, TASK
 
 FAMILIES = tuple(FAMILY_OUTCOMES)

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import dp_accounting
 import numpy as np
 
+from fedstats.contract.design import SITE_COLUMN, DesignSpec, feature_scaling, unscale
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement
 from fedstats.models.client_release import GaussianSum, clipped_sum, release
@@ -54,7 +55,6 @@ from fedstats.models.privacy import (
 from fedstats.models.results import PRIVATE_BOOTSTRAP, LogisticRegressionResults, Provenance
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
-from fedstats.site.design import SITE_COLUMN, DesignSpec, feature_scaling, unscale
 from fedstats.site.private_release import DpRequest
 
 if TYPE_CHECKING:

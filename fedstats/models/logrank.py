@@ -42,6 +42,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from fedstats.contract.design import Level
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import (
@@ -57,7 +58,6 @@ from fedstats.models.privacy import RecordDP
 from fedstats.models.summary import render_html, render_text
 from fedstats.models.utility import NOISE_DOMINATES, dominated_names, noise_shares, warn
 from fedstats.secagg.coordinator import SecureAggregation
-from fedstats.site.design import Level
 
 EXACT_VARIANCE = "hypergeometric variance of O - E (Mantel 1966)"
 """The variance method of a test on exact counts."""

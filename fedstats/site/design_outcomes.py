@@ -5,7 +5,7 @@ measurement (Poisson and Gaussian GLMs), ``Surv(time, event)`` and
 ``Surv(start, stop, event)`` (Cox) — plus strata codes and a Poisson model's
 log exposure. Every refusal is a typed error naming the site, the column and
 how many rows are bad; a formula's left-hand side (``I(chol > 240)``) is
-evaluated by the site's own evaluator (:mod:`fedstats.site.formula_grammar`),
+evaluated by the site's own evaluator (:mod:`fedstats.contract.formula_grammar`),
 never as text.
 """
 
@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.design import DesignSpec, ParsedFormula, counting_outcome, survival_outcome
+from fedstats.contract.formula_grammar import Factor, Indicator, evaluate
 from fedstats.errors import (
     DomainError,
     FormulaRefusedError,
@@ -24,8 +26,6 @@ from fedstats.errors import (
     UnsafeTermError,
 )
 from fedstats.site.column_values import as_numbers, event_flags, follow_up_times
-from fedstats.site.design import DesignSpec, ParsedFormula, counting_outcome, survival_outcome
-from fedstats.site.formula_grammar import Factor, Indicator, evaluate
 
 
 def survival_outcome_values(

@@ -21,7 +21,7 @@ error, for the epsilon of a few noisy counts. So for every private request:
    of the release, as a missing value is, and counted among the dropped rows
    (which ``prepare`` releases only with noise): :func:`usable_outcome`,
    :func:`usable_survival`, :func:`outside_levels` and the site's evaluator in
-   its total mode (:func:`fedstats.site.formula_grammar.evaluate`). No
+   its total mode (:func:`fedstats.contract.formula_grammar.evaluate`). No
    threshold on the number of rows applies (the noise protects small counts),
    so an empty release is answered like any other.
 
@@ -41,20 +41,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.design import (
+    DesignSpec,
+    counting_outcome,
+    normalise_level,
+    survival_outcome,
+)
+from fedstats.contract.formula_grammar import evaluate
 from fedstats.errors import (
     DisclosureError,
     MalformedRequestError,
     MissingColumnError,
 )
 from fedstats.site.column_values import as_numbers
-from fedstats.site.design import (
-    DesignSpec,
-    checked_formula,
-    counting_outcome,
-    normalise_level,
-    survival_outcome,
-)
-from fedstats.site.formula_grammar import evaluate
+from fedstats.site.formula_check import checked_formula
 
 RULE = "private-request"
 """The disclosure rule a private request refused from its text alone is reported under."""

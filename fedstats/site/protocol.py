@@ -71,8 +71,8 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.design import DesignSpec, counting_outcome, parse_formula, survival_outcome
 from fedstats.errors import FormulaError, ProtocolError, StudyConfigurationError
-from fedstats.site.design import DesignSpec, counting_outcome, parse_formula, survival_outcome
 
 MODELS = (
     "logistic",

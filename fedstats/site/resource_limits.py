@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract import codec
+from fedstats.contract.design import parse_formula
 from fedstats.errors import FormulaError, ResourceLimitError, StudyConfigurationError
-from fedstats.site.design import parse_formula
 
 
 @dataclass(frozen=True)

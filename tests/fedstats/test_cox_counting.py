@@ -34,6 +34,7 @@ from statsmodels.duration.hazard_regression import PHReg
 
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.design import DesignSpec
 from fedstats.errors import (
     DisclosureError,
     FormulaError,
@@ -41,7 +42,6 @@ from fedstats.errors import (
     MalformedRequestError,
     StudyConfigurationError,
 )
-from fedstats.site.design import DesignSpec
 
 TOL = 1e-6
 OPEN = fedstats.DisclosurePolicy(min_count=1)

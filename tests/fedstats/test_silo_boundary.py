@@ -11,6 +11,7 @@ from hypothesis.extra import numpy as hnp
 
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.design import WIRE_FIELDS
 from fedstats.errors import (
     DisclosureError,
     InternalSiteError,
@@ -20,7 +21,6 @@ from fedstats.errors import (
 )
 from fedstats.models.agree import agree_design
 from fedstats.schema import Array, Number
-from fedstats.site.design import WIRE_FIELDS
 from fedstats.site.registry import REGISTRY
 from fedstats.site.task import Task, TaskRegistry, TaskReply
 

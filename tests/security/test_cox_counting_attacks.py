@@ -24,8 +24,8 @@ import pytest
 
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.design import DesignSpec
 from fedstats.errors import ConvergenceWarning, DisclosureError, ProtocolError
-from fedstats.site.design import DesignSpec
 from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo
 

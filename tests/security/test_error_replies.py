@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 import accounting
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.design import DesignSpec
 from fedstats.errors import DisclosureError
-from fedstats.site.design import DesignSpec
 from fedstats.site.silo import Silo
 
 K_CELL = fedstats.DisclosurePolicy().k_cell

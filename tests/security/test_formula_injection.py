@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.design import DesignSpec, parse_formula
 from fedstats.errors import FormulaError, UnsafeTermError
-from fedstats.site.design import DesignSpec, parse_formula
 from fedstats.site.silo import Silo
 
 

@@ -25,13 +25,13 @@ import fedstats
 from accounting.chain import genesis_hash
 from fedstats import datasets
 from fedstats.contract import codec
+from fedstats.contract.design import DesignSpec
 from fedstats.errors import SiteLedgerIntegrityError
 from fedstats.jobs.site_batch import SiteExit, run_site_job
 from fedstats.jobs.site_config import load_site_config
 from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.site_service import SiteService
 from fedstats.jobs.site_serving import ServeResult
-from fedstats.site.design import DesignSpec
 from fedstats.site.silo import Silo
 from reports import build_report
 from reports.errors import StudyRecordError

@@ -31,7 +31,7 @@ from hypothesis import strategies as st
 import accounting
 import fedstats
 from fedstats.contract import codec
-from fedstats.site.design import DesignSpec
+from fedstats.contract.design import DesignSpec
 from fedstats.site.silo import Silo
 
 STUDY = "st"

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.design import DesignSpec, counting_outcome, survival_outcome
 from fedstats.cox_math import (
     TIES,
     SortedSurvival,
@@ -35,7 +36,6 @@ from fedstats.errors import (
     MissingValuesError,
 )
 from fedstats.schema import Array, Number
-from fedstats.site.design import DesignSpec, counting_outcome, survival_outcome
 from fedstats.site.handlers.design import build_design, checked_beta, site_design, spec_from_args
 from fedstats.site.handlers.survival import checked_grid, coarsen, protected_count, safe_horizon
 from fedstats.site.patient_rows import count_patients

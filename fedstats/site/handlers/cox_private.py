@@ -41,9 +41,9 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.design import counting_outcome
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array
-from fedstats.site.design import counting_outcome
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
 from fedstats.site.handlers.logistic import (
     check_linear_predictor_bound,

@@ -14,6 +14,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.design import (
+    SITE_COLUMN,
+    DesignSpec,
+    counting_outcome,
+    model_frame,
+    normalise_level,
+    parse_formula,
+)
 from fedstats.errors import (
     DisclosureError,
     FormulaError,
@@ -27,15 +35,6 @@ from fedstats.schema import Number, Text, Values
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
 from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
-from fedstats.site.design import (
-    SITE_COLUMN,
-    DesignSpec,
-    checked_formula,
-    counting_outcome,
-    model_frame,
-    normalise_level,
-    parse_formula,
-)
 from fedstats.site.design_outcomes import (
     binary_outcome,
     evaluated_factor,
@@ -45,6 +44,7 @@ from fedstats.site.design_outcomes import (
     survival_outcome_values,
 )
 from fedstats.site.disclosure import check_levels, check_saturation
+from fedstats.site.formula_check import checked_formula
 from fedstats.site.patient_rows import count_patients, patient_release_sets, patients_of
 from fedstats.site.private_rows import outside_levels, usable_private_rows
 from fedstats.site.task import NoisyGroup, SiteContext, TaskReply

@@ -39,10 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.design import DesignSpec, survival_outcome
 from fedstats.cox_math import GridSums, grid_sums, grid_sums_schema, risk_scores
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
 from fedstats.schema import Array, Number
-from fedstats.site.design import DesignSpec, survival_outcome
 from fedstats.site.handlers.competing import (
     check_status_cells,
     checked_cause,

@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 from statsmodels.genmod import families
 
+from fedstats.contract.design import DesignSpec
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.schema import Array, Number
-from fedstats.site.design import DesignSpec
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
 from fedstats.site.task import SiteContext, TaskReply
 

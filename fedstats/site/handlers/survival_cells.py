@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.design import normalise_level
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.site.cell_rules import check_groups, column_problem
-from fedstats.site.design import normalise_level
 from fedstats.site.handlers.design import (
     MAX_GROUPS,
     as_agreed_categorical,

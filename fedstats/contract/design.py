@@ -9,6 +9,11 @@ the analyst fixed), derives the design columns from the formula on a
 synthetic skeleton frame that holds no patient data, and sends the resulting
 :class:`DesignSpec` with every request. Each site builds exactly these
 columns or refuses with a typed error.
+
+Both sides read the spec with this module: the coordinator to agree on it
+(:mod:`fedstats.models.agree`), each site to build its rows' design
+(:mod:`fedstats.site.handlers.design`), after checking the spec against its own
+parse of the formula (:func:`fedstats.site.formula_check.checked_formula`).
 """
 
 from __future__ import annotations
@@ -28,15 +33,13 @@ from formulaic import Formula, model_matrix
 from formulaic.errors import FormulaicError
 from formulaic.parser.types import Term
 
+from fedstats.contract.formula_grammar import Factor, parse_factor, plain_message
 from fedstats.contract.paths import SITE_COLUMN
 from fedstats.errors import (
     FormulaError,
-    FormulaRefusedError,
     InconsistentColumnError,
-    MalformedRequestError,
     UnsafeTermError,
 )
-from fedstats.site.formula_grammar import Factor, parse_factor, plain_message
 
 Level = int | float | str
 
@@ -217,7 +220,7 @@ class DesignSpec:
 
 @dataclass(frozen=True)
 class ParsedFormula:
-    """A formula read by the grammar (:mod:`fedstats.site.formula_grammar`), never evaluated.
+    """A formula read by the grammar (:mod:`fedstats.contract.formula_grammar`), never evaluated.
 
     ``terms`` are the right-hand side's terms other than the intercept, each a
     tuple of factors, in the order written; ``intercept`` whether the
@@ -249,9 +252,9 @@ def parse_formula(formula: str) -> ParsedFormula:
     """Read ``formula`` with the project's grammar and list the variables it reads.
 
     formulaic's parser splits the Wilkinson structure (it tokenises, it does
-    not evaluate); :func:`fedstats.site.formula_grammar.parse_factor` checks every
+    not evaluate); :func:`fedstats.contract.formula_grammar.parse_factor` checks every
     factor. Raises :class:`~fedstats.errors.FormulaError` (for a term the
-    grammar refuses, :class:`~fedstats.site.formula_grammar.UnsafeTermError`
+    grammar refuses, :class:`~fedstats.contract.formula_grammar.UnsafeTermError`
     naming it).
     """
     if not isinstance(formula, str) or "~" not in formula:
@@ -491,39 +494,3 @@ def unscale(columns: tuple[str, ...], scaling: np.ndarray, sites: tuple[str, ...
             A[k, k] = 1.0
     return A
 
-
-def checked_formula(spec: DesignSpec) -> ParsedFormula:
-    """The site parses the formula itself and refuses a spec inconsistent with it."""
-    try:
-        parsed = parse_formula(spec.formula)
-    except UnsafeTermError as error:
-        raise FormulaRefusedError(
-            site=None, task=None, term=error.token, reason=error.reason
-        ) from None
-    except FormulaError as error:
-        raise MalformedRequestError(site=None, task=None, reason=str(error)) from None
-    variables = parsed.outcome_variables | parsed.covariates
-    if set(spec.variables) != variables or parsed.outcome != spec.outcome:
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason="the design's variables or outcome do not match its formula",
-        )
-    unknown = sorted(set(spec.levels) - parsed.covariates)
-    if set(spec.strata) & variables:
-        raise MalformedRequestError(
-            site=None, task=None, reason="the design's strata also appear in its formula"
-        )
-    for role in (spec.weights, spec.exposure):
-        others = [spec.offset, spec.weights, spec.exposure]
-        if role is not None and (
-            role in variables or others.count(role) > 1 or role in spec.strata
-        ):
-            raise MalformedRequestError(
-                site=None, task=None, reason=f"the design's column {role!r} has two roles"
-            )
-    if unknown or (spec.offset is not None and spec.offset in variables):
-        raise MalformedRequestError(
-            site=None, task=None, reason="the design's levels or offset do not match its formula"
-        )
-    return parsed
