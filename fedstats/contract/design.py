@@ -493,4 +493,3 @@ def unscale(columns: tuple[str, ...], scaling: np.ndarray, sites: tuple[str, ...
             A[k, :] = -scaling[:, 0] / scaling[:, 1]
             A[k, k] = 1.0
     return A
-

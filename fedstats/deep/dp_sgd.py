@@ -47,13 +47,13 @@ from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
 from opacus.utils.fast_gradient_clipping_utils import DPLossFastGradientClipping
 from torch import nn
 
-from fedstats.deep.losses import binary_loss
-from fedstats.errors import MalformedRequestError
-from fedstats.site.private_release import (
+from fedstats.contract.dp_request import (
     MAX_NOISE_MULTIPLIER,
     MIN_NOISE_MULTIPLIER,
     noise_multiplier_in_range,
 )
+from fedstats.deep.losses import binary_loss
+from fedstats.errors import MalformedRequestError
 
 ENGINES = ("auto", "bookkeeping", "ghost", "hooks")
 MAX_STEPS = 1_000_000

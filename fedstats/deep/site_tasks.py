@@ -31,6 +31,7 @@ import torch
 from sklearn.metrics import roc_auc_score
 
 from fedstats.contract.design import DesignSpec
+from fedstats.contract.dp_request import DpRequest
 from fedstats.cox_math import concordance_counts
 from fedstats.deep.dp_sgd import DpSgdPlan
 from fedstats.deep.local_training import ALGORITHMS, LocalPlan, train_locally
@@ -43,7 +44,6 @@ from fedstats.models.quantize import quantize
 from fedstats.schema import Array, Number
 from fedstats.site.handlers.survival import deferred_points
 from fedstats.site.patient_clipping import refuse_several_rows
-from fedstats.site.private_release import DpRequest
 from fedstats.site.task import SiteContext, Task, TaskReply
 
 TRAIN_TASK = "deep.train"

@@ -58,6 +58,7 @@ from fedstats.contract.design import (
     parse_formula,
     survival_outcome,
 )
+from fedstats.contract.dp_request import DpRequest
 from fedstats.deep.aggregation import Aggregator, client_weights, sample_sites, weighted_sum
 from fedstats.deep.evaluation import Evaluation, combine_binary, combine_survival
 from fedstats.deep.losses import BINARY, SURVIVAL
@@ -99,7 +100,6 @@ from fedstats.models.privacy import (
 )
 from fedstats.models.results import Provenance
 from fedstats.secagg.coordinator import SecureAggregation, secure_record
-from fedstats.site.private_release import DpRequest
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from fedstats.contract.design import (
     survival_outcome,
     union_levels,
 )
+from fedstats.contract.dp_request import DpRequest
 from fedstats.errors import FormulaError, InconsistentColumnError, StudyConfigurationError
 from fedstats.models.federation import Federation
-from fedstats.site.private_release import DpRequest
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ import dp_accounting
 import numpy as np
 
 from fedstats.models.privacy import coordinator_ledger, coordinator_scope
-from fedstats.site.private_release import symmetric_gaussian
+from fedstats.noise import symmetric_gaussian
 
 
 def clip_norm(value: np.ndarray, bound: float, norm: float | None = None) -> np.ndarray:

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from fedstats.contract.design import Level, counting_outcome
+from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.newton import (
     DECREMENT_TOL,
     check_rank,
@@ -66,7 +67,6 @@ from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.utility import discarded_events_warning, warn
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
-from fedstats.site.private_release import DpRequest
 
 SITE = "site"
 

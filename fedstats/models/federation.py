@@ -22,6 +22,7 @@ import pandas as pd
 import accounting
 from fedstats.contract import codec
 from fedstats.contract.paths import SignedReply
+from fedstats.contract.refusals import REFUSALS, refusal_reason
 from fedstats.errors import (
     CodecError,
     ExtraNotInstalledError,
@@ -36,7 +37,6 @@ from fedstats.errors import (
 from fedstats.schema import schema_mismatch
 from fedstats.secagg.roster import in_process_pins
 from fedstats.site.disclosure import DisclosurePolicy
-from fedstats.site.error_replies import REFUSALS, refusal_reason
 from fedstats.site.private_release import reply_schema
 from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo

@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from fedstats.contract.design import Level
+from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.newton import (
     DECREMENT_TOL,
     decrement_converged,
@@ -40,7 +41,6 @@ from fedstats.models.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.models.results import LogisticRegressionResults, Provenance
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
 from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
-from fedstats.site.private_release import DpRequest
 
 
 class LogisticRegression:

@@ -37,6 +37,7 @@ import dp_accounting
 import numpy as np
 
 from fedstats.contract.design import SITE_COLUMN, DesignSpec, feature_scaling, unscale
+from fedstats.contract.dp_request import DpRequest
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement
 from fedstats.models.client_release import GaussianSum, clipped_sum, release
@@ -55,7 +56,6 @@ from fedstats.models.privacy import (
 from fedstats.models.results import PRIVATE_BOOTSTRAP, LogisticRegressionResults, Provenance
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
 from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
-from fedstats.site.private_release import DpRequest
 
 if TYPE_CHECKING:
     from fedstats.models.logistic import LogisticRegression

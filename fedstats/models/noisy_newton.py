@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.site.private_release import symmetric_gaussian
+from fedstats.noise import symmetric_gaussian
 
 Scale = float | np.ndarray
 """A noise scale: one number for every entry, or one per entry (vector or symmetric matrix)."""

@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedstats.contract.dp_request import DP_REPLY_FIELDS
 from fedstats.errors import FedstatsError, InvalidReplyError, SecureAggregationAborted
 from fedstats.secagg import crypto, ring, shamir
 from fedstats.secagg import site as site_side
-from fedstats.site.private_release import DP_REPLY_FIELDS
 
 if TYPE_CHECKING:  # the coordinator passes its federation; this module needs no import of it
     from fedstats.models.federation import Federation

@@ -53,10 +53,11 @@ from typing import Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import DisclosureError, MalformedRequestError, StudyConfigurationError
 from fedstats.schema import Array, Number, ReplySchema, Text, Values
 from fedstats.secagg import crypto, ring, roster, shamir
-from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+from fedstats.site.task import SiteContext, TaskReply
 
 ADVERTISE_TASK = "secagg.advertise"
 SHARE_TASK = "secagg.share"

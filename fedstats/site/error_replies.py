@@ -21,9 +21,6 @@ from __future__ import annotations
 
 from fedstats.errors import (
     DisclosureError,
-    FormulaRefusedError,
-    ProtocolError,
-    ResourceLimitError,
     SiteDataError,
     SiteError,
 )
@@ -57,20 +54,3 @@ def checked_error(error: SiteError, policy: DisclosurePolicy) -> SiteError:
                     values[name] = None
             changed = True
     return type(error)(**values) if changed else error
-
-
-REFUSALS = (DisclosureError, ProtocolError, ResourceLimitError, FormulaRefusedError)
-"""Errors that are refusals by the site's rules (logged as "refused", not "error")."""
-
-
-def refusal_reason(error: SiteError) -> str:
-    """The reason a site records for a refused or failed request (for its log and report)."""
-    if isinstance(error, DisclosureError):
-        return str(error.rule or "disclosure")
-    if isinstance(error, ProtocolError):
-        return "protocol"
-    if isinstance(error, ResourceLimitError):
-        return "resources"
-    if isinstance(error, FormulaRefusedError):
-        return "formula"
-    return type(error).__name__

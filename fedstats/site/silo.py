@@ -23,6 +23,8 @@ import pandas as pd
 
 import accounting
 from fedstats.contract import codec
+from fedstats.contract.dp_request import DpRequest
+from fedstats.contract.refusals import REFUSALS, refusal_reason
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
@@ -47,9 +49,8 @@ from fedstats.secagg.site import (
 )
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.disclosure import DisclosurePolicy, check_reply
-from fedstats.site.error_replies import REFUSALS, checked_error, refusal_reason
+from fedstats.site.error_replies import checked_error
 from fedstats.site.private_release import (
-    DpRequest,
     add_noise,
     draw_noise,
     noisy_groups,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pandas as pd
 
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import ExtraNotInstalledError, StudyConfigurationError
 from fedstats.schema import ReplySchema
 from fedstats.site.disclosure import DisclosurePolicy
@@ -59,22 +60,6 @@ class TaskReply:
 
     payload: dict[str, Any]
     contributors: int | None
-
-
-@dataclass(frozen=True)
-class NoisyGroup:
-    """Reply fields released together by one Gaussian mechanism.
-
-    ``l2_sensitivity`` bounds how far the fields (flattened and stacked; for a
-    ``symmetric`` matrix, its upper triangle) can move when one patient is
-    added or removed. The handler must enforce the bound (by clipping) when
-    the request asks for differential privacy; the silo then adds
-    ``N(0, (noise_multiplier * l2_sensitivity)^2)`` to every released entry.
-    """
-
-    fields: tuple[str, ...]
-    l2_sensitivity: float
-    symmetric: bool = False
 
 
 @dataclass(frozen=True)

@@ -259,8 +259,8 @@ def test_private_reply_carries_only_noised_fields(big_sites, tmp_path):
 
 
 def test_noise_scale_is_sigma_times_sensitivity():
+    from fedstats.contract.dp_request import NoisyGroup
     from fedstats.site.private_release import add_noise, draw_noise
-    from fedstats.site.task import NoisyGroup
 
     rng = np.random.default_rng(0)
     payload = {"v": np.ones(200_000), "m": np.ones((300, 300))}

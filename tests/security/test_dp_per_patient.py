@@ -30,10 +30,11 @@ from lifelines.datasets import load_stanford_heart_transplants
 import accounting
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.site.private_release import noisy_groups
 from fedstats.site.registry import REGISTRY
 from fedstats.site.silo import Silo
-from fedstats.site.task import NoisyGroup, Task, TaskRegistry, TaskReply
+from fedstats.site.task import Task, TaskRegistry, TaskReply
 
 SITE = "only"
 STUDY = "st"

@@ -130,7 +130,7 @@ def test_a_noise_multiplier_out_of_range_is_a_malformed_request_naming_the_field
 def test_noise_multipliers_at_the_exact_bounds_are_accepted_and_one_step_beyond_refused(
     tmp_path, sigma, answer
 ):
-    from fedstats.site.private_release import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
+    from fedstats.contract.dp_request import MAX_NOISE_MULTIPLIER, MIN_NOISE_MULTIPLIER
 
     assert (MIN_NOISE_MULTIPLIER, MAX_NOISE_MULTIPLIER) == (1e-6, 1e6)
     book = ledger(tmp_path, "s")

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract.design import counting_outcome
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
@@ -60,7 +61,7 @@ from fedstats.site.patient_clipping import (
     within_patient_pairs,
 )
 from fedstats.site.patient_rows import count_patients
-from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+from fedstats.site.task import SiteContext, TaskReply
 
 TASK = "cox.piecewise_summaries"
 MAX_LOG_HAZARD = 50.0

@@ -22,6 +22,7 @@ from fedstats.contract.design import (
     normalise_level,
     parse_formula,
 )
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import (
     DisclosureError,
     FormulaError,
@@ -47,7 +48,7 @@ from fedstats.site.disclosure import check_levels, check_saturation
 from fedstats.site.formula_check import checked_formula
 from fedstats.site.patient_rows import count_patients, patient_release_sets, patients_of
 from fedstats.site.private_rows import outside_levels, usable_private_rows
-from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+from fedstats.site.task import SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
 MAX_LEVELS_ON_WIRE = 1000

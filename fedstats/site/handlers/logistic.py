@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array, Number
 from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
@@ -31,7 +32,7 @@ from fedstats.site.patient_clipping import (
     patient_clip_factors,
 )
 from fedstats.site.patient_rows import count_patients
-from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+from fedstats.site.task import SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
 MAX_PRIVATE_LOGIT = 700.0

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import (
     MissingColumnError,
     MissingValuesError,
@@ -60,7 +61,7 @@ from fedstats.site.handlers.survival_cells import (
 from fedstats.site.patient_clipping import refuse_several_rows
 from fedstats.site.private_rows import outside_levels, usable_survival
 from fedstats.site.survival_grid import require_study_grid
-from fedstats.site.task import NoisyGroup, SiteContext, TaskReply
+from fedstats.site.task import SiteContext, TaskReply
 from fedstats.site.weights import frequency_weights
 
 TASK = "survival.counts"
