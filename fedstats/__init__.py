@@ -66,9 +66,9 @@ _PUBLIC: dict[str, str] = {
     "CoxPHResults": "fedstats.models.results",
     "LogisticRegressionResults": "fedstats.models.results",
     "Provenance": "fedstats.models.results",
-    "SecureAggregation": "fedstats.secagg.coordinator",
-    "SecureSum": "fedstats.secagg.coordinator",
-    "secure_sum": "fedstats.secagg.coordinator",
+    "SecureAggregation": "fedstats.models.secure_aggregation",
+    "SecureSum": "fedstats.models.secure_aggregation",
+    "secure_sum": "fedstats.models.secure_aggregation",
     "DesignSpec": "fedstats.contract.design",
     "DisclosurePolicy": "fedstats.site.disclosure",
     "Silo": "fedstats.site.silo",
@@ -105,7 +105,7 @@ if TYPE_CHECKING:
     from fedstats.models.logrank import LogRankResult, logrank_test
     from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
     from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
-    from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_sum
+    from fedstats.models.secure_aggregation import SecureAggregation, SecureSum, secure_sum
     from fedstats.site.disclosure import DisclosurePolicy
     from fedstats.site.silo import Silo
     from studyfiles.inventory import MessageInventory, MessageRecord

@@ -27,7 +27,7 @@ from fedstats.deep.training_options import LocalWork
 from fedstats.errors import InvalidReplyError
 from fedstats.models.federation import Federation
 from fedstats.models.quantize import Quantized, dequantize
-from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_sum
+from fedstats.models.secure_aggregation import SecureAggregation, SecureSum, secure_sum
 
 FLOAT32_BYTES = 4
 """Bytes of one entry of an unquantised update (float32 on the wire)."""

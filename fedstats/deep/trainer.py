@@ -99,7 +99,7 @@ from fedstats.models.privacy import (
     site_spending,
 )
 from fedstats.models.results import Provenance
-from fedstats.secagg.coordinator import SecureAggregation, secure_record
+from fedstats.models.secure_aggregation import SecureAggregation, secure_record
 
 
 @dataclass(frozen=True)

@@ -64,8 +64,8 @@ from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.path_relay import PathRelay
 from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
+from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 from fedstats.models.utility import discarded_events_warning, warn
-from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 
 SITE = "site"

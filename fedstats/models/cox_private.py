@@ -50,8 +50,8 @@ from fedstats.models.privacy import (
     site_spending,
 )
 from fedstats.models.results import PRIVATE_BOOTSTRAP, CoxPHResults, Provenance
+from fedstats.models.secure_aggregation import SecureAggregation, secure_record, secure_sum
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
-from fedstats.secagg.coordinator import SecureAggregation, secure_record, secure_sum
 from fedstats.site.handlers.cox_private import TASK
 
 if TYPE_CHECKING:

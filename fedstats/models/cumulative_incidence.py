@@ -40,8 +40,8 @@ from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import step_curves, time_grid
+from fedstats.models.secure_aggregation import SecureAggregation, summed_replies
 from fedstats.models.summary import render_html, render_text
-from fedstats.secagg.coordinator import SecureAggregation, summed_replies
 from fedstats.site.handlers.competing import MAX_CAUSE, TASK
 
 

@@ -65,7 +65,7 @@ from fedstats.models.cumulative_incidence import checked_cause
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
-from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
+from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
 ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"

@@ -62,8 +62,8 @@ from fedstats.models.glm_results import GLMResults
 from fedstats.models.path_relay import PathRelay
 from fedstats.models.privacy import ClientDP, RecordDP
 from fedstats.models.results import Provenance
+from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
-from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 from fedstats.site.handlers.glm import FAMILY_OUTCOMES, TASK
 
 FAMILIES = tuple(FAMILY_OUTCOMES)

@@ -51,9 +51,9 @@ from fedstats.models.federation import Federation
 from fedstats.models.plot_text import literal
 from fedstats.models.privacy import RecordDP
 from fedstats.models.privacy.spending import reply_ledger_head
+from fedstats.models.secure_aggregation import SecureAggregation, secure_sum, summed_replies
 from fedstats.models.summary import render_html, render_text
 from fedstats.models.utility import NOISE_DOMINATES, warn
-from fedstats.secagg.coordinator import SecureAggregation, secure_sum, summed_replies
 from fedstats.site.handlers.survival import TASK, grid_problem
 from studyfiles.fit_records import checked_curve_record
 from studyfiles.json_values import json_number, json_numbers
@@ -165,7 +165,7 @@ def grid_counts(
     sums of a column of frequency weights (exact releases only). With
     ``secure``, the sums come by secure aggregation: the coordinator
     learns the pooled counts only; under privacy each site adds its share
-    of one central noise (:mod:`fedstats.secagg.coordinator`).
+    of one central noise (:mod:`fedstats.models.secure_aggregation`).
     """
     if privacy is not None and weights is not None:
         raise StudyConfigurationError(

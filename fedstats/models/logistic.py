@@ -39,8 +39,8 @@ from fedstats.models.federation import Federation
 from fedstats.models.path_relay import PathRelay
 from fedstats.models.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.models.results import LogisticRegressionResults, Provenance
+from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
-from fedstats.secagg.coordinator import SecureAggregation, secure_note, summed_replies
 
 
 class LogisticRegression:
@@ -158,7 +158,7 @@ class LogisticRegression:
 
         ``secure_aggregation``: :class:`~fedstats.SecureAggregation`: the
         coordinator sees only the sums of the sites' statistics
-        (:mod:`fedstats.secagg.coordinator`); an exact fit needs every site every round.
+        (:mod:`fedstats.models.secure_aggregation`); an exact fit needs every site every round.
         In a record-level private fit each site adds its share of one
         central noise level.
         """

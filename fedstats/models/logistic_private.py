@@ -54,8 +54,13 @@ from fedstats.models.privacy import (
     site_spending,
 )
 from fedstats.models.results import PRIVATE_BOOTSTRAP, LogisticRegressionResults, Provenance
+from fedstats.models.secure_aggregation import (
+    SecureAggregation,
+    SecureSum,
+    secure_record,
+    secure_sum,
+)
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
-from fedstats.secagg.coordinator import SecureAggregation, SecureSum, secure_record, secure_sum
 
 if TYPE_CHECKING:
     from fedstats.models.logistic import LogisticRegression
@@ -70,7 +75,7 @@ def fit_private(
 ) -> LogisticRegressionResults:
     """Fit ``model`` on ``federation`` under record-level and/or client-level privacy.
 
-    With ``secure`` (:class:`~fedstats.secagg.coordinator.SecureAggregation`, record-level
+    With ``secure`` (:class:`~fedstats.models.secure_aggregation.SecureAggregation`, record-level
     only), every round's score and information are summed by secure
     aggregation: the coordinator sees only the sums, and each site adds
     ``1/sqrt(t)`` of the noise (distributed noise), so the sum carries the

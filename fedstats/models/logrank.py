@@ -55,9 +55,9 @@ from fedstats.models.kaplan_meier import (
 )
 from fedstats.models.logrank_weights import Weighting
 from fedstats.models.privacy import RecordDP
+from fedstats.models.secure_aggregation import SecureAggregation
 from fedstats.models.summary import render_html, render_text
 from fedstats.models.utility import NOISE_DOMINATES, dominated_names, noise_shares, warn
-from fedstats.secagg.coordinator import SecureAggregation
 
 EXACT_VARIANCE = "hypergeometric variance of O - E (Mantel 1966)"
 """The variance method of a test on exact counts."""

@@ -1,6 +1,6 @@
 """The secure-aggregation roster a site pins: who takes part, and the keys that vouch for them.
 
-The attack it closes: in the semi-honest protocol (:mod:`fedstats.secagg.site`)
+The attack it closes: in the semi-honest protocol (:mod:`fedstats.site.secure_aggregation`)
 a site takes the session's sites and their public keys from the coordinator.
 A coordinator that invents ``t - 1`` sites, or relays keys it made itself for
 real sites, holds ``t`` shares of a site's mask seed, removes its mask and

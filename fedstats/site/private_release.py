@@ -29,10 +29,10 @@ import dp_accounting
 import numpy as np
 
 from fedstats.contract.dp_request import DP_REPLY_FIELDS, NoisyGroup
+from fedstats.contract.secure_aggregation import masked_schema
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.noise import symmetric_gaussian
 from fedstats.schema import ReplySchema
-from fedstats.secagg.site import masked_schema
 from fedstats.site.task import Task
 
 
@@ -40,7 +40,7 @@ def reply_schema(task: Task, args: dict[str, Any], plain: ReplySchema | None = N
     """The task's declared reply, plus the public privacy facts when the request is private.
 
     Under secure aggregation (a ``secagg`` block) the numeric fields travel as
-    one masked ring vector (:func:`fedstats.secagg.site.masked_schema`).
+    one masked ring vector (:func:`fedstats.contract.secure_aggregation.masked_schema`).
     ``plain`` is ``task.schema(args)`` when the caller has it already.
     """
     schema = dict(task.schema(args) if plain is None else plain)

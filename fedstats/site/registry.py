@@ -9,7 +9,8 @@ the first time one of them is asked for.
 
 from __future__ import annotations
 
-from fedstats.secagg import site as secagg_site
+from fedstats.contract import secure_aggregation as secagg_wire
+from fedstats.site import secure_aggregation as secagg_site
 from fedstats.site.handlers import budget as budget_site
 from fedstats.site.handlers import competing as competing_site
 from fedstats.site.handlers import cox as cox_site
@@ -141,23 +142,23 @@ REGISTRY = TaskRegistry(
             about_patients=False,
         ),
         Task(
-            name=secagg_site.ADVERTISE_TASK,
+            name=secagg_wire.ADVERTISE_TASK,
             handler=secagg_site.advertise,
-            schema=secagg_site.advertise_schema,
+            schema=secagg_wire.advertise_schema,
             description="secure aggregation: fresh public keys for one session",
             about_patients=False,
         ),
         Task(
-            name=secagg_site.SHARE_TASK,
+            name=secagg_wire.SHARE_TASK,
             handler=secagg_site.share,
-            schema=secagg_site.share_schema,
+            schema=secagg_wire.share_schema,
             description="secure aggregation: Shamir shares of the mask seed and key, sealed",
             about_patients=False,
         ),
         Task(
-            name=secagg_site.UNMASK_TASK,
+            name=secagg_wire.UNMASK_TASK,
             handler=secagg_site.unmask,
-            schema=secagg_site.unmask_schema,
+            schema=secagg_wire.unmask_schema,
             description="secure aggregation: the shares that remove the masks of one sum",
             about_patients=False,
         ),

@@ -25,6 +25,7 @@ import accounting
 from fedstats.contract import codec
 from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.refusals import REFUSALS, refusal_reason
+from fedstats.contract.secure_aggregation import MaskBlock
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
@@ -40,13 +41,6 @@ from fedstats.errors import (
 )
 from fedstats.schema import ReplySchema
 from fedstats.secagg.roster import RosterPin
-from fedstats.secagg.site import (
-    MaskBlock,
-    SiteSession,
-    mask_reply,
-    noise_multipliers,
-    open_shares,
-)
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.disclosure import DisclosurePolicy, check_reply
 from fedstats.site.error_replies import checked_error
@@ -61,6 +55,7 @@ from fedstats.site.private_release import (
 from fedstats.site.private_rows import check_private_request
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
+from fedstats.site.secure_aggregation import SiteSession, mask_reply, noise_multipliers, open_shares
 from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
 from fedstats.site.verified_paths import remember, signature, verified_point
 from studyfiles.names import name_problem
@@ -495,7 +490,7 @@ def charged_sigmas(sigmas: list[float], session: SiteSession | None) -> list[flo
     ``sigma`` per group. Inside a session the site could not check (no pinned
     roster), the coordinator may be able to unmask this site's reply alone, so
     the site is charged for the noise it adds itself, ``sigma / sqrt(t)`` of the
-    (rounding-inflated) sensitivity (:func:`fedstats.secagg.site.noise_multipliers`).
+    (rounding-inflated) sensitivity (:func:`fedstats.site.secure_aggregation.noise_multipliers`).
     """
     if session is None or session.pinned:
         return sigmas

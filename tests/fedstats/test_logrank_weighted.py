@@ -402,7 +402,7 @@ def test_the_readme_example_runs_and_releases_every_arrest(capsys):
 def test_stratified_weighted_test_over_secure_aggregation_equals_the_clear_one(lung):
     """Secure aggregation sums the strata-by-group counts (the coordinator sees only the
     totals): the same test as in the clear, to the fixed-point precision of the sums."""
-    from fedstats.secagg.coordinator import SecureAggregation
+    from fedstats.models.secure_aggregation import SecureAggregation
 
     weighted = lung.assign(w=np.random.default_rng(31).integers(1, 4, len(lung)))
     options = {"grid": every_time(lung, "time"), "strata": "ecog", "weights": "w",

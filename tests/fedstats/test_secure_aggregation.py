@@ -14,6 +14,7 @@ from scipy import stats
 import accounting
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract import secure_aggregation as secagg_wire
 from fedstats.errors import (
     MalformedRequestError,
     SecureAggregationAborted,
@@ -21,10 +22,10 @@ from fedstats.errors import (
     StudyConfigurationError,
 )
 from fedstats.models.agree import agree_design
+from fedstats.models.secure_aggregation import SecureAggregation, secure_sum
 from fedstats.secagg import ring as secagg_ring
 from fedstats.secagg import shamir as secagg_shamir
-from fedstats.secagg import site as secagg_site
-from fedstats.secagg.coordinator import SecureAggregation, secure_sum
+from fedstats.site import secure_aggregation as secagg_site
 from fedstats.site.task import SiteContext
 
 
@@ -290,7 +291,7 @@ def sessions_at_masked_round(
         ]
         for s in names
     }
-    block = secagg_site.MaskBlock(SESSION, sealed)
+    block = secagg_wire.MaskBlock(SESSION, sealed)
     plain = {"v": fedstats_array(1)}
     for s in masked_by:
         state = secagg_site.open_shares(contexts[s], block, "t")

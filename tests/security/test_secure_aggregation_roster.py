@@ -23,14 +23,15 @@ from cryptography.hazmat.primitives.asymmetric import ed25519
 import accounting
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract import secure_aggregation as secagg_wire
 from fedstats.datasets import heart_disease
 from fedstats.models.agree import agree_design
+from fedstats.models.secure_aggregation import SecureAggregation
 from fedstats.secagg import crypto
 from fedstats.secagg import ring as secagg_ring
 from fedstats.secagg import roster as secagg_roster
 from fedstats.secagg import shamir as secagg_shamir
-from fedstats.secagg import site as secagg_site
-from fedstats.secagg.coordinator import SecureAggregation
+from fedstats.site import secure_aggregation as secagg_site
 from fedstats.site.silo import Silo
 from fedstats.site.task import SiteContext
 
@@ -81,13 +82,13 @@ def sybil_attack(target: Silo, args: dict, fakes: int, session: str, forge=None)
     runs itself, then the target's reply unmasked alone. Returns the target's replies at each
     step (an error stops the attack) and, when it succeeded, the recovered reply."""
     names = [target.name, *(f"sybil-{i}" for i in range(fakes))]
-    threshold = secagg_site.majority(len(names))
+    threshold = secagg_wire.majority(len(names))
     start = {"session": session, "sites": names, "threshold": threshold, "fraction_bits": BITS}
     mine = {s: SiteContext(s, pd.DataFrame(), fedstats.DisclosurePolicy()) for s in names[1:]}
     if forge is not None:  # the invented sites sign with keys the coordinator holds
         for s, ctx in mine.items():
             ctx.secure_aggregation = forge[s]
-    advert = raw(target, secagg_site.ADVERTISE_TASK, start)
+    advert = raw(target, secagg_wire.ADVERTISE_TASK, start)
     if advert["status"] != "ok":
         return {"refused": advert}
     keys = {
@@ -96,7 +97,7 @@ def sybil_attack(target: Silo, args: dict, fakes: int, session: str, forge=None)
     for s, ctx in mine.items():
         reply = secagg_site.advertise(ctx, start).payload
         keys[s] = [reply["encryption_key"], reply["masking_key"], reply["signature"]]
-    shared = raw(target, secagg_site.SHARE_TASK, {"session": session, "public_keys": keys})
+    shared = raw(target, secagg_wire.SHARE_TASK, {"session": session, "public_keys": keys})
     if shared["status"] != "ok":
         return {"refused": shared}
     sealed = {target.name: shared["result"]["sealed"]}
@@ -107,7 +108,7 @@ def sybil_attack(target: Silo, args: dict, fakes: int, session: str, forge=None)
     masked = raw(target, TASK, {**args, "secagg": {"session": session, "sealed": sealed}})
     if masked["status"] != "ok":
         return {"refused": masked}
-    block = secagg_site.MaskBlock(session, sealed)
+    block = secagg_wire.MaskBlock(session, sealed)
     states = {s: secagg_site.open_shares(ctx, block, TASK) for s, ctx in mine.items()}
     seed = secagg_shamir.combine(
         {names.index(s) + 1: state.shares[target.name][1] for s, state in states.items()},

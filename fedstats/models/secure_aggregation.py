@@ -3,7 +3,7 @@
 :class:`SecureAggregation` runs one session of the semi-honest protocol of
 Bonawitz et al. ("Practical secure aggregation for privacy-preserving
 machine learning", CCS 2017) over the federation's ordinary messages; the
-site side, and the threat model, are in :mod:`fedstats.secagg.site`.
+site side, and the threat model, are in :mod:`fedstats.site.secure_aggregation`.
 Four requests per sum:
 
 1. ``secagg.advertise`` — every site's fresh public keys, signed with its
@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from fedstats.contract import secure_aggregation as wire
 from fedstats.contract.dp_request import DP_REPLY_FIELDS
 from fedstats.errors import FedstatsError, InvalidReplyError, SecureAggregationAborted
 from fedstats.secagg import crypto, ring, shamir
-from fedstats.secagg import site as site_side
 
 if TYPE_CHECKING:  # the coordinator passes its federation; this module needs no import of it
     from fedstats.models.federation import Federation
@@ -67,7 +67,7 @@ class SecureAggregation:
 
     def threshold_for(self, parties: int) -> int:
         t = parties if self.threshold is None else self.threshold
-        site_side.check_threshold(t, parties)
+        wire.check_threshold(t, parties)
         return t
 
     def to_record(self, parties: int) -> dict[str, Any]:
@@ -116,7 +116,7 @@ def secure_sum(
         return alive
 
     advertised, failures = federation.gather(
-        site_side.ADVERTISE_TASK,
+        wire.ADVERTISE_TASK,
         {
             "session": session,
             "sites": sites,
@@ -130,7 +130,7 @@ def secure_sum(
         s: [advertised[s][k] for k in ("encryption_key", "masking_key", "signature")] for s in u1
     }
     shared, failures = federation.gather(
-        site_side.SHARE_TASK, {"session": session, "public_keys": keys}, analysis=analysis, sites=u1
+        wire.SHARE_TASK, {"session": session, "public_keys": keys}, analysis=analysis, sites=u1
     )
     for s, reply in list(shared.items()):
         if len(reply["sealed"]) != len(u1):
@@ -144,16 +144,16 @@ def secure_sum(
     u3 = keep(masked, failures, "masked replies")
     gone = [s for s in u2 if s not in u3]
     revealed, failures = federation.gather(
-        site_side.UNMASK_TASK,
+        wire.UNMASK_TASK,
         {"session": session, "survivors": u3, "dropped": gone},
         analysis=analysis,
         sites=u3,
     )
     u4 = keep(revealed, failures, "unmasking")
 
-    total = np.asarray(masked[u3[0]][site_side.MASKED_FIELD], dtype=np.uint64).copy()
+    total = np.asarray(masked[u3[0]][wire.MASKED_FIELD], dtype=np.uint64).copy()
     for s in u3[1:]:
-        total = total + np.asarray(masked[s][site_side.MASKED_FIELD], dtype=np.uint64)
+        total = total + np.asarray(masked[s][wire.MASKED_FIELD], dtype=np.uint64)
     length = len(total)
     points = {s: sites.index(s) + 1 for s in sites}
     for i, survivor in enumerate(u3):
@@ -176,7 +176,7 @@ def secure_sum(
     values = ring.decode(total, options.fraction_bits)
     public = {s: {k: v for k, v in masked[s].items() if k in DP_REPLY_FIELDS} for s in u3}
     return SecureSum(
-        total=site_side.unflatten(values, plain),
+        total=wire.unflatten(values, plain),
         survivors=tuple(u3),
         dropped=dropped,
         public=public,

@@ -1,0 +1,151 @@
+"""The wire of secure aggregation: its task names, field names, schemas and thresholds.
+
+The protocol (Bonawitz et al., CCS 2017) runs between the coordinator
+(:mod:`fedstats.models.secure_aggregation`) and each site
+(:mod:`fedstats.site.secure_aggregation`); both read the messages with this
+module: the three tasks' names and reply schemas, the ``secagg`` block a
+masked task request carries (:class:`MaskBlock`), the one ring vector that
+replaces a reply's numeric fields (:func:`masked_schema`, :func:`flatten`,
+:func:`unflatten`), and the least threshold a session may use (:func:`majority`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedstats.errors import MalformedRequestError, StudyConfigurationError
+from fedstats.schema import Array, Number, ReplySchema, Text, Values
+from fedstats.secagg import crypto, roster, shamir
+
+ADVERTISE_TASK = "secagg.advertise"
+
+
+SHARE_TASK = "secagg.share"
+
+
+UNMASK_TASK = "secagg.unmask"
+
+
+MASKED_FIELD = "masked"
+
+
+SEALED_HEX_CHARS = 2 * (crypto.NONCE_BYTES + 2 * shamir.SHARE_BYTES + 16)
+
+
+MAX_SITES = 256
+
+
+def majority(parties: int) -> int:
+    """The smallest threshold allowed: a strict majority of the session's sites."""
+    return parties // 2 + 1
+
+
+def check_threshold(threshold: int, parties: int) -> None:
+    if not isinstance(threshold, int) or isinstance(threshold, bool):
+        raise StudyConfigurationError(f"the threshold must be an integer, got {threshold!r}")
+    if not majority(parties) <= threshold <= parties or threshold < 2:
+        raise StudyConfigurationError(
+            f"the secure-aggregation threshold must be at least 2 and a majority of the "
+            f"{parties} sites ({majority(parties)}..{parties}), got {threshold}"
+        )
+
+
+def advertise_schema(args: dict[str, Any]) -> ReplySchema:
+    return {
+        "encryption_key": Text(64),
+        "masking_key": Text(64),
+        "signature": Text(roster.SIGNATURE_HEX_CHARS),
+    }
+
+
+def share_schema(args: dict[str, Any]) -> ReplySchema:
+    keys = args.get("public_keys")
+    count = len(keys) if isinstance(keys, dict) else 0
+    return {"sealed": Values(max_items=count, max_chars=SEALED_HEX_CHARS)}
+
+
+@dataclass(frozen=True)
+class MaskBlock:
+    """The ``secagg`` block of a task request: the session and every sealed share."""
+
+    session: str
+    sealed: dict[str, list[str]]
+
+    @classmethod
+    def from_args(cls, args: dict[str, Any]) -> MaskBlock | None:
+        block = args.get("secagg")
+        if block is None:
+            return None
+        if not (
+            isinstance(block, dict)
+            and set(block) == {"session", "sealed"}
+            and isinstance(block["session"], str)
+            and isinstance(block["sealed"], dict)
+            and all(
+                isinstance(v, list) and all(isinstance(c, str) for c in v)
+                for v in block["sealed"].values()
+            )
+        ):
+            raise MalformedRequestError(
+                site=None,
+                task=None,
+                reason="'secagg' must hold 'session' and 'sealed' (sender -> sealed shares)",
+            )
+        return cls(block["session"], dict(block["sealed"]))
+
+
+def masked_schema(
+    plain: ReplySchema, site: str | None = None, task: str | None = None
+) -> ReplySchema:
+    """One ring vector replacing every numeric field of ``plain`` (in sorted field order)."""
+    return {MASKED_FIELD: Array((masked_length(plain, site, task),))}
+
+
+def masked_length(plain: ReplySchema, site: str | None = None, task: str | None = None) -> int:
+    total = 0
+    for name in sorted(plain):
+        kind = plain[name]
+        if not isinstance(kind, Number | Array):
+            raise MalformedRequestError(
+                site=site,
+                task=task,
+                reason=f"field {name!r} is not numeric and cannot be securely aggregated",
+            )
+        total += kind.size()
+    return total
+
+
+def flatten(payload: dict[str, Any], plain: ReplySchema) -> np.ndarray:
+    """The payload's numeric fields, in sorted field order, as one vector."""
+    return np.concatenate(
+        [np.asarray(payload[name], dtype=np.float64).ravel() for name in sorted(plain)]
+        or [np.zeros(0)]
+    )
+
+
+def unflatten(vector: np.ndarray, plain: ReplySchema) -> dict[str, Any]:
+    """Inverse of :func:`flatten`: fields of the shapes ``plain`` declares."""
+    out: dict[str, Any] = {}
+    at = 0
+    for name in sorted(plain):
+        kind = plain[name]
+        size = kind.size()
+        chunk = vector[at : at + size]
+        out[name] = float(chunk[0]) if isinstance(kind, Number) else chunk.reshape(kind.shape)
+        at += size
+    return out
+
+
+def unmask_schema(args: dict[str, Any]) -> ReplySchema:
+    survivors, dropped = args.get("survivors"), args.get("dropped")
+    return {
+        "seed_shares": Values(
+            len(survivors) if isinstance(survivors, list) else 0, 2 * shamir.SHARE_BYTES
+        ),
+        "key_shares": Values(
+            len(dropped) if isinstance(dropped, list) else 0, 2 * shamir.SHARE_BYTES
+        ),
+    }
