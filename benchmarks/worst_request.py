@@ -127,7 +127,7 @@ def requests(family: str, lim: Any, rows: int) -> list[dict]:
         items = min(lim.max_array_items, (lim.max_request_bytes - 4096) // 8)
         return [{"task": "describe", "args": {"variables": ["age"], "padding": np.ones(items)}}]
     if family == "arrays":
-        from fedstats.site.handlers.survival_cells import MAX_GRID
+        from fedstats.contract.tasks.survival import MAX_GRID
 
         items = min(lim.max_array_items, (lim.max_request_bytes - 4096) // 8, MAX_GRID)
         grid = np.linspace(0.0, 100.0, items)

@@ -42,7 +42,7 @@ _PUBLIC: dict[str, str] = {
     "DPFedAvg": "fedstats.models.client_dp",
     "CoxPH": "fedstats.models.cox",
     "concordance_index": "fedstats.models.cox",
-    "Federation": "fedstats.models.federation",
+    "Federation": "fedstats.in_process",
     "CumulativeIncidence": "fedstats.models.cumulative_incidence",
     "CumulativeIncidenceResults": "fedstats.models.cumulative_incidence",
     "FineGray": "fedstats.models.fine_gray",
@@ -84,13 +84,13 @@ if TYPE_CHECKING:
     from fedstats import datasets, deep
     from fedstats.contract.design import DesignSpec
     from fedstats.deep import DeepModelResults, FederatedTrainer
+    from fedstats.in_process import Federation
     from fedstats.models.client_dp import DPFedAvg
     from fedstats.models.cox import CoxPH, concordance_index
     from fedstats.models.cumulative_incidence import (
         CumulativeIncidence,
         CumulativeIncidenceResults,
     )
-    from fedstats.models.federation import Federation
     from fedstats.models.fine_gray import FineGray, FineGrayResults
     from fedstats.models.glm import GLM
     from fedstats.models.glm_results import GLMResults

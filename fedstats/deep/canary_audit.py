@@ -54,9 +54,9 @@ from fedstats.deep.results import DeepModelResults
 from fedstats.deep.site_data import site_tensors
 from fedstats.deep.trainer import FederatedTrainer
 from fedstats.errors import FedstatsError, StudyConfigurationError
+from fedstats.in_process import Federation
 from fedstats.models.agree import agree_design
 from fedstats.models.audit import AuditResult, audit, draw_inclusion
-from fedstats.models.federation import Federation
 from fedstats.models.privacy import RecordDP
 from fedstats.site.disclosure import DisclosurePolicy
 from fedstats.site.task import SiteContext

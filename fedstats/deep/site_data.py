@@ -16,8 +16,9 @@ import numpy as np
 import torch
 
 from fedstats.contract.design import DesignSpec
+from fedstats.contract.tasks.design import spec_from_args
 from fedstats.errors import MalformedRequestError
-from fedstats.site.handlers.design import build_design, site_design, spec_from_args
+from fedstats.site.handlers.design import build_design, site_design
 from fedstats.site.task import SiteContext
 
 INTERCEPT = "Intercept"

@@ -56,6 +56,7 @@ from fedstats.contract.newton import (
     damped_newton,
     inverse_information,
 )
+from fedstats.contract.tasks.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 from fedstats.cox_math import TIES, GridSums, WeightedGridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
@@ -66,7 +67,6 @@ from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 from fedstats.models.utility import discarded_events_warning, warn
-from fedstats.site.handlers.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 
 SITE = "site"
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from fedstats.contract.design import feature_scaling
 from fedstats.contract.dp_request import DpRequest
+from fedstats.contract.tasks.cox_private import TASK
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement
 from fedstats.models.federation import Federation
@@ -52,7 +53,6 @@ from fedstats.models.privacy import (
 from fedstats.models.results import PRIVATE_BOOTSTRAP, CoxPHResults, Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_record, secure_sum
 from fedstats.models.utility import count_warnings, noise_shares, noise_warnings, warn
-from fedstats.site.handlers.cox_private import TASK
 
 if TYPE_CHECKING:
     from fedstats.models.cox import CoxPH

@@ -36,13 +36,13 @@ import pandas as pd
 from scipy import stats
 
 from fedstats.contract.design import Level, normalise_level
+from fedstats.contract.tasks.competing import MAX_CAUSE, TASK
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import step_curves, time_grid
 from fedstats.models.secure_aggregation import SecureAggregation, summed_replies
 from fedstats.models.summary import render_html, render_text
-from fedstats.site.handlers.competing import MAX_CAUSE, TASK
 
 
 def checked_cause(cause: object) -> int:

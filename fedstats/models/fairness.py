@@ -37,10 +37,10 @@ import pandas as pd
 import scipy.linalg
 
 from fedstats.contract.design import Level, normalise_level
+from fedstats.contract.tasks.fairness import SITE_GROUPS, TASK
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement, agreed_levels
 from fedstats.models.federation import Federation
-from fedstats.site.handlers.fairness import SITE_GROUPS, TASK
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """The coordinator's view of a federation: sites reached only through bytes.
 
 A :class:`Federation` sends each request through the codec to a transport
-(in-process here; Flower for multi-machine studies), records it in the
+(in-process sites: :mod:`fedstats.in_process`; Flower for multi-machine studies), records it in the
 :class:`~studyfiles.inventory.MessageInventory`, decodes the reply, checks it
 against the task's declared schema and turns error replies back into the
 typed errors the site reported.
@@ -17,12 +17,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 import accounting
 from fedstats.contract import codec
 from fedstats.contract.paths import SignedReply
 from fedstats.contract.refusals import REFUSALS, refusal_reason
+from fedstats.contract.task_spec import Catalogue, reply_schema
+from fedstats.contract.tasks import TASKS
 from fedstats.errors import (
     CodecError,
     ExtraNotInstalledError,
@@ -35,13 +36,7 @@ from fedstats.errors import (
     from_wire,
 )
 from fedstats.schema import schema_mismatch
-from fedstats.secagg.roster import in_process_pins
-from fedstats.site.disclosure import DisclosurePolicy
-from fedstats.site.private_release import reply_schema
-from fedstats.site.protocol import Protocol
-from fedstats.site.silo import Silo
-from fedstats.site.task import TaskRegistry
-from harmonize.fingerprint import FINGERPRINT_ATTR, SiteFingerprint
+from harmonize.fingerprint import SiteFingerprint
 from studyfiles.inventory import MessageInventory, MessageRecord
 
 FINGERPRINT_TASK = "harmonize.fingerprint"
@@ -89,7 +84,9 @@ class Federation:
     study:
         The study's name, recorded in provenance.
     registry:
-        The task registry whose schemas replies are checked against.
+        The tasks whose schemas replies are checked against: the contract's
+        (:data:`fedstats.contract.tasks.TASKS`) unless given; a site's task
+        registry serves too (its tasks carry the contract's names and schemas).
     ledger:
         The coordinator's privacy ledger (client-level budgets, unit ``site``).
     noise_seed:
@@ -98,7 +95,7 @@ class Federation:
     verify_fingerprints:
         Ask every site for its frame's fingerprint before the first other
         task and refuse sites that differ (see :meth:`verify_fingerprints`).
-        Federations of remote sites should; :meth:`in_process` checks the
+        Federations of remote sites should; :meth:`fedstats.Federation.in_process` checks the
         frames' fingerprints directly instead.
     """
 
@@ -107,7 +104,7 @@ class Federation:
         transports: Mapping[str, Transport],
         *,
         study: str = "study",
-        registry: TaskRegistry | None = None,
+        registry: Catalogue | None = None,
         ledger: accounting.Ledger | None = None,
         noise_seed: int | None = None,
         verify_fingerprints: bool = False,
@@ -115,9 +112,7 @@ class Federation:
         if len(transports) == 0:
             raise StudyConfigurationError("a federation needs at least one site")
         if registry is None:
-            from fedstats.site.registry import REGISTRY
-
-            registry = REGISTRY
+            registry = TASKS
         self._transports = dict(transports)
         self._registry = registry
         self.study = study
@@ -126,7 +121,8 @@ class Federation:
         """Each site's approved protocol (SHA-256), as its fingerprint reply declared it."""
         self._seq = itertools.count(1)
         self._analysis_ids = itertools.count(1)
-        self.silos: dict[str, Silo] = {}
+        self.silos: dict[str, Any] = {}
+        """The sites this process runs, by name (:meth:`fedstats.Federation.in_process`)."""
         self.ledger = ledger
         self.noise_seed = noise_seed
         self._fingerprints_pending = verify_fingerprints
@@ -137,121 +133,8 @@ class Federation:
         """The last request's replies that their sites signed (a point of a verified path),
         by site: the next round relays them (:mod:`fedstats.contract.paths`)."""
 
-    @classmethod
-    def in_process(
-        cls,
-        frames: Mapping[str, pd.DataFrame],
-        *,
-        disclosure: DisclosurePolicy | None = None,
-        study: str = "study",
-        registry: TaskRegistry | None = None,
-        ledgers: Mapping[str, accounting.Ledger] | None = None,
-        ledger: accounting.Ledger | None = None,
-        noise_seed: int | None = None,
-        protocols: Mapping[str, Protocol] | None = None,
-        verified_paths: bool = False,
-    ) -> Federation:
-        """All sites in this process, each behind its own :class:`Silo` and the codec.
-
-        ``disclosure`` is the study's disclosure policy, applied by every site
-        (default: threshold of 10 patients). ``ledgers`` gives each site its
-        own privacy ledger (record-level budgets, set by the site); ``ledger``
-        is the coordinator's (client-level). ``noise_seed`` fixes every
-        party's privacy noise for tests and reproducibility runs (site ``i``
-        uses ``noise_seed + i + 1``); fits then report it. ``protocols``
-        gives sites the protocol their privacy officer approved (optional here).
-        ``verified_paths``: every site answers an exact logistic regression only at the
-        points it re-derives (:mod:`fedstats.site.verified_paths`).
-        """
-        if not isinstance(frames, Mapping) or not frames:
-            raise StudyConfigurationError(
-                "Federation.in_process needs a mapping of site name to DataFrame"
-            )
-        check_fingerprints(
-            {
-                name: frame.attrs.get(FINGERPRINT_ATTR)
-                for name, frame in frames.items()
-                if isinstance(frame, pd.DataFrame)
-            }
-        )
-        ledgers = dict(ledgers or {})
-        protocols = dict(protocols or {})
-        unknown = sorted((set(ledgers) | set(protocols)) - set(frames))
-        if unknown:
-            raise StudyConfigurationError(f"ledgers or protocols given for unknown sites {unknown}")
-        # The sites are the frames in hand: each pins the others' keys, so no session can
-        # name an invented site (fedstats.secagg.roster).
-        pins = in_process_pins(list(frames))
-        silos = {
-            name: Silo(
-                name,
-                frame,
-                policy=disclosure,
-                registry=registry,
-                ledger=ledgers.get(name),
-                noise_seed=None if noise_seed is None else noise_seed + i + 1,
-                protocol=protocols.get(name),
-                secure_aggregation=pins[name],
-                verified_paths=verified_paths,
-            )
-            for i, (name, frame) in enumerate(frames.items())
-        }
-        federation = cls(
-            {name: silo.handle for name, silo in silos.items()},
-            study=study,
-            registry=registry,
-            ledger=ledger,
-            noise_seed=noise_seed,
-        )
-        federation.silos = silos
-        federation.path_sites = {n for n, silo in silos.items() if silo.verifies_paths}
-        federation.site_protocols = {
-            name: None if silo.protocol is None else silo.protocol.digest
-            for name, silo in silos.items()
-        }
-        return federation
-
-    @classmethod
-    def in_process_arrays(
-        cls,
-        arrays: Mapping[str, tuple[np.ndarray, np.ndarray]],
-        *,
-        columns: Sequence[str] | None = None,
-        outcome: str = "y",
-        disclosure: DisclosurePolicy | None = None,
-        study: str = "study",
-    ) -> Federation:
-        """All sites in this process from ``(X, y)`` arrays, for numpy users.
-
-        Each site's ``X`` becomes a frame with ``columns`` (default ``x1..xp``)
-        and its ``y`` the column ``outcome``; fit with
-        ``LogisticRegression.from_columns(outcome, columns)``.
-        """
-        frames = {}
-        for site, pair in arrays.items():
-            if not (isinstance(pair, tuple) and len(pair) == 2):
-                raise StudyConfigurationError(f"site {site!r}: expected an (X, y) pair of arrays")
-            X, y = np.asarray(pair[0], dtype=float), np.asarray(pair[1])
-            if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
-                raise StudyConfigurationError(
-                    f"site {site!r}: X must be 2-D and y 1-D with as many rows "
-                    f"(got shapes {X.shape} and {y.shape})"
-                )
-            names = (
-                list(columns) if columns is not None else [f"x{j + 1}" for j in range(X.shape[1])]
-            )
-            if len(names) != X.shape[1] or outcome in names:
-                raise StudyConfigurationError(
-                    f"site {site!r}: {X.shape[1]} columns in X but names {names} "
-                    f"(the outcome {outcome!r} may not be among them)"
-                )
-            frame = pd.DataFrame(X, columns=names)
-            frame[outcome] = y
-            frames[site] = frame
-        return cls.in_process(frames, disclosure=disclosure, study=study)
-
     @property
-    def registry(self) -> TaskRegistry:
+    def registry(self) -> Catalogue:
         """The tasks the sites answer, with their reply schemas."""
         return self._registry
 

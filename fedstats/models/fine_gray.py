@@ -58,6 +58,7 @@ from fedstats.contract.newton import (
     damped_newton,
     inverse_information,
 )
+from fedstats.contract.tasks.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import SiteCounts, agreed_design
@@ -66,7 +67,6 @@ from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
-from fedstats.site.handlers.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 
 ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"
 """The interval method of a robust Fine–Gray fit."""

@@ -50,6 +50,7 @@ from fedstats.contract.newton import (
     newton_step,
 )
 from fedstats.contract.paths import rate_start
+from fedstats.contract.tasks.glm import FAMILY_OUTCOMES, TASK
 from fedstats.errors import (
     ConvergenceWarning,
     DisclosureError,
@@ -64,7 +65,6 @@ from fedstats.models.privacy import ClientDP, RecordDP
 from fedstats.models.results import Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 from fedstats.models.separation import QuasiSeparation, check_perfect_separation
-from fedstats.site.handlers.glm import FAMILY_OUTCOMES, TASK
 
 FAMILIES = tuple(FAMILY_OUTCOMES)
 Evaluation = dict[str, Any]

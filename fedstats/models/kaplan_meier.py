@@ -45,6 +45,7 @@ from scipy import stats
 import accounting
 from fedstats.contract.design import Level, normalise_level
 from fedstats.contract.dp_request import DpRequest
+from fedstats.contract.tasks.survival import TASK, grid_problem
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
@@ -54,7 +55,6 @@ from fedstats.models.privacy.spending import reply_ledger_head
 from fedstats.models.secure_aggregation import SecureAggregation, secure_sum, summed_replies
 from fedstats.models.summary import render_html, render_text
 from fedstats.models.utility import NOISE_DOMINATES, warn
-from fedstats.site.handlers.survival import TASK, grid_problem
 from studyfiles.fit_records import checked_curve_record
 from studyfiles.json_values import json_number, json_numbers
 

@@ -28,27 +28,10 @@ from typing import Any
 import dp_accounting
 import numpy as np
 
-from fedstats.contract.dp_request import DP_REPLY_FIELDS, NoisyGroup
-from fedstats.contract.secure_aggregation import masked_schema
+from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.noise import symmetric_gaussian
-from fedstats.schema import ReplySchema
 from fedstats.site.task import Task
-
-
-def reply_schema(task: Task, args: dict[str, Any], plain: ReplySchema | None = None) -> ReplySchema:
-    """The task's declared reply, plus the public privacy facts when the request is private.
-
-    Under secure aggregation (a ``secagg`` block) the numeric fields travel as
-    one masked ring vector (:func:`fedstats.contract.secure_aggregation.masked_schema`).
-    ``plain`` is ``task.schema(args)`` when the caller has it already.
-    """
-    schema = dict(task.schema(args) if plain is None else plain)
-    if args.get("secagg") is not None:
-        schema = dict(masked_schema(schema, task=task.name))
-    if args.get("dp") is not None:
-        schema.update(DP_REPLY_FIELDS)
-    return schema
 
 
 def noisy_groups(task: Task, args: dict[str, Any], site: str) -> list[NoisyGroup]:

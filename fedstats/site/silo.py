@@ -26,6 +26,7 @@ from fedstats.contract import codec
 from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.refusals import REFUSALS, refusal_reason
 from fedstats.contract.secure_aggregation import MaskBlock
+from fedstats.contract.task_spec import reply_schema
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
@@ -49,7 +50,6 @@ from fedstats.site.private_release import (
     draw_noise,
     noisy_groups,
     release_event,
-    reply_schema,
     training_event,
 )
 from fedstats.site.private_rows import check_private_request

@@ -1,4 +1,10 @@
-"""What a site task is: a named handler with a reply schema declared from the request."""
+"""What a site task is: a handler bound to a task of the contract, and the registry routing to it.
+
+The contract (:mod:`fedstats.contract.tasks`) names each task and declares its
+reply schema from the request; a site binds a handler to it
+(:meth:`Task.serving`) and adds what only the site decides: how it releases the
+reply privately, what it checks before a charge, and what work it allows.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from fedstats.contract.dp_request import NoisyGroup
+from fedstats.contract.task_spec import TaskSpec
 from fedstats.errors import ExtraNotInstalledError, StudyConfigurationError
 from fedstats.schema import ReplySchema
 from fedstats.site.disclosure import DisclosurePolicy
@@ -96,6 +103,43 @@ class Task:
     cost: Callable[[SiteContext, dict[str, Any]], float] | None = None
     """The work the request asks for (for training: local steps x parameters), checked
     against the site's :class:`~fedstats.site.resource_limits.RequestLimits` before any work."""
+
+    @classmethod
+    def serving(
+        cls,
+        spec: TaskSpec,
+        handler: Callable[[SiteContext, dict[str, Any]], TaskReply],
+        *,
+        private_release: Callable[[dict[str, Any]], list[NoisyGroup]] | None = None,
+        private_training: Callable[[dict[str, Any]], Any] | None = None,
+        validate: Callable[[SiteContext, dict[str, Any]], None] | None = None,
+        cost: Callable[[SiteContext, dict[str, Any]], float] | None = None,
+    ) -> Task:
+        """The site's task that answers the contract's ``spec`` with ``handler``.
+
+        Name, reply schema, description and ``about_patients`` come from the spec,
+        so the site checks its replies against the schema the coordinator checks
+        them against. A spec marked ``private`` needs a private form here
+        (``private_release`` or ``private_training``), and only such a spec may
+        have one; otherwise :class:`~fedstats.errors.StudyConfigurationError`.
+        """
+        if spec.private != (private_release is not None or private_training is not None):
+            raise StudyConfigurationError(
+                f"task {spec.name!r}: the contract says it "
+                + ("has" if spec.private else "has no")
+                + " differentially private form, and the site must serve it so"
+            )
+        return cls(
+            name=spec.name,
+            handler=handler,
+            schema=spec.schema,
+            description=spec.description,
+            private_release=private_release,
+            about_patients=spec.about_patients,
+            private_training=private_training,
+            validate=validate,
+            cost=cost,
+        )
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,9 @@ from lifelines import CoxPHFitter
 
 import accounting
 import fedstats
+from fedstats.contract.tasks.design import spec_from_args
 from fedstats.models.cox_private import every_round, patient_bounds
 from fedstats.site.handlers import cox_private as site
-from fedstats.site.handlers.design import spec_from_args
 from fedstats.site.task import SiteContext
 
 GRID = np.arange(1.5, 15.01, 1.5)

@@ -14,7 +14,7 @@ from lifelines.statistics import multivariate_logrank_test
 import fedstats
 from fedstats import datasets
 from fedstats.contract import codec
-from fedstats.site.handlers.survival import TASK
+from fedstats.contract.tasks.survival import TASK
 
 OPEN = fedstats.DisclosurePolicy(min_count=1)
 

@@ -22,7 +22,7 @@ from lifelines.datasets import load_lung, load_waltons
 
 import fedstats
 from fedstats.contract import codec
-from fedstats.site.handlers.survival import TASK
+from fedstats.contract.tasks.survival import TASK
 
 OPEN = fedstats.DisclosurePolicy(min_count=1)
 TOLERANCE = 1e-8

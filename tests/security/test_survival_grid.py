@@ -14,9 +14,9 @@ import pytest
 import accounting
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.tasks.survival import TASK
 from fedstats.datasets import tcga_brca
 from fedstats.errors import DisclosureError
-from fedstats.site.handlers.survival import TASK
 from fedstats.site.silo import Silo
 
 

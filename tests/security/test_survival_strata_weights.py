@@ -23,8 +23,8 @@ from hypothesis import strategies as st
 
 import accounting
 from fedstats.contract import codec
+from fedstats.contract.tasks.survival import TASK
 from fedstats.datasets import tcga_brca
-from fedstats.site.handlers.survival import TASK
 from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo
 

@@ -9,14 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import accounting
+from fedstats.contract.tasks.budget import _arguments
 from fedstats.errors import MalformedRequestError, NoBudgetError
-from fedstats.schema import Number
 from fedstats.site.task import SiteContext, TaskReply
-
-
-def status_schema(args: dict[str, Any]) -> dict:
-    _arguments(args)
-    return {"epsilon_spent": Number(), "budget_epsilon": Number(), "fits": Number()}
 
 
 def status(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -47,12 +42,3 @@ def status(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         },
         contributors=None,
     )
-
-
-def _arguments(args: dict[str, Any]) -> tuple[str, str]:
-    study, planned = args.get("study"), args.get("planned")
-    if not (isinstance(study, str) and study and isinstance(planned, str)):
-        raise MalformedRequestError(
-            site=None, task=None, reason="'study' and 'planned' (an event as JSON) are needed"
-        )
-    return study, planned

@@ -41,35 +41,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from fedstats.contract.tasks.competing import TASK, _arguments, checked_cause
 from fedstats.errors import (
-    MalformedRequestError,
     MissingColumnError,
     MissingValuesError,
     StatusCodeError,
 )
-from fedstats.schema import Array, Number
 from fedstats.site.cell_rules import check_groups
 from fedstats.site.column_values import as_numbers, follow_up_times
-from fedstats.site.handlers.design import as_agreed_categorical, checked_group_levels
-from fedstats.site.handlers.survival import checked_grid, protected_count
+from fedstats.site.handlers.design import as_agreed_categorical
+from fedstats.site.handlers.survival import protected_count
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import SiteContext, TaskReply
-
-TASK = "competing.counts"
-MAX_CAUSE = 1_000
-"""The largest cause code a request may name."""
-
-
-def checked_cause(args: dict[str, Any]) -> int:
-    """The request's ``cause``: a positive integer (at most :data:`MAX_CAUSE`)."""
-    cause = args.get("cause")
-    if not (type(cause) is int and 1 <= cause <= MAX_CAUSE):
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason=f"'cause' must be a positive integer up to {MAX_CAUSE} (0 means censored)",
-        )
-    return cause
 
 
 def status_codes(site: str, column: str, values: pd.Series) -> np.ndarray:
@@ -137,24 +120,6 @@ def last_ok(ok: np.ndarray) -> int:
     return int(where[-1]) if len(where) else -1
 
 
-def counts_schema(args: dict[str, Any]) -> dict:
-    grid, _, _, _, levels = _arguments(args)
-    checked_cause(args)
-    if args.get("dp") is not None:
-        raise MalformedRequestError(
-            site=None, task=None, reason="differentially private competing-risks counts are "
-            "not offered yet",
-        )  # fmt: skip
-    shape = (max(len(levels), 1), len(grid))
-    return {
-        "at_risk": Array(shape),
-        "events": Array(shape),
-        "competing": Array(shape),
-        "truncated": Number(),
-        "n_obs": Number(),
-    }
-
-
 def counts(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     """At-risk, cause and competing-cause counts per group and grid point (module docstring)."""
     grid, time_name, status_name, group_name, levels = _arguments(args)
@@ -219,17 +184,3 @@ def coarsened(
     point = np.searchsorted(grid, time, side="left")
     beyond = point >= len(grid)
     return np.minimum(point, len(grid) - 1), np.where(beyond, 0.0, codes)
-
-
-def _arguments(args: dict[str, Any]) -> tuple[np.ndarray, str, str, str | None, list]:
-    grid = checked_grid(args)
-    names = [args.get("time"), args.get("event")]
-    group = args.get("group")
-    if not all(isinstance(n, str) and n for n in names) or not (
-        group is None or (isinstance(group, str) and group)
-    ):
-        raise MalformedRequestError(
-            site=None, task=None, reason="'time' and 'event' name columns; 'group' too, or null"
-        )
-    levels = [] if group is None else checked_group_levels(args.get("levels"), 1)
-    return grid, names[0], names[1], group, levels

@@ -18,12 +18,13 @@ import numpy as np
 import pandas as pd
 
 from fedstats.contract.design import DesignSpec, counting_outcome, survival_outcome
+from fedstats.contract.tasks.cox import GRID_TASK
+from fedstats.contract.tasks.design import checked_beta, spec_from_args
+from fedstats.contract.tasks.survival import checked_grid
 from fedstats.cox_math import (
-    TIES,
     SortedSurvival,
     concordance_counts,
     grid_sums,
-    grid_sums_schema,
     partial_likelihood,
     risk_set_sizes,
     score_residuals,
@@ -35,28 +36,13 @@ from fedstats.errors import (
     MissingColumnError,
     MissingValuesError,
 )
-from fedstats.schema import Array, Number
-from fedstats.site.handlers.design import build_design, checked_beta, site_design, spec_from_args
-from fedstats.site.handlers.survival import checked_grid, coarsen, protected_count, safe_horizon
+from fedstats.site.handlers.design import build_design, site_design
+from fedstats.site.handlers.survival import coarsen, protected_count, safe_horizon
 from fedstats.site.patient_rows import count_patients
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import SiteContext, TaskReply
 
 _CACHE_SIZE = 4
-
-
-def summaries_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    if spec.outcome_kind != "survival":
-        raise MalformedRequestError(site=None, task=None, reason="the design is not a survival one")
-    if args.get("ties") not in TIES:
-        raise MalformedRequestError(site=None, task=None, reason=f"'ties' must be one of {TIES}")
-    if args.get("dp") is not None:
-        raise MalformedRequestError(
-            site=None, task=None, reason="differentially private Cox fits are not offered yet"
-        )
-    p = spec.n_params
-    return {"gradient": Array((p,)), "hessian": Array((p, p)), "loglik": Number()}
 
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -162,29 +148,7 @@ def _check_risk_sets(ctx: SiteContext, spec: DesignSpec, data: SortedSurvival) -
 
 
 # ------------------------------------------------------------------ pooled baseline (time grid)
-GRID_TASK = "cox.grid_summaries"
 _GRID_FIELDS = ("d", "S0", "S1", "S2", "E0", "E1", "E2", "x_events", "d_weighted")
-
-
-def grid_summaries_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    if spec.outcome_kind != "survival" or spec.strata:
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason="the pooled-baseline Cox model takes a survival design without strata",
-        )
-    if args.get("dp") is not None:
-        raise MalformedRequestError(
-            site=None, task=None, reason="differentially private Cox fits are not offered yet"
-        )
-    grid = checked_grid(args)
-    p, K = spec.n_params, len(grid)
-    return {
-        **grid_sums_schema(K, p),
-        "d_weighted": Array((K,)),
-        "truncated": Number(),
-    }
 
 
 def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -303,15 +267,6 @@ def _counting_horizon(
 
 
 # ------------------------------------------------------------------ concordance
-CONCORDANCE_TASK = "cox.concordance"
-
-
-def concordance_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    if spec.outcome_kind != "survival":
-        raise MalformedRequestError(site=None, task=None, reason="the design is not a survival one")
-    _one_row_per_patient(spec, "Harrell's C compares patients' follow-up times")
-    return {"concordant": Number(), "tied": Number(), "comparable": Number()}
 
 
 def concordance(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -334,20 +289,6 @@ def concordance(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 
 
 # ------------------------------------------------------------------ robust variance
-ROBUST_TASK = "cox.robust"
-
-
-def robust_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    if spec.outcome_kind != "survival":
-        raise MalformedRequestError(site=None, task=None, reason="the design is not a survival one")
-    _one_row_per_patient(spec, "the score residuals are summed per row")
-    cluster = args.get("cluster")
-    if cluster is not None and not (isinstance(cluster, str) and cluster):
-        raise MalformedRequestError(
-            site=None, task=None, reason="'cluster' names a column or is null"
-        )
-    return {"meat": Array((spec.n_params, spec.n_params))}
 
 
 def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -377,23 +318,3 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         summed = np.zeros((codes.max() + 1, spec.n_params))
         np.add.at(summed, codes, residuals)
     return TaskReply({"meat": summed.T @ summed}, contributors=patients)
-
-
-def _one_row_per_patient(spec: DesignSpec, why: str) -> None:
-    """Refuse a ``Surv(start, stop, event)`` design, or frequency weights, in a task that reads
-    one row as one patient."""
-    if spec.weights is not None:
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason=f"this task reads one row as one patient ({why}): it takes no frequency weights",
-        )
-    if counting_outcome(spec.outcome) is not None:
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason=(
-                f"this task reads one row as one patient ({why}), so it is not offered for "
-                f"{spec.outcome}, whose patients may have several rows"
-            ),
-        )

@@ -23,6 +23,7 @@ from fedstats.contract.design import (
     parse_formula,
 )
 from fedstats.contract.dp_request import NoisyGroup
+from fedstats.contract.tasks.design import _string_list, spec_from_args
 from fedstats.errors import (
     DisclosureError,
     FormulaError,
@@ -32,7 +33,6 @@ from fedstats.errors import (
     MissingValuesError,
     UnknownLevelError,
 )
-from fedstats.schema import Number, Text, Values
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
 from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
@@ -51,7 +51,6 @@ from fedstats.site.private_rows import outside_levels, usable_private_rows
 from fedstats.site.task import SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
-MAX_LEVELS_ON_WIRE = 1000
 _CACHE_SIZE = 4
 
 
@@ -85,19 +84,6 @@ class SiteDesign:
 
 
 # ---------------------------------------------------------------- describe
-
-
-def describe_schema(args: dict[str, Any]) -> dict:
-    variables = _string_list(args, "variables")
-    _string_list(args, "levels_for")
-    _string_list(args, "levels_known")
-    if not isinstance(args.get("list_levels"), bool):
-        raise MalformedRequestError(site=None, task=None, reason="'list_levels' must be a boolean")
-    schema: dict = {}
-    for var in variables:
-        schema[f"{var}.kind"] = Text(max_chars=20)
-        schema[f"{var}.levels"] = Values(max_items=MAX_LEVELS_ON_WIRE)
-    return schema
 
 
 def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -145,11 +131,6 @@ def describe(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 
 
 # ---------------------------------------------------------------- prepare
-
-
-def prepare_schema(args: dict[str, Any]) -> dict:
-    spec_from_args(args)
-    return {"n_obs": Number(), "n_dropped": Number(), "n_events": Number()}
 
 
 def prepare_private_release(args: dict[str, Any]) -> list[NoisyGroup]:
@@ -589,47 +570,4 @@ def plain(value: Any) -> Any:
     """numpy scalars to Python numbers; everything else unchanged."""
     if isinstance(value, np.generic):
         return value.item()
-    return value
-
-
-MAX_GROUPS = 50
-"""Most group levels a grouped request may name."""
-
-
-def checked_group_levels(levels: Any, minimum: int) -> list:
-    """A request's group ``levels``: ``minimum`` to :data:`MAX_GROUPS` numbers or strings."""
-    if not (
-        isinstance(levels, list)
-        and minimum <= len(levels) <= MAX_GROUPS
-        and all(isinstance(v, int | float | str) for v in levels)
-    ):
-        raise MalformedRequestError(
-            site=None, task=None, reason=f"'levels' must list {minimum} to {MAX_GROUPS} groups"
-        )
-    return levels
-
-
-def checked_beta(site: str | None, args: dict[str, Any], p: int) -> np.ndarray:
-    """The request's coefficients ``beta``: ``p`` finite numbers, as float64."""
-    beta = args.get("beta")
-    if not (isinstance(beta, np.ndarray) and beta.shape == (p,)):
-        raise MalformedRequestError(
-            site=site, task=None, reason=f"'beta' must be an array of {p} numbers"
-        )
-    if not np.isfinite(beta).all():
-        raise MalformedRequestError(site=site, task=None, reason="'beta' has non-finite values")
-    return beta.astype(np.float64)
-
-
-def spec_from_args(args: dict[str, Any]) -> DesignSpec:
-    try:
-        return DesignSpec.from_wire(args.get("design"))
-    except ValueError as exc:
-        raise MalformedRequestError(site=None, task=None, reason=str(exc)) from None
-
-
-def _string_list(args: dict[str, Any], key: str) -> list[str]:
-    value = args.get(key)
-    if not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
-        raise MalformedRequestError(site=None, task=None, reason=f"{key!r} must be a list of names")
     return value

@@ -25,30 +25,12 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
+from fedstats.contract.tasks.design import checked_beta, spec_from_args
+from fedstats.contract.tasks.fairness import SITE_GROUPS, TASK, _arguments, _wants_auc
 from fedstats.cox_math import concordance_counts
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
-from fedstats.schema import Array, Number
-from fedstats.site.handlers.design import (
-    as_agreed_categorical,
-    checked_beta,
-    checked_group_levels,
-    site_design,
-    spec_from_args,
-)
+from fedstats.site.handlers.design import as_agreed_categorical, site_design
 from fedstats.site.task import SiteContext, TaskReply
-
-TASK = "fairness.summaries"
-SITE_GROUPS = "site"
-
-
-def summaries_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    levels, _, _ = _arguments(args)
-    G, p = len(levels), spec.n_params
-    schema: dict = {"positives": Array((G,)), "soft": Array((G,)), "gradient": Array((G, p))}
-    if _wants_auc(args):
-        schema |= {"auc_concordant": Number(), "auc_tied": Number(), "auc_pairs": Number()}
-    return schema
 
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -85,13 +67,6 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     return TaskReply(payload, contributors=design.n_obs)
 
 
-def _wants_auc(args: dict[str, Any]) -> bool:
-    auc = args.get("auc", False)
-    if not isinstance(auc, bool):
-        raise MalformedRequestError(site=None, task=None, reason="'auc' must be true or false")
-    return auc
-
-
 def _group_codes(ctx: SiteContext, design: Any, group: str, levels: list) -> np.ndarray:
     if group == SITE_GROUPS:
         if ctx.name not in levels:
@@ -104,13 +79,3 @@ def _group_codes(ctx: SiteContext, design: Any, group: str, levels: list) -> np.
     values = ctx.frame[group].iloc[design.rows]
     agreed = as_agreed_categorical(ctx.name, group, values, tuple(levels))
     return np.asarray(agreed.codes, dtype=np.int64)
-
-
-def _arguments(args: dict[str, Any]) -> tuple[list, str, float]:
-    levels, group, temperature = args.get("levels"), args.get("group"), args.get("temperature")
-    if not (isinstance(group, str) and group):
-        raise MalformedRequestError(site=None, task=None, reason="'group' must name a column")
-    levels = checked_group_levels(levels, 2)
-    if not (isinstance(temperature, int | float) and np.isfinite(temperature) and temperature > 0):
-        raise MalformedRequestError(site=None, task=None, reason="'temperature' must be > 0")
-    return levels, group, float(temperature)

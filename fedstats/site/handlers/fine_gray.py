@@ -40,49 +40,24 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract.design import DesignSpec, survival_outcome
-from fedstats.cox_math import GridSums, grid_sums, grid_sums_schema, risk_scores
+from fedstats.contract.tasks.competing import checked_cause
+from fedstats.contract.tasks.design import checked_beta, spec_from_args
+from fedstats.contract.tasks.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
+from fedstats.contract.tasks.survival import checked_grid
+from fedstats.cox_math import GridSums, grid_sums, risk_scores
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
-from fedstats.schema import Array, Number
 from fedstats.site.handlers.competing import (
     check_status_cells,
-    checked_cause,
     coarsened,
     horizon_ok,
     last_ok,
     leaving_cells,
     status_codes,
 )
-from fedstats.site.handlers.design import SiteDesign, checked_beta, site_design, spec_from_args
-from fedstats.site.handlers.survival import checked_grid, protected_count
+from fedstats.site.handlers.design import SiteDesign, site_design
+from fedstats.site.handlers.survival import protected_count
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import SiteContext, TaskReply
-
-TASK = "fine_gray.grid_summaries"
-SUM_FIELDS = tuple(GridSums.__dataclass_fields__)
-COUNT_FIELDS = ("at_risk", "competing", "censored")
-
-
-def summaries_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    if spec.outcome_kind != "survival" or spec.strata or spec.offset:
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason="the Fine-Gray model takes a Surv(time, status) design without strata",
-        )
-    if args.get("dp") is not None:
-        raise MalformedRequestError(
-            site=None, task=None, reason="differentially private Fine-Gray fits are not offered yet"
-        )
-    checked_cause(args)
-    p, K = spec.n_params, len(checked_grid(args))
-    return {
-        **grid_sums_schema(K, p),
-        **{name: Array((K,)) for name in COUNT_FIELDS},
-        "truncated": Number(),
-        "n_obs": Number(),
-        "n_dropped": Number(),
-    }
 
 
 def checked_censoring(site: str, args: dict[str, Any], n_points: int) -> np.ndarray:
@@ -184,13 +159,6 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 
 
 # ------------------------------------------------------------------ robust variance
-ROBUST_TASK = "fine_gray.robust"
-
-
-def robust_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    summaries_schema(args)
-    return {"meat": Array((spec.n_params, spec.n_params))}
 
 
 def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:

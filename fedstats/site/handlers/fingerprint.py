@@ -19,20 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fedstats.schema import Text
 from fedstats.site.task import SiteContext, TaskReply
 from harmonize.fingerprint import FINGERPRINT_ATTR, SiteFingerprint, fingerprint_frame
-
-MAX_CHARS = 50_000
-"""Largest fingerprint a site may send (about 500 columns with their levels)."""
-
-
-def fingerprint_schema(args: dict[str, Any]) -> dict:
-    return {
-        "fingerprint": Text(max_chars=MAX_CHARS),
-        "protocol_sha256": Text(max_chars=64),
-        "paths": Text(max_chars=8),
-    }
 
 
 def fingerprint(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:

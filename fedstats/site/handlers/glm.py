@@ -39,17 +39,13 @@ from typing import Any
 import numpy as np
 from statsmodels.genmod import families
 
-from fedstats.contract.design import DesignSpec
-from fedstats.errors import DisclosureError, MalformedRequestError
-from fedstats.schema import Array, Number
-from fedstats.site.handlers.design import checked_beta, site_design, spec_from_args
+from fedstats.contract.tasks.design import checked_beta, spec_from_args
+from fedstats.contract.tasks.glm import TASK, checked_family
+from fedstats.errors import DisclosureError
+from fedstats.site.handlers.design import site_design
 from fedstats.site.task import SiteContext, TaskReply
 
-TASK = "glm.summaries"
 EXTREME_PROBABILITY = 1e-10
-
-FAMILY_OUTCOMES = {"binomial": "binary", "poisson": "count", "gaussian": "continuous"}
-"""Each family and the outcome kind its design must have."""
 
 
 def family_named(name: str) -> families.Family:
@@ -59,22 +55,6 @@ def family_named(name: str) -> families.Family:
         "poisson": families.Poisson,
         "gaussian": families.Gaussian,
     }[name]()
-
-
-def summaries_schema(args: dict[str, Any]) -> dict:
-    spec = spec_from_args(args)
-    checked_family(args, spec)
-    p = spec.n_params
-    return {
-        "gradient": Array((p,)),
-        "hessian": Array((p, p)),
-        "loglik": Number(),
-        "deviance": Number(),
-        "pearson": Number(),
-        "weight_total": Number(),
-        "all_extreme": Number(),
-        "any_extreme": Number(),
-    }
 
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -142,19 +122,3 @@ def check_fitted_dominance(ctx: SiteContext, fitted: np.ndarray) -> None:
             ),
             rule="dominance",
         )
-
-
-def checked_family(args: dict[str, Any], spec: DesignSpec) -> str:
-    """The request's family, which must be one offered and match the design's outcome kind."""
-    family = args.get("family")
-    if not isinstance(family, str) or family not in FAMILY_OUTCOMES:
-        raise MalformedRequestError(
-            site=None, task=TASK, reason=f"'family' must be one of {sorted(FAMILY_OUTCOMES)}"
-        )
-    if FAMILY_OUTCOMES[family] != spec.outcome_kind:
-        raise MalformedRequestError(
-            site=None,
-            task=TASK,
-            reason=f"a {family} model needs a {FAMILY_OUTCOMES[family]} outcome design",
-        )
-    return family

@@ -41,20 +41,19 @@ import numpy as np
 import pandas as pd
 
 from fedstats.contract.dp_request import NoisyGroup
+from fedstats.contract.tasks.survival import (
+    TASK,
+    CountsRequest,
+    read_counts_request,
+)
 from fedstats.errors import (
     MissingColumnError,
     MissingValuesError,
 )
-from fedstats.schema import Array, Number
 from fedstats.site.column_values import event_flags, follow_up_times
 from fedstats.site.handlers.survival_cells import (
-    MAX_GRID,
-    CountsRequest,
     check_exact_cells,
-    checked_grid,
-    grid_problem,
     group_codes,
-    read_counts_request,
     refuse_private_weights,
     stratum_codes,
 )
@@ -64,7 +63,6 @@ from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import SiteContext, TaskReply
 from fedstats.site.weights import frequency_weights
 
-TASK = "survival.counts"
 ONE_LEAVING = (
     "the private counts charge one death or censoring per patient while each of a patient's "
     "rows leaves the risk set once"
@@ -73,20 +71,7 @@ ONE_LEAVING = (
 ``m`` rows would move the counts by ``sqrt(m)`` (``m`` cells) to ``m`` (one cell) times the
 charged sensitivity."""
 
-__all__ = ["MAX_GRID", "TASK", "checked_grid", "counts", "grid_counts", "grid_problem"]
-
-
-def counts_schema(args: dict[str, Any]) -> dict:
-    request = read_counts_request(args)
-    shape = (request.n_cells, len(request.grid))
-    if args.get("dp") is not None:
-        return {"events": Array(shape), "censored": Array(shape)}
-    return {
-        "at_risk": Array(shape),
-        "events": Array(shape),
-        "truncated": Number(),
-        "n_obs": Number(),
-    }
+__all__ = ["counts", "grid_counts"]
 
 
 def validate_private(ctx: SiteContext, args: dict[str, Any]) -> None:

@@ -1,0 +1,149 @@
+"""Sites and coordinator in one process: the :class:`Federation` users import from ``fedstats``.
+
+The coordinator (:class:`fedstats.models.federation.Federation`) reaches sites only
+through transports, and a site (:class:`fedstats.site.silo.Silo`) answers only
+encoded requests; neither imports the other. Running every site in this process
+needs both, so it lives here, above them: :class:`Federation` is the coordinator's
+class with two more constructors, :meth:`Federation.in_process` (one
+:class:`~fedstats.site.silo.Silo` per data frame, each behind the codec and its
+own checks, exactly as a remote site) and :meth:`Federation.in_process_arrays`
+(the same from numpy arrays). Everything else — requests, reply checks, the
+message inventory — is the coordinator's, unchanged; a federation of remote
+sites (Flower) is the coordinator's class alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+import accounting
+from fedstats.errors import StudyConfigurationError
+from fedstats.models import federation as coordinator
+from fedstats.models.federation import check_fingerprints
+from fedstats.secagg.roster import in_process_pins
+from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.protocol import Protocol
+from fedstats.site.silo import Silo
+from fedstats.site.task import TaskRegistry
+from harmonize.fingerprint import FINGERPRINT_ATTR
+
+
+class Federation(coordinator.Federation):
+    """A federation (:class:`fedstats.models.federation.Federation`) that can also run its
+    sites in this process: :meth:`in_process`, :meth:`in_process_arrays`."""
+
+    @classmethod
+    def in_process(
+        cls,
+        frames: Mapping[str, pd.DataFrame],
+        *,
+        disclosure: DisclosurePolicy | None = None,
+        study: str = "study",
+        registry: TaskRegistry | None = None,
+        ledgers: Mapping[str, accounting.Ledger] | None = None,
+        ledger: accounting.Ledger | None = None,
+        noise_seed: int | None = None,
+        protocols: Mapping[str, Protocol] | None = None,
+        verified_paths: bool = False,
+    ) -> Federation:
+        """All sites in this process, each behind its own :class:`Silo` and the codec.
+
+        ``disclosure`` is the study's disclosure policy, applied by every site
+        (default: threshold of 10 patients). ``ledgers`` gives each site its
+        own privacy ledger (record-level budgets, set by the site); ``ledger``
+        is the coordinator's (client-level). ``noise_seed`` fixes every
+        party's privacy noise for tests and reproducibility runs (site ``i``
+        uses ``noise_seed + i + 1``); fits then report it. ``protocols``
+        gives sites the protocol their privacy officer approved (optional here).
+        ``verified_paths``: every site answers an exact logistic regression only at the
+        points it re-derives (:mod:`fedstats.site.verified_paths`).
+        """
+        if not isinstance(frames, Mapping) or not frames:
+            raise StudyConfigurationError(
+                "Federation.in_process needs a mapping of site name to DataFrame"
+            )
+        check_fingerprints(
+            {
+                name: frame.attrs.get(FINGERPRINT_ATTR)
+                for name, frame in frames.items()
+                if isinstance(frame, pd.DataFrame)
+            }
+        )
+        ledgers = dict(ledgers or {})
+        protocols = dict(protocols or {})
+        unknown = sorted((set(ledgers) | set(protocols)) - set(frames))
+        if unknown:
+            raise StudyConfigurationError(f"ledgers or protocols given for unknown sites {unknown}")
+        # The sites are the frames in hand: each pins the others' keys, so no session can
+        # name an invented site (fedstats.secagg.roster).
+        pins = in_process_pins(list(frames))
+        silos = {
+            name: Silo(
+                name,
+                frame,
+                policy=disclosure,
+                registry=registry,
+                ledger=ledgers.get(name),
+                noise_seed=None if noise_seed is None else noise_seed + i + 1,
+                protocol=protocols.get(name),
+                secure_aggregation=pins[name],
+                verified_paths=verified_paths,
+            )
+            for i, (name, frame) in enumerate(frames.items())
+        }
+        federation = cls(
+            {name: silo.handle for name, silo in silos.items()},
+            study=study,
+            registry=registry,
+            ledger=ledger,
+            noise_seed=noise_seed,
+        )
+        federation.silos = silos
+        federation.path_sites = {n for n, silo in silos.items() if silo.verifies_paths}
+        federation.site_protocols = {
+            name: None if silo.protocol is None else silo.protocol.digest
+            for name, silo in silos.items()
+        }
+        return federation
+
+    @classmethod
+    def in_process_arrays(
+        cls,
+        arrays: Mapping[str, tuple[np.ndarray, np.ndarray]],
+        *,
+        columns: Sequence[str] | None = None,
+        outcome: str = "y",
+        disclosure: DisclosurePolicy | None = None,
+        study: str = "study",
+    ) -> Federation:
+        """All sites in this process from ``(X, y)`` arrays, for numpy users.
+
+        Each site's ``X`` becomes a frame with ``columns`` (default ``x1..xp``)
+        and its ``y`` the column ``outcome``; fit with
+        ``LogisticRegression.from_columns(outcome, columns)``.
+        """
+        frames = {}
+        for site, pair in arrays.items():
+            if not (isinstance(pair, tuple) and len(pair) == 2):
+                raise StudyConfigurationError(f"site {site!r}: expected an (X, y) pair of arrays")
+            X, y = np.asarray(pair[0], dtype=float), np.asarray(pair[1])
+            if X.ndim != 2 or y.ndim != 1 or len(X) != len(y):
+                raise StudyConfigurationError(
+                    f"site {site!r}: X must be 2-D and y 1-D with as many rows "
+                    f"(got shapes {X.shape} and {y.shape})"
+                )
+            names = (
+                list(columns) if columns is not None else [f"x{j + 1}" for j in range(X.shape[1])]
+            )
+            if len(names) != X.shape[1] or outcome in names:
+                raise StudyConfigurationError(
+                    f"site {site!r}: {X.shape[1]} columns in X but names {names} "
+                    f"(the outcome {outcome!r} may not be among them)"
+                )
+            frame = pd.DataFrame(X, columns=names)
+            frame[outcome] = y
+            frames[site] = frame
+        return cls.in_process(frames, disclosure=disclosure, study=study)
