@@ -2,7 +2,7 @@
 
 A 3-layer MLP (30 -> 64 -> 64 -> 1) on 50,000 synthetic rows x 30 features,
 batch 256, trained by the site's own local-training code
-(``fedstats.deep.local_training.train_locally``): non-private epochs
+(``fedstats.deep.site.local_training.train_locally``): non-private epochs
 (shuffled batches of 256) and private epochs (Poisson sampling with
 ``q = 256 / 50,000``, ``1/q`` steps, per-sample clipping, Gaussian noise)
 with each clipping engine — book-keeping ghost norms (the default),
@@ -41,10 +41,11 @@ import torch  # noqa: E402
 
 import fedstats  # noqa: E402
 from fedstats.deep import FederatedTrainer, build_model  # noqa: E402
-from fedstats.deep.dp_sgd import DpSgdPlan  # noqa: E402
-from fedstats.deep.local_training import LocalPlan, train_locally  # noqa: E402
-from fedstats.deep.losses import BINARY  # noqa: E402
-from fedstats.deep.site_data import SiteTensors  # noqa: E402
+from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan  # noqa: E402
+from fedstats.deep.shared.losses import BINARY  # noqa: E402
+from fedstats.deep.shared.wire import LocalPlan  # noqa: E402
+from fedstats.deep.site.data import SiteTensors  # noqa: E402
+from fedstats.deep.site.local_training import train_locally  # noqa: E402
 
 N, FEATURES, BATCH, HIDDEN = 50_000, 30, 256, [64, 64]
 TARGET = 2.0

@@ -80,8 +80,8 @@ def design(formula: str, variables: list[str], columns: list[str], levels: dict)
 
 
 def deep_args(hidden: list[int], steps: int, batch: int, private: bool) -> dict:
-    from fedstats.deep.models import build_model
-    from fedstats.deep.site_tasks import DP_GROUP
+    from fedstats.deep.shared.models import build_model
+    from fedstats.deep.shared.wire import DP_GROUP
 
     spec = design("disease ~ age + chol", ["age", "chol", "disease"],
                   ["Intercept", "age", "chol"], {})  # fmt: skip
@@ -102,7 +102,7 @@ def deep_args(hidden: list[int], steps: int, batch: int, private: bool) -> dict:
 
 
 def params_of(hidden: list[int]) -> int:
-    from fedstats.deep.models import count_parameters
+    from fedstats.deep.shared.models import count_parameters
 
     return count_parameters("mlp", 2, {"hidden": hidden})
 
@@ -118,7 +118,7 @@ def widest(budget: float) -> list[int]:
 
 def requests(family: str, lim: Any, rows: int) -> list[dict]:
     """The requests of one family, largest the limits allow."""
-    from fedstats.deep.site_tasks import STEP_UNITS
+    from fedstats.deep.site.tasks import STEP_UNITS
 
     if family == "header":
         count = (lim.max_header_bytes - 200) // len('"age",')
@@ -141,7 +141,7 @@ def requests(family: str, lim: Any, rows: int) -> list[dict]:
                 {"task": "logistic.summaries",
                  "args": {"design": spec, "beta": np.zeros(len(columns))}}]  # fmt: skip
     if family == "deep_steps":
-        from fedstats.deep.site_tasks import MAX_STEPS
+        from fedstats.deep.shared.wire import MAX_STEPS
 
         steps = int(min(MAX_STEPS, lim.max_work // STEP_UNITS))
         return [{"task": "deep.train", "args": deep_args([1], steps, 1, private=False)}]

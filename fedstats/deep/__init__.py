@@ -23,7 +23,6 @@ except ModuleNotFoundError as missing:
         name=missing.name,
     ) from missing
 
-from fedstats.deep.aggregation import Aggregator, weighted_sum
 from fedstats.deep.canary_audit import (
     AuditReport,
     CanaryRun,
@@ -31,11 +30,12 @@ from fedstats.deep.canary_audit import (
     audit_with_control,
     draw_canaries,
 )
-from fedstats.deep.evaluation import Evaluation
-from fedstats.deep.losses import binary_loss, cox_loss
-from fedstats.deep.models import build_model, register_model, registered_models
-from fedstats.deep.results import DeepModelResults
-from fedstats.deep.trainer import FederatedTrainer
+from fedstats.deep.shared.losses import binary_loss, cox_loss
+from fedstats.deep.shared.models import build_model, register_model, registered_models
+from fedstats.deep.training.aggregation import Aggregator, weighted_sum
+from fedstats.deep.training.evaluation import Evaluation
+from fedstats.deep.training.results import DeepModelResults
+from fedstats.deep.training.trainer import FederatedTrainer
 from fedstats.errors import ModelSpecError
 from fedstats.models.client_dp import DPFedAvg
 

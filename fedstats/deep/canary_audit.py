@@ -49,10 +49,10 @@ import torch
 
 import accounting
 from fedstats.contract.design import parse_formula
-from fedstats.deep.losses import BINARY
-from fedstats.deep.results import DeepModelResults
-from fedstats.deep.site_data import site_tensors
-from fedstats.deep.trainer import FederatedTrainer
+from fedstats.deep.shared.losses import BINARY
+from fedstats.deep.site.data import site_tensors
+from fedstats.deep.training.results import DeepModelResults
+from fedstats.deep.training.trainer import FederatedTrainer
 from fedstats.errors import FedstatsError, StudyConfigurationError
 from fedstats.in_process import Federation
 from fedstats.models.agree import agree_design

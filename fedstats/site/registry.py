@@ -39,7 +39,7 @@ from fedstats.site.task import OptionalTasks, Task, TaskRegistry
 
 DEEP_TASKS = OptionalTasks(
     names=("deep.train", "deep.evaluate"),
-    module="fedstats.deep.site_tasks",
+    module="fedstats.deep.site.tasks",
     extra="deep",
 )
 """Local training and evaluation of deep models: served when ``fedstats[deep]`` (torch,

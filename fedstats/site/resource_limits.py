@@ -49,7 +49,7 @@ class RequestLimits:
     2,000 columns cost 1.7 s a request, and one of 100,000 agreed levels 18.7 s and 1 GB."""
     max_array_items: int = 6_000_000
     """Above the largest network a request may describe (5M parameters,
-    :data:`fedstats.deep.models.MAX_PARAMETERS`), whose weights travel as arrays."""
+    :data:`fedstats.deep.shared.models.MAX_PARAMETERS`), whose weights travel as arrays."""
     max_work: float = 2e8
     """Local training examples x network parameters (steps x rows per step x parameters):
     100 steps of 32 rows through a 60,000-parameter network. The largest request this allows

@@ -21,7 +21,7 @@ from sklearn.metrics import roc_auc_score
 import fedstats
 from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer
-from fedstats.deep.site_tasks import TRAIN_TASK
+from fedstats.deep.shared.wire import TRAIN_TASK
 from fedstats.models.aggregation import CoordinateMedian, Mean, TrimmedMean
 
 SITES = ("a", "b", "c", "d", "e")

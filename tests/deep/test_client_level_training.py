@@ -13,7 +13,7 @@ import accounting
 import fedstats
 from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer
-from fedstats.deep.site_tasks import TRAIN_TASK
+from fedstats.deep.shared.wire import TRAIN_TASK
 from fedstats.errors import PlannedBudgetError, StudyConfigurationError
 from fedstats.models.aggregation import CoordinateMedian
 from fedstats.models.client_dp import DPFedAvg

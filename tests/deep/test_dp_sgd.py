@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from fedstats.deep import build_model
-from fedstats.deep.dp_sgd import DpSgdPlan, PrivateGradient
+from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan
+from fedstats.deep.site.dp_sgd import PrivateGradient
 
 
 def _gradient(engine: str, sigma: float, seed: int) -> list[torch.Tensor]:
@@ -47,7 +48,7 @@ def test_poisson_batches_have_the_distribution_of_opacus_sampler():
     import numpy as np
     from opacus.utils.uniform_sampler import UniformWithReplacementSampler
 
-    from fedstats.deep.dp_sgd import poisson_batches
+    from fedstats.deep.site.dp_sgd import poisson_batches
 
     n, q, steps = 200, 0.1, 4000
     plan = DpSgdPlan(q, 1.0, 1.0, steps)

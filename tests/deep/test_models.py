@@ -9,7 +9,7 @@ from statsmodels.duration.hazard_regression import PHReg
 from torch import nn
 
 from fedstats.deep import ModelSpecError, build_model, cox_loss, register_model
-from fedstats.deep.weights import flatten, parameter_arrays, unflatten
+from fedstats.deep.shared.weights import flatten, parameter_arrays, unflatten
 
 
 def test_builtin_models_build_with_plain_hyperparameters():

@@ -13,8 +13,8 @@ import accounting
 import fedstats
 from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer
-from fedstats.deep.privacy_plan import COUNTS_NOISE_MULTIPLIER
-from fedstats.deep.rounds import train_arguments
+from fedstats.deep.training.privacy_plan import COUNTS_NOISE_MULTIPLIER
+from fedstats.deep.training.rounds import train_arguments
 
 
 def private_trainer(**options) -> FederatedTrainer:

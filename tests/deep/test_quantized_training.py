@@ -15,8 +15,8 @@ from sklearn.metrics import roc_auc_score
 import fedstats
 from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer, build_model
-from fedstats.deep.rounds import train_arguments
-from fedstats.deep.site_tasks import TRAIN_TASK
+from fedstats.deep.shared.wire import TRAIN_TASK
+from fedstats.deep.training.rounds import train_arguments
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import agree_design
 

@@ -16,9 +16,9 @@ from sklearn.metrics import roc_auc_score
 
 import fedstats
 from fedstats.deep import FederatedTrainer, build_model
-from fedstats.deep.aggregation import client_weights, weighted_sum
-from fedstats.deep.rounds import round_seed
-from fedstats.deep.weights import parameter_arrays
+from fedstats.deep.shared.weights import parameter_arrays
+from fedstats.deep.training.aggregation import client_weights, weighted_sum
+from fedstats.deep.training.rounds import round_seed
 
 FORMULA = "y ~ x1 + x2"
 
@@ -183,7 +183,7 @@ def test_survival_network_c_index_is_lifelines_concordance():
 def test_evaluation_histograms_release_no_bin_of_fewer_than_k_patients():
     """Every non-empty released logit bin holds at least k patients; none is lost."""
     from fedstats.contract import codec
-    from fedstats.deep.site_tasks import EVALUATE_TASK
+    from fedstats.deep.shared.wire import EVALUATE_TASK
 
     frames = {"a": synthetic_frame(150, 9), "b": synthetic_frame(120, 10)}
     base = fedstats.Federation.in_process(frames)

@@ -322,8 +322,8 @@ def deep_train_args(hidden: list[int], steps: int, *, private: bool) -> dict:
     """An honest ``deep.train`` request at Cleveland (weights that match the network)."""
     import numpy as np
 
-    from fedstats.deep.models import build_model
-    from fedstats.deep.site_tasks import DP_GROUP
+    from fedstats.deep.shared.models import build_model
+    from fedstats.deep.shared.wire import DP_GROUP
 
     design = {
         "formula": "disease ~ age + chol", "outcome": "disease",
@@ -357,7 +357,7 @@ def test_training_work_counts_every_step_and_every_example_a_step_passes(tmp_pat
     within the limit. Refused before any row is read and before anything is charged."""
     import accounting
     from fedstats.contract import codec
-    from fedstats.deep.site_tasks import STEP_UNITS, train_cost
+    from fedstats.deep.site.tasks import STEP_UNITS, train_cost
     from fedstats.site.resource_limits import RequestLimits
     from fedstats.site.silo import Silo
 

@@ -168,7 +168,7 @@ def test_dp_sgd_noise_multiplier_and_clipping_norm_are_bounded_naming_the_block(
 ):
     """The clipping norm times the noise multiplier is the noise's scale: past about 1e154 its
     square overflows in the accountant, so both are bounded where the request is read."""
-    from fedstats.deep.dp_sgd import DpSgdPlan
+    from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan
     from fedstats.errors import MalformedRequestError
 
     block = {"sample_rate": 0.5, "noise_multiplier": 1.0, "max_grad_norm": 1.0, "steps": 3,

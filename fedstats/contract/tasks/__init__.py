@@ -3,7 +3,7 @@
 :data:`TASKS` is the catalogue the coordinator checks replies against
 (:class:`fedstats.models.federation.Federation`); a site binds each spec to
 its handler (:mod:`fedstats.site.registry`). The deep-model tasks belong to
-the ``deep`` extra and are specified by :mod:`fedstats.deep.wire`, imported the
+the ``deep`` extra and are specified by :mod:`fedstats.deep.shared.wire`, imported the
 first time one of them is asked for.
 """
 
@@ -27,7 +27,7 @@ from fedstats.contract.tasks import (
 
 DEEP_SPECS = OptionalSpecs(
     names=("deep.train", "deep.evaluate"),
-    module="fedstats.deep.wire",
+    module="fedstats.deep.shared.wire",
     extra="deep",
 )
 """Local training and evaluation of deep models: specified by the ``deep`` extra."""

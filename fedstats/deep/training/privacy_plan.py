@@ -24,7 +24,7 @@ from dp_accounting.mechanism_calibration import ExplicitBracketInterval, calibra
 from dp_accounting.rdp import RdpAccountant
 
 import accounting
-from fedstats.deep.dp_sgd import DpSgdPlan, dp_sgd_event
+from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan, dp_sgd_event
 from fedstats.errors import StudyConfigurationError
 
 COUNTS_NOISE_MULTIPLIER = 10.0

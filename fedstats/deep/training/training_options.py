@@ -11,10 +11,10 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from fedstats.deep.dp_sgd import ENGINES
-from fedstats.deep.local_training import ALGORITHMS
+from fedstats.deep.shared.dp_sgd_plan import ENGINES
+from fedstats.deep.shared.quantize import check_bits
+from fedstats.deep.shared.wire import ALGORITHMS
 from fedstats.errors import StudyConfigurationError
-from fedstats.models.quantize import check_bits
 
 
 def finite(value: Any) -> bool:
@@ -70,7 +70,7 @@ class LocalWork:
 @dataclass(frozen=True)
 class DpSgdOptions:
     """DP-SGD's per-patient clipping norm, Poisson sampling rate (``None``: the batch size
-    over the median site's size) and clipping engine (:mod:`fedstats.deep.dp_sgd`)."""
+    over the median site's size) and clipping engine (:mod:`fedstats.deep.site.dp_sgd`)."""
 
     max_grad_norm: float
     sample_rate: float | None

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from fedstats.deep.site_tasks import LOGIT_EDGES
+from fedstats.deep.shared.wire import LOGIT_EDGES
 
 POOLED = "pooled"
 

@@ -10,10 +10,10 @@ import pandas as pd
 import torch
 
 from fedstats.contract.design import DesignSpec
-from fedstats.deep.evaluation import Evaluation
-from fedstats.deep.models import build_model
-from fedstats.deep.privacy_plan import DpSgdSchedule
-from fedstats.deep.weights import load_arrays
+from fedstats.deep.shared.models import build_model
+from fedstats.deep.shared.weights import load_arrays
+from fedstats.deep.training.evaluation import Evaluation
+from fedstats.deep.training.privacy_plan import DpSgdSchedule
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.results import Provenance
 

@@ -2,16 +2,16 @@
 
 Each round: sample sites (each with probability ``p``), send them the
 global weights with ``deep.train``, combine their flat updates with weights
-``n_k / (N p)`` (:mod:`fedstats.deep.aggregation`) — in the clear through an
-:data:`~fedstats.deep.aggregation.Aggregator`, or by secure aggregation, in
+``n_k / (N p)`` (:mod:`fedstats.deep.training.aggregation`) — in the clear through an
+:data:`~fedstats.deep.training.aggregation.Aggregator`, or by secure aggregation, in
 which each site scales its own update and the coordinator learns only the
-sum — and take the server step (:mod:`fedstats.deep.server_optimizers`).
+sum — and take the server step (:mod:`fedstats.deep.training.server_optimizers`).
 SCAFFOLD's server control variate moves by ``sum_{k in S} Delta c_k / N_sites``
 (Karimireddy et al., ICML 2020, Alg. 1). After the last round every site of
 the evaluation federation scores the model (``deep.evaluate``).
 
 Record-level privacy (:class:`~fedstats.models.privacy.RecordDP`): every site runs
-DP-SGD (:mod:`fedstats.deep.dp_sgd`) and charges its own ledger before each
+DP-SGD (:mod:`fedstats.deep.site.dp_sgd`) and charges its own ledger before each
 round; the coordinator first asks every site whether the whole planned
 training fits its budget (``privacy.status``) and refuses to start
 otherwise. ``RecordDP.epsilon``/``delta`` are the fit's target per site
@@ -31,7 +31,7 @@ record-level DP-SGD (both guarantees, both accounts), not with secure
 aggregation or a custom aggregator.
 
 Quantised updates (``quantize_bits``): each site rounds its update
-stochastically to ``b`` bits per entry (unbiased; :mod:`fedstats.models.quantize`)
+stochastically to ``b`` bits per entry (unbiased; :mod:`fedstats.deep.shared.quantize`)
 and sends the bit-packed codes and the scale, ``ceil(d b / 8) + 8`` bytes
 instead of ``4 d`` for float32; the coordinator decodes them. The history
 reports the update bytes of every round with and without quantisation.
@@ -59,19 +59,26 @@ from fedstats.contract.design import (
     survival_outcome,
 )
 from fedstats.contract.dp_request import DpRequest
-from fedstats.deep.aggregation import Aggregator, client_weights, sample_sites, weighted_sum
-from fedstats.deep.evaluation import Evaluation, combine_binary, combine_survival
-from fedstats.deep.losses import BINARY, SURVIVAL
-from fedstats.deep.models import build_model
-from fedstats.deep.privacy_plan import (
+from fedstats.deep.shared.losses import BINARY, SURVIVAL
+from fedstats.deep.shared.models import build_model
+from fedstats.deep.shared.weights import checked_arrays, flatten, parameter_arrays, unflatten
+from fedstats.deep.shared.wire import DP_GROUP, EVALUATE_TASK, TRAIN_TASK, input_columns
+from fedstats.deep.training.aggregation import (
+    Aggregator,
+    client_weights,
+    sample_sites,
+    weighted_sum,
+)
+from fedstats.deep.training.evaluation import Evaluation, combine_binary, combine_survival
+from fedstats.deep.training.privacy_plan import (
     COUNTS_NOISE_MULTIPLIER,
     DpSgdSchedule,
     calibrate_noise,
     default_sample_rate,
     steps_for_epochs,
 )
-from fedstats.deep.results import DeepModelResults
-from fedstats.deep.rounds import (
+from fedstats.deep.training.results import DeepModelResults
+from fedstats.deep.training.rounds import (
     RoundOutcome,
     TrainingState,
     received_updates,
@@ -79,11 +86,8 @@ from fedstats.deep.rounds import (
     secure_round,
     train_arguments,
 )
-from fedstats.deep.server_optimizers import ServerOptimizer
-from fedstats.deep.site_data import input_columns
-from fedstats.deep.site_tasks import DP_GROUP, EVALUATE_TASK, TRAIN_TASK
-from fedstats.deep.training_options import DpSgdOptions, LocalWork, RoundPlan
-from fedstats.deep.weights import checked_arrays, flatten, parameter_arrays, unflatten
+from fedstats.deep.training.server_optimizers import ServerOptimizer
+from fedstats.deep.training.training_options import DpSgdOptions, LocalWork, RoundPlan
 from fedstats.errors import ModelSpecError, StudyConfigurationError
 from fedstats.models import client_dp
 from fedstats.models.agree import Agreement, agree_design
@@ -152,7 +156,7 @@ class FederatedTrainer:
     max_grad_norm, sample_rate, engine:
         DP-SGD's per-patient clipping norm, Poisson sampling rate (default
         ``batch_size / median n_k``) and clipping engine
-        (:mod:`fedstats.deep.dp_sgd`).
+        (:mod:`fedstats.deep.site.dp_sgd`).
     aggregator:
         A replacement for the weighted sum of updates (a robust rule of
         :mod:`fedstats.models.aggregation`); it does not combine with secure
@@ -167,9 +171,9 @@ class FederatedTrainer:
         A progress bar over rounds (``tqdm.auto``: a widget in notebooks).
 
     The options are kept as three checked values: :attr:`local`
-    (:class:`~fedstats.deep.training_options.LocalWork`), :attr:`dp_sgd`
-    (:class:`~fedstats.deep.training_options.DpSgdOptions`) and :attr:`plan`
-    (:class:`~fedstats.deep.training_options.RoundPlan`).
+    (:class:`~fedstats.deep.training.training_options.LocalWork`), :attr:`dp_sgd`
+    (:class:`~fedstats.deep.training.training_options.DpSgdOptions`) and :attr:`plan`
+    (:class:`~fedstats.deep.training.training_options.RoundPlan`).
     """
 
     def __init__(

@@ -2,7 +2,7 @@
 what a round brings back, and how the sites' updates are received.
 
 A round ends with :meth:`TrainingState.advance`: the server step
-``x <- step(x, Delta)`` (:mod:`fedstats.deep.server_optimizers`), SCAFFOLD's
+``x <- step(x, Delta)`` (:mod:`fedstats.deep.training.server_optimizers`), SCAFFOLD's
 server control variate ``c <- c + sum_{k in S} Delta c_k / N_sites``
 (Karimireddy et al., ICML 2020, Alg. 1), the sites' participation and DP-SGD
 step counts (for the per-site privacy account) and one row of history.
@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.deep.privacy_plan import DpSgdSchedule
-from fedstats.deep.server_optimizers import ServerOptimizer
-from fedstats.deep.site_tasks import TRAIN_TASK
-from fedstats.deep.training_options import LocalWork
+from fedstats.deep.shared.quantize import Quantized, dequantize
+from fedstats.deep.shared.wire import TRAIN_TASK
+from fedstats.deep.training.privacy_plan import DpSgdSchedule
+from fedstats.deep.training.server_optimizers import ServerOptimizer
+from fedstats.deep.training.training_options import LocalWork
 from fedstats.errors import InvalidReplyError
 from fedstats.models.federation import Federation
-from fedstats.models.quantize import Quantized, dequantize
 from fedstats.models.secure_aggregation import SecureAggregation, SecureSum, secure_sum
 
 FLOAT32_BYTES = 4

@@ -16,12 +16,10 @@ import numpy as np
 import torch
 
 from fedstats.contract.design import DesignSpec
-from fedstats.contract.tasks.design import spec_from_args
+from fedstats.deep.shared.wire import INTERCEPT, checked_spec
 from fedstats.errors import MalformedRequestError
 from fedstats.site.handlers.design import build_design, site_design
 from fedstats.site.task import SiteContext
-
-INTERCEPT = "Intercept"
 
 
 @dataclass(frozen=True)
@@ -36,25 +34,6 @@ class SiteTensors:
     @property
     def n(self) -> int:
         return int(self.X.shape[0])
-
-
-def input_columns(spec: DesignSpec) -> list[str]:
-    """The design columns a network reads: all but the intercept."""
-    return [c for c in spec.columns if c != INTERCEPT]
-
-
-def checked_spec(args: dict[str, Any]) -> DesignSpec:
-    """The request's design; refuses designs a network cannot use."""
-    spec = spec_from_args(args)
-    if spec.site_intercepts or spec.offset is not None or spec.strata:
-        raise MalformedRequestError(
-            site=None,
-            task=None,
-            reason="a deep model takes no site intercepts, offset or strata",
-        )
-    if not input_columns(spec):
-        raise MalformedRequestError(site=None, task=None, reason="the design has no covariates")
-    return spec
 
 
 def checked_scaling(args: dict[str, Any], spec: DesignSpec) -> np.ndarray:

@@ -13,7 +13,7 @@ with learning rate ``eta`` on its own rows and returns ``y_K - x``:
 
 ``g`` is the mean gradient of a mini-batch: shuffled batches of fixed size
 without privacy; with record-level privacy, DP-SGD's noisy gradient of a
-Poisson-sampled batch (:mod:`fedstats.deep.dp_sgd`). The FedProx and
+Poisson-sampled batch (:mod:`fedstats.deep.site.dp_sgd`). The FedProx and
 SCAFFOLD corrections read no data, so adding them after the noise is
 post-processing.
 """
@@ -27,31 +27,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from fedstats.deep.dp_sgd import DpSgdPlan, PrivateGradient, generators, poisson_batches
-from fedstats.deep.losses import BINARY, binary_loss, cox_loss
-from fedstats.deep.site_data import SiteTensors
-from fedstats.deep.weights import flatten, parameter_arrays
+from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan
+from fedstats.deep.shared.losses import BINARY, binary_loss, cox_loss
+from fedstats.deep.shared.weights import flatten, parameter_arrays
+from fedstats.deep.shared.wire import LocalPlan
+from fedstats.deep.site.data import SiteTensors
+from fedstats.deep.site.dp_sgd import PrivateGradient, generators, poisson_batches
 from fedstats.site.resource_limits import check_deadline
-
-ALGORITHMS = ("fedavg", "fedprox", "scaffold")
-
-
-@dataclass(frozen=True)
-class LocalPlan:
-    """What one round asks of a site (the same at every site)."""
-
-    algorithm: str
-    lr: float
-    batch_size: int
-    local_steps: int | None = None
-    local_epochs: int | None = None
-    mu: float = 0.0
-
-    def steps_for(self, n: int) -> int:
-        """``local_steps``, or ``local_epochs`` passes over ``n`` rows in batches."""
-        if self.local_steps is not None:
-            return self.local_steps
-        return int(self.local_epochs) * max(1, math.ceil(n / self.batch_size))
 
 
 @dataclass(frozen=True)
