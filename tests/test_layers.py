@@ -2,9 +2,11 @@
 
 ``lint-imports`` runs on a scratch copy of the five packages: the copy as it
 is keeps every contract; the same copy with one deliberately wrong import —
-the silo boundary importing a coordinator model, ``reports`` importing
-``fedstats``, ``accounting`` importing ``harmonize``, a model importing the
-CLI — breaks the contract that forbids it, and the report names the import.
+the silo boundary importing a coordinator model or the reverse, a deep site
+task importing the coordinator, the deep trainer importing a site handler, the
+operations layer importing a Flower app, ``reports`` importing ``fedstats``,
+``accounting`` importing ``harmonize``, a model importing the CLI — breaks the
+contract that forbids it, and the report names the import.
 """
 
 from __future__ import annotations
@@ -21,9 +23,12 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("fedstats", "harmonize", "accounting", "reports", "studyfiles")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = (
-    "fedstats layers: commands > operations > deep models > models > site boundary > contract "
-    "> shared"
+    "fedstats layers: commands > Flower apps > operations > transport > in-process runtime > "
+    "deep halves > the two sides > contract > shared"
 )
+SIDES = "the coordinator (fedstats.models) and the site (fedstats.site) never import each other"
+SITE_SIDE = "the site's side, deep tasks included, imports no coordinator code"
+COORDINATOR_SIDE = "the coordinator's side, deep training included, imports no site code"
 
 
 def scratch_copy(folder: Path) -> Path:
@@ -68,6 +73,30 @@ def test_the_code_keeps_every_contract(scratch: Path) -> None:
             "from fedstats.models import logistic\n",
             LAYERS,
             "fedstats.site.scratch_wrong -> fedstats.models.logistic",
+        ),
+        (
+            "fedstats/models/scratch_wrong.py",
+            "from fedstats.site import silo\n",
+            SIDES,
+            "fedstats.models.scratch_wrong -> fedstats.site.silo",
+        ),
+        (
+            "fedstats/deep/site/scratch_wrong.py",
+            "from fedstats.models import federation\n",
+            SITE_SIDE,
+            "fedstats.deep.site.scratch_wrong -> fedstats.models.federation",
+        ),
+        (
+            "fedstats/deep/training/scratch_wrong.py",
+            "from fedstats.site.handlers import design\n",
+            COORDINATOR_SIDE,
+            "fedstats.deep.training.scratch_wrong -> fedstats.site.handlers.design",
+        ),
+        (
+            "fedstats/jobs/scratch_wrong.py",
+            "from fedstats.flower_apps import site_app\n",
+            LAYERS,
+            "fedstats.jobs.scratch_wrong -> fedstats.flower_apps.site_app",
         ),
         (
             "fedstats/contract/scratch_wrong.py",

@@ -135,7 +135,7 @@ def start_supernode(
 
     ``long_lived`` (default): the SuperNode with its idle poll capped
     (:mod:`fedstats.flower.supernode`) in ``--isolation process`` mode, beside
-    a long-lived fedstats ClientApp runner (:mod:`fedstats.flower.site_worker`)
+    a long-lived fedstats ClientApp runner (:mod:`fedstats.flower_apps.site_worker`)
     — two processes. Otherwise Flower's stock SuperNode, which starts one
     ``flwr-clientapp`` process per message — one process (and its children).
 
@@ -165,7 +165,7 @@ def start_supernode(
         command += ["--auth-supernode-private-key", _absolute(auth_private_key)]
     started = [_spawn(command, home, "supernode.log")]
     if long_lived:
-        worker = [sys.executable, "-m", "fedstats.flower.site_worker"]
+        worker = [sys.executable, "-m", "fedstats.flower_apps.site_worker"]
         worker += ["--runtime-api-address", f"127.0.0.1:{port}"]
         started.append(_spawn(worker, home, "site-worker.log"))
     return started

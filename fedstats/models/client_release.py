@@ -18,7 +18,7 @@ one order:
    ledger (:class:`accounting.Ledger`) before any noisy value exists;
 4. **noise**: ``S + N(0, (z C)^2)`` entry by entry; for a symmetric matrix
    the upper triangle is drawn and mirrored
-   (:func:`fedstats.site.private_release.symmetric_gaussian`), so the
+   (:func:`fedstats.noise.symmetric_gaussian`), so the
    release stays symmetric with the same per-entry scale.
 """
 

@@ -3,7 +3,7 @@
 Order of operations at the silo, for a request carrying a ``dp`` block:
 
 1. from the request alone, the task declares the noisy groups it releases
-   (:class:`~fedstats.site.task.NoisyGroup`) and their L2 sensitivities;
+   (:class:`~fedstats.contract.dp_request.NoisyGroup`) and their L2 sensitivities;
 2. the release is described as a ``dp_accounting`` event — one
    ``GaussianDpEvent(noise_multiplier)`` per group, composed — and charged
    to the site's own ledger (scope: unit ``patient``, owner the site, the

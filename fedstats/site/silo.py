@@ -384,7 +384,7 @@ class Silo:
                 )
 
     def _private_facts(self, entry: accounting.Entry, budget: float) -> dict[str, Any]:
-        """:data:`~fedstats.site.private_release.DP_REPLY_FIELDS` after the charge ``entry``."""
+        """:data:`~fedstats.contract.dp_request.DP_REPLY_FIELDS` after the charge ``entry``."""
         return {
             "dp_epsilon_spent": entry.epsilon_after,
             "dp_budget_epsilon": budget,

@@ -5,7 +5,7 @@ whose key was registered, but a node says which site it is. Before the
 enrolment list, the coordinator mapped ``region_1`` to whichever node said
 ``region_1`` (here: node 99, another party's registered node) and the study
 was fitted on its rows. These tests drive the coordinator's discovery
-(:class:`~fedstats.flower.grid_transport.GridLink`) with a grid whose nodes
+(:class:`~fedstats.flower_apps.grid_transport.GridLink`) with a grid whose nodes
 carry the keys the SuperLink authenticated them with, and a site's own check
 (:func:`~fedstats.jobs.site_identity.check_site_identity`) with real files.
 The same attack over real Flower processes: ``tests/flower/test_flower_identity.py``.
@@ -41,8 +41,8 @@ from fedstats.flower.enrolment import (
     read_enrolment,
     write_enrolment,
 )
-from fedstats.flower.grid_transport import GridLink
 from fedstats.flower.local_study import write_site
+from fedstats.flower_apps.grid_transport import GridLink
 from fedstats.jobs.site_batch import load_job_config
 from fedstats.jobs.site_config import load_site_config
 from fedstats.jobs.site_identity import check_site_identity
@@ -347,7 +347,7 @@ def test_two_nodes_claiming_one_name_without_an_enrolment_list_are_both_refused(
 
 
 def test_a_study_site_missing_from_the_enrolment_is_refused_before_discovery(pki, tmp_path):
-    from fedstats.flower.coordinator_app import load_enrolment
+    from fedstats.flower_apps.coordinator_app import load_enrolment
     from fedstats.jobs.study_config import StudyConfig
 
     config = StudyConfig.model_validate(

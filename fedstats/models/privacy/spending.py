@@ -41,7 +41,7 @@ def reply_ledger_head(reply: Mapping[str, Any]) -> tuple[int, str] | None:
     """The (entry count, chain head) a private reply carries, or None when it carries none
     or a malformed one.
 
-    The head is the site's own claim (:data:`fedstats.site.private_release.DP_REPLY_FIELDS`):
+    The head is the site's own claim (:data:`fedstats.contract.dp_request.DP_REPLY_FIELDS`):
     a count that is not a whole number, or a head that is not a sha256 hex digest, is not
     kept, so one site cannot break a fit or the study record the other sites' heads are in.
     """
@@ -67,7 +67,7 @@ def site_spending(
 
     The cumulative figures and the ledger's chain head are the public facts the
     site added to its last private reply
-    (:data:`fedstats.site.private_release.DP_REPLY_FIELDS`).
+    (:data:`fedstats.contract.dp_request.DP_REPLY_FIELDS`).
     """
     rdp, pld = fit_epsilon(event, delta)
     entries, head = reply_ledger_head(reply) or (None, None)

@@ -16,7 +16,7 @@ run names: a run of another Flower App is answered with an error reply.
 
 Run it beside the SuperNode::
 
-    python -m fedstats.flower.site_worker --runtime-api-address 127.0.0.1:9094
+    python -m fedstats.flower_apps.site_worker --runtime-api-address 127.0.0.1:9094
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.tls import validate_and_resolve_root_certificates
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-from fedstats.flower.site_app import app as site_client_app
+from fedstats.flower_apps.site_app import app as site_client_app
 
 FEDSTATS_APP_NAME = "fedstats-study"
 OBJECT_PULL_BACKOFF = (0.005, 0.05)
@@ -167,7 +167,8 @@ def serve(address: str, certificates: bytes | None = None, poll_interval: float 
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Command line: ``python -m fedstats.flower.site_worker --runtime-api-address HOST:PORT``."""
+    """Command line:
+    ``python -m fedstats.flower_apps.site_worker --runtime-api-address HOST:PORT``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime-api-address", required=True, help="the SuperNode's HOST:PORT")
     parser.add_argument("--root-certificates", help="CA of the SuperNode's Runtime API (TLS)")

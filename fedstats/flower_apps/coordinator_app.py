@@ -23,7 +23,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedstats.errors import FedstatsError
 from fedstats.flower.enrolment import Enrolment, read_enrolment
-from fedstats.flower.grid_transport import GridFederation, GridLink
+from fedstats.flower_apps.grid_transport import GridFederation, GridLink
 from fedstats.jobs.study_config import StudyConfig, load_study_config
 from fedstats.jobs.study_fits import run_fits
 from studyfiles.durable import write_json_atomically
