@@ -1,6 +1,6 @@
 """A site's half of the path rules: answer an exact fit only at points it re-derived itself.
 
-The rule of each task (:data:`PATH_RULES`, from :mod:`fedstats.contract.paths`)
+The rule of each task (:data:`fedstats.contract.path_rules.PATH_RULES`)
 says where its fit starts and how it steps. Before any row is read, a request
 of such a task carries its ``path``: the fit's sites, the round, the point's
 base (the accepted point it steps from), the last point every site answered
@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.path_rules import PATH_RULES
 from fedstats.contract.paths import (
     MAX_ROUND,
     PATH_KEY,
@@ -44,22 +45,22 @@ from fedstats.contract.paths import (
     rate_start,
     request_digest,
     statement,
+    warm_start_digest,
 )
 from fedstats.errors import DisclosureError
 from fedstats.site.task import SiteContext
-
-PATH_RULES: dict[str, NewtonPath] = {
-    "logistic.summaries": NewtonPath(),
-    "glm.summaries": DampedNewtonPath(restart="rates"),
-    "cox.summaries": DampedNewtonPath(),
-    "cox.grid_summaries": DampedNewtonPath(evaluation="cox-grid"),
-}
-"""The tasks answered only on a verified path, and each one's rule."""
 
 EVALUATION_TASKS = frozenset({"cox.robust", "cox.concordance"})
 """Tasks that evaluate a fitted model at its coefficients: at a site that verifies paths,
 answered only at a point the site answered on a verified path of the same design (a Cox
 fit ends at its last accepted point, which every site answered)."""
+
+
+def is_evaluation(task: str, args: dict[str, Any]) -> bool:
+    """Whether a request evaluates a fitted model (:data:`EVALUATION_TASKS`, or a fair fit's
+    AUC pair counts, ``fairness.summaries`` with ``auc``)."""
+    return task in EVALUATION_TASKS or (task == "fairness.summaries" and args.get("auc") is True)
+
 
 REMEMBERED_POINTS = 100_000
 """The most verified points a site remembers for evaluations (the oldest are forgotten:
@@ -94,7 +95,9 @@ def verified_point(
     pin = ctx.secure_aggregation
     if pin is None or args.get("dp") is not None or secure:
         return None
-    if task in EVALUATION_TASKS and ctx.verified_paths:
+    if ctx.trusts_client_level and args.get("clip") is not None:
+        return None  # a client-level private fit, at a site that trusts the coordinator
+    if ctx.verified_paths and is_evaluation(task, args):
         _check_evaluated_point(ctx, task, args)
         return None
     if rule is None:
@@ -113,9 +116,20 @@ def verified_point(
     point = PathPoint(task, request_digest(args), sites, round_, beta, base)
     if round_ == 1:
         if set(path) != {"sites", "round", "base"} or not (
-            np.array_equal(beta, rule.start(len(beta))) and np.array_equal(base, beta)
+            np.array_equal(base, beta)
+            and (np.array_equal(beta, rule.start(len(beta))) or _warm(ctx, task, rule, args))
         ):
-            raise _refused(ctx, task, "round 1 of the path starts at the rule's start point")
+            raise _refused(
+                ctx,
+                task,
+                "round 1 of the path starts at the rule's start point"
+                + (
+                    " or at a point of a verified path that differs only in its "
+                    f"{rule.warm_start!r}"
+                    if isinstance(rule, DampedNewtonPath) and rule.warm_start
+                    else ""
+                ),
+            )
         return point
     if not set(path) <= {"sites", "round", "base", "previous", "accepted"} or (
         "previous" not in path
@@ -154,7 +168,7 @@ def _follows(
     p = len(point.beta)
     for evaluated in (previous, accepted):
         if evaluated is not None and not all(
-            _sums_fit(rule, reply, p) for reply in evaluated["replies"].values()
+            _sums_fit(rule, reply, p, args) for reply in evaluated["replies"].values()
         ):
             return False
     try:
@@ -192,10 +206,15 @@ def _allowed(
             )
         )
     if np.array_equal(base, previous["beta"]):  # the previous point is accepted as the base
-        if accepted is not None and not rule.accepts(
-            (previous["replies"], previous["beta"]), (accepted["replies"], accepted["beta"]), args
-        ):
-            return False
+        if accepted is not None:
+            halving = rule.halving(previous["beta"], accepted["beta"], accepted["replies"], args)
+            if halving is None or not rule.accepts(
+                (previous["replies"], previous["beta"]),
+                (accepted["replies"], accepted["beta"]),
+                args,
+                halving,
+            ):
+                return False
         return rule.on_segment(beta, base, previous["replies"], args)
     if accepted is not None and np.array_equal(base, accepted["beta"]):  # a shorter trial
         return rule.on_segment(beta, base, accepted["replies"], args)
@@ -288,9 +307,22 @@ def remember(ctx: SiteContext, args: dict[str, Any], point: PathPoint) -> None:
     if not ctx.verified_paths:
         return
     points: dict = ctx.cache.setdefault(_REMEMBERED, {})
-    if len(points) >= REMEMBERED_POINTS:
+    while len(points) >= REMEMBERED_POINTS:
         points.pop(next(iter(points)))
     points[(design_digest(args.get("design")), point_digest(point.beta))] = None
+    rule = PATH_RULES.get(point.task)
+    if isinstance(rule, DampedNewtonPath) and rule.warm_start:
+        key = (point.task, warm_start_digest(args, rule.warm_start), point_digest(point.beta))
+        points[key] = None
+
+
+def _warm(ctx: SiteContext, task: str, rule: NewtonPath, args: dict[str, Any]) -> bool:
+    """Whether round 1's point is one this site answered on a verified path of the same
+    request but the rule's ``warm_start`` argument."""
+    if not (isinstance(rule, DampedNewtonPath) and rule.warm_start):
+        return False
+    key = (task, warm_start_digest(args, rule.warm_start), point_digest(args["beta"]))
+    return key in ctx.cache.get(_REMEMBERED, {})
 
 
 def _check_evaluated_point(ctx: SiteContext, task: str, args: dict[str, Any]) -> None:
@@ -341,9 +373,9 @@ def _sites(ctx: SiteContext, task: str, sites: Any, pin: Any) -> tuple[str, ...]
     return tuple(sites)
 
 
-def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int) -> bool:
+def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int, args: dict[str, Any]) -> bool:
     """Whether a relayed reply holds the fields the rule reads, each of its shape."""
-    for name, shape in rule.fields(p).items():
+    for name, shape in rule.fields(p, args).items():
         value = reply.get(name)
         if shape == ():
             if isinstance(value, bool) or not isinstance(value, int | float):

@@ -10,8 +10,12 @@ a site returns for every group ``g``, over its patients with ``y = 1``:
   surrogates of rates);
 * ``gradient_g = sum sigmoid(eta_i / T) (1 - sigmoid(eta_i / T)) x_i / T``;
 
-and, when asked (``"auc": true``, once per fit rather than every round: it
-costs a sort), the pair counts of its within-site AUC (positive-negative
+with ``"likelihood": true`` (every round of a fit: one request per point, the
+point a path rule re-derives, :mod:`fedstats.contract.fairness`) the logistic
+likelihood's sums too: ``loglik``, ``score = X'(y - mu)`` and ``information =
+X' diag(mu (1 - mu)) X``, as ``logistic.summaries`` returns them; and, when
+asked (``"auc": true``, once per fit rather than every round: it costs a
+sort), the pair counts of its within-site AUC (positive-negative
 pairs ordered by ``eta``; ties count 1/2). A group holding between 1 and ``k - 1``
 positives at the site is refused: its rate would describe fewer than ``k``
 patients. Counts of true positives at a threshold are not released: they
@@ -25,6 +29,7 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
+from fedstats.contract.fairness import penalty_weight
 from fedstats.cox_math import concordance_counts
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
 from fedstats.schema import Array, Number
@@ -35,6 +40,7 @@ from fedstats.site.handlers.design import (
     site_design,
     spec_from_args,
 )
+from fedstats.site.handlers.logistic import log_likelihood, score_and_information
 from fedstats.site.task import SiteContext, TaskReply
 
 TASK = "fairness.summaries"
@@ -46,6 +52,10 @@ def summaries_schema(args: dict[str, Any]) -> dict:
     levels, _, _ = _arguments(args)
     G, p = len(levels), spec.n_params
     schema: dict = {"positives": Array((G,)), "soft": Array((G,)), "gradient": Array((G, p))}
+    if _flag(args, "likelihood"):
+        schema |= {"loglik": Number(), "score": Array((p,)), "information": Array((p, p))}
+    if not np.isfinite(penalty_weight(args)):
+        raise MalformedRequestError(site=None, task=None, reason="'gamma' must be a number >= 0")
     if _wants_auc(args):
         schema |= {"auc_concordant": Number(), "auc_tied": Number(), "auc_pairs": Number()}
     return schema
@@ -78,6 +88,13 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     gradient = np.zeros((G, p))
     np.add.at(gradient, codes[positive], slope[positive, None] * design.X[positive])
     payload: dict[str, Any] = {"positives": counts, "soft": soft, "gradient": gradient}
+    if _flag(args, "likelihood"):
+        score, information = score_and_information(design.X, design.y, expit(eta))
+        payload |= {
+            "loglik": log_likelihood(design.y, eta),
+            "score": score,
+            "information": information,
+        }
     if _wants_auc(args):
         # AUC as Harrell's C of "time" 1 - y: a positive "fails" before every negative.
         concordant, tied, pairs = concordance_counts(1.0 - design.y, design.y, eta)
@@ -86,10 +103,14 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 
 
 def _wants_auc(args: dict[str, Any]) -> bool:
-    auc = args.get("auc", False)
-    if not isinstance(auc, bool):
-        raise MalformedRequestError(site=None, task=None, reason="'auc' must be true or false")
-    return auc
+    return _flag(args, "auc")
+
+
+def _flag(args: dict[str, Any], name: str) -> bool:
+    value = args.get(name, False)
+    if not isinstance(value, bool):
+        raise MalformedRequestError(site=None, task=None, reason=f"{name!r} must be true or false")
+    return value
 
 
 def _group_codes(ctx: SiteContext, design: Any, group: str, levels: list) -> np.ndarray:
