@@ -24,6 +24,7 @@ from lifelines.datasets import load_rossi
 import fedstats
 from fedstats import datasets
 from fedstats.contract import codec
+from fedstats.contract.path_rules import FAIR_PATH
 from fedstats.contract.paths import (
     PATH_KEY,
     TOLERANCE,
@@ -34,6 +35,7 @@ from fedstats.contract.paths import (
     deviation,
     rate_start,
 )
+from fedstats.models import fairness
 from fedstats.models.path_relay import PathRelay
 from fedstats.secagg.roster import in_process_pins
 from fedstats.site.silo import Silo
@@ -577,3 +579,91 @@ def test_cox_evaluations_only_at_points_of_a_verified_path(rossi):
         "cox.concordance",
         {"design": wider, "beta": np.r_[other_fit.params.to_numpy(), 0.0]},
     )
+
+
+# ------------------------------------------------------------------ TPR-parity penalised fits
+FAIR_GROUPS = {"group": "sex", "levels": [0, 1], "temperature": 0.25}
+
+
+def fair_at(fed, relay: PathRelay, wire: dict, beta, base, gamma: float) -> dict:
+    """One point of a fair fit through ``relay`` (raw request), every site's reply summed."""
+    args = {"design": wire, "beta": beta, **FAIR_GROUPS, "auc": False, "likelihood": True,
+            "gamma": gamma}  # fmt: skip
+    replies = fed.request("fairness.summaries", relay.arguments(args, beta, base), analysis="a")
+    relay.answered(beta, base)
+    return replies
+
+
+def test_the_half_space_attack_on_fairness_summaries_is_refused(frames):
+    """The soft true-positive sums at huge coefficients count the positives of a half-space: the
+    same attack as on the likelihood. Answered by sites that do not verify; refused, rule
+    ``path``, by sites that do, whether the request carries a path or not."""
+    wire = design(federation(frames, verified=False))
+    p = len(wire["columns"])
+    crafted = np.zeros(p)
+    crafted[wire["columns"].index("age")], crafted[0] = 1e6, -60e6  # positives aged over 60
+    args = {"design": wire, "beta": crafted, **FAIR_GROUPS, "auc": False}
+    open_fed = federation(frames, verified=False)
+    assert open_fed.request("fairness.summaries", args, analysis="a")
+    fed = federation(frames)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fed.request("fairness.summaries", args, analysis="a")
+    assert refused.value.rule == "path"
+    relay = PathRelay(fed)
+    zero = np.zeros(p)
+    fair_at(fed, relay, wire, zero, zero, gamma=10.0)
+    with pytest.raises(fedstats.DisclosureError) as refused:  # round 2 at the crafted point
+        fair_at(fed, relay, wire, crafted, zero, gamma=10.0)
+    assert refused.value.rule == "path"
+    with pytest.raises(fedstats.DisclosureError) as refused:  # the AUC: an evaluation
+        fed.request("fairness.summaries", {**args, "auc": True}, analysis="a")
+    assert refused.value.rule == "path"
+
+
+def test_a_fair_path_answers_its_armijo_trials_and_refuses_a_shifted_step(frames):
+    """The step the site re-derives from the relayed replies (the penalised objective's
+    Gauss–Newton step) and its halvings are answered; the step moved by more than the
+    tolerance, or a gamma changed mid-path, is refused."""
+    fed = federation(frames)
+    wire = design(fed)
+    p = len(wire["columns"])
+    relay = PathRelay(fed)
+    zero = np.zeros(p)
+    at_zero = fair_at(fed, relay, wire, zero, zero, gamma=10.0)
+    replies = {s: dict(r) for s, r in at_zero.items()}
+    step, information = FAIR_PATH.step(replies, zero, {"gamma": 10.0})
+    se = np.sqrt(np.diag(np.linalg.inv(information)))
+    shifted = zero + step
+    shifted[1] += 1e-3 * se[1]  # a thousand times the tolerance
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fair_at(fed, relay, wire, shifted, zero, gamma=10.0)
+    assert refused.value.rule == "path"
+    with pytest.raises(fedstats.DisclosureError) as refused:  # another objective mid-path
+        fair_at(fed, relay, wire, zero + step, zero, gamma=20.0)
+    assert refused.value.rule == "path"
+    assert fair_at(fed, relay, wire, zero + step / 2, zero, gamma=10.0)  # a halving: answered
+
+
+def test_fits_along_the_penalty_start_where_a_verified_fit_ended_and_nowhere_else(frames):
+    """``minimal_penalty`` refits each gamma from the last fit's end: round 1 at a point the
+    site answered on a verified fair path (another gamma) is answered; round 1 at a point
+    it never answered is refused."""
+    fed = federation(frames)
+    model = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA, levels=datasets.HEART_LEVELS)
+    result = fairness.minimal_penalty(model, fed, groups="sex", delta_max=0.05)
+    assert len(result.path) >= 2  # at least one warm-started fit was answered
+    wire = design(fed)
+    start = result.fit.params.to_numpy() + 1e-3
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fair_at(fed, PathRelay(fed), wire, start, start, gamma=3.0)
+    assert refused.value.rule == "path"
+
+
+def test_an_honest_fair_fit_gives_the_same_numbers_with_verification(frames):
+    model = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA, levels=datasets.HEART_LEVELS)
+    plain = fairness.fit_penalized(model, federation(frames, verified=False), groups="sex",
+                                   gamma=5.0)  # fmt: skip
+    verified = fairness.fit_penalized(model, federation(frames), groups="sex", gamma=5.0)
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    assert verified.auc == plain.auc and verified.disparity == plain.disparity
