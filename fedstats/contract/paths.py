@@ -41,7 +41,7 @@ import numpy as np
 from fedstats.contract import codec
 from fedstats.contract.fairness import PARITY_FIELDS, penalised, penalty_weight
 from fedstats.contract.newton import MAX_HALVINGS, inverse_information, newton_step
-from fedstats.cox_math import WeightedGridSums, grid_partial_likelihood
+from fedstats.cox_math import GridSums, WeightedGridSums, grid_partial_likelihood
 
 TOLERANCE = 1e-6
 """How far, in standard errors, a requested coefficient may lie from the re-derived one."""
@@ -112,14 +112,20 @@ class DampedNewtonPath(NewtonPath):
     ``evaluation``: ``"sums"`` (the replies hold ``loglik``, ``gradient`` and ``hessian``),
     ``"cox-grid"`` (the replies hold a pooled Cox model's grid sums; the partial likelihood
     is :func:`fedstats.cox_math.grid_partial_likelihood` of their total, with the request's
-    ``ties``) or ``"tpr-parity"`` (the logistic likelihood's sums and the groups' smooth
-    true-positive sums; the objective is :func:`fedstats.contract.fairness.penalised` with
-    the request's ``gamma``). A request's ``ridge`` (default 0) penalises the objective by
+    ``ties``), ``"fine-gray"`` (the same from a Fine–Gray fit's
+    :class:`fedstats.cox_math.GridSums`, Efron's ties unless the request says otherwise) or
+    ``"tpr-parity"`` (the logistic likelihood's sums and the groups' smooth true-positive
+    sums; the objective is :func:`fedstats.contract.fairness.penalised` with the request's
+    ``gamma``). A request's ``ridge`` (default 0) penalises the objective by
     ``ridge / 2 ||beta||^2``. ``restart``: ``"rates"`` lets round 2 start a Poisson fit at
     the intercept-only rates derived from round 1 (:func:`rate_start`), a base of its own.
-    ``warm_start``: the one request argument (e.g. ``"gamma"``) whose value may differ from a
-    path the site verified earlier, whose points round 1 may then start at (a series of fits
-    along a penalty, each from the last one's end, :func:`warm_start_digest`)."""
+    ``prelude``: ``"censoring"`` (Fine–Gray): round 1 asks at the start with every
+    ``censoring`` weight 1, and round 2, again at the start, with the censoring curve
+    derived from round 1's counts (:func:`fedstats.contract.fine_gray.censoring_from_counts`);
+    the Newton path runs from round 2. ``warm_start``: the one request argument (e.g.
+    ``"gamma"``) whose value may differ from a path the site verified earlier, whose points
+    round 1 may then start at (a series of fits along a penalty, each from the last one's
+    end, :func:`warm_start_digest`)."""
 
     damped: bool = True
     evaluation: str = "sums"
@@ -127,9 +133,10 @@ class DampedNewtonPath(NewtonPath):
     max_trials: int = MAX_HALVINGS
     armijo: float = 0.0
     warm_start: str | None = None
+    prelude: str | None = None
 
     def fields(self, p: int, args: Mapping[str, Any] | None = None) -> dict[str, tuple[int, ...]]:
-        if self.evaluation == "cox-grid":
+        if self.evaluation in ("cox-grid", "fine-gray"):
             return {"x_events": (p,)}  # the grid's length is the request's; shapes follow
         if self.evaluation == "tpr-parity":
             levels = (args or {}).get("levels")
@@ -141,11 +148,14 @@ class DampedNewtonPath(NewtonPath):
     def evaluate(
         self, replies: Replies, beta: np.ndarray, args: Mapping[str, Any]
     ) -> tuple[float, np.ndarray, np.ndarray]:
-        if self.evaluation == "cox-grid":
-            total = {name: summed(replies, name) for name in GRID_FIELDS}
-            found = grid_partial_likelihood(
-                WeightedGridSums(**total), beta, str(args.get("ties", "breslow"))
-            )
+        if self.evaluation in ("cox-grid", "fine-gray"):
+            if self.evaluation == "cox-grid":
+                sums: GridSums = WeightedGridSums(**{f: summed(replies, f) for f in GRID_FIELDS})
+                ties = str(args.get("ties", "breslow"))
+            else:
+                sums = GridSums(**{f: summed(replies, f) for f in FINE_GRAY_FIELDS})
+                ties = str(args.get("ties", "efron"))
+            found = grid_partial_likelihood(sums, beta, ties)
             loglik, score, information = found.loglik, found.score, found.information
         elif self.evaluation == "tpr-parity":
             total = {name: summed(replies, name) for name in PARITY_FIELDS}
@@ -222,6 +232,9 @@ class DampedNewtonPath(NewtonPath):
 
 GRID_FIELDS = tuple(WeightedGridSums.__dataclass_fields__)
 """The fields of a pooled Cox model's grid sums (:class:`fedstats.cox_math.WeightedGridSums`)."""
+
+FINE_GRAY_FIELDS = tuple(GridSums.__dataclass_fields__)
+"""The fields of a Fine–Gray fit's weighted grid sums (:class:`fedstats.cox_math.GridSums`)."""
 
 
 def ridge_of(args: Mapping[str, Any]) -> float:

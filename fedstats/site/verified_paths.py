@@ -32,7 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.contract.path_rules import PATH_RULES
+from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts
+from fedstats.contract.path_rules import PATH_RULES, RELAYED_EVALUATIONS
 from fedstats.contract.paths import (
     MAX_ROUND,
     PATH_KEY,
@@ -45,6 +46,7 @@ from fedstats.contract.paths import (
     rate_start,
     request_digest,
     statement,
+    summed,
     warm_start_digest,
 )
 from fedstats.errors import DisclosureError
@@ -97,6 +99,9 @@ def verified_point(
         return None
     if ctx.trusts_client_level and args.get("clip") is not None:
         return None  # a client-level private fit, at a site that trusts the coordinator
+    if ctx.verified_paths and task in RELAYED_EVALUATIONS:
+        _check_relayed_evaluation(ctx, task, args, pin)
+        return None
     if ctx.verified_paths and is_evaluation(task, args):
         _check_evaluated_point(ctx, task, args)
         return None
@@ -130,12 +135,18 @@ def verified_point(
                     else ""
                 ),
             )
+        if _prelude(rule) and not _all_ones(args.get("censoring")):
+            raise _refused(ctx, task, "round 1 of a Fine-Gray path weighs every patient 1")
         return point
     if not set(path) <= {"sites", "round", "base", "previous", "accepted"} or (
         "previous" not in path
     ):
         raise _refused(ctx, task, "a later round carries the previous point and its replies")
+    if _prelude(rule) and round_ == 2:
+        return _after_prelude(ctx, task, args, path, point, pin)
     previous = _evaluated(ctx, task, path["previous"], point, pin)
+    if _prelude(rule) and previous["round"] < 2:
+        raise _refused(ctx, task, "a Fine-Gray path's Newton rounds follow its second round")
     accepted = None
     if not np.array_equal(previous["beta"], previous["base"]):  # the previous was a trial
         if "accepted" not in path:
@@ -221,11 +232,96 @@ def _allowed(
     return False
 
 
+def _prelude(rule: NewtonPath) -> bool:
+    return isinstance(rule, DampedNewtonPath) and rule.prelude == "censoring"
+
+
+def _all_ones(values: Any) -> bool:
+    return isinstance(values, np.ndarray) and values.ndim == 1 and bool(np.all(values == 1.0))
+
+
+def _after_prelude(
+    ctx: SiteContext, task: str, args: dict[str, Any], path: dict, point: PathPoint, pin: Any
+) -> PathPoint:
+    """Round 2 of a Fine–Gray path: at the start again, with the censoring curve the relayed
+    round-1 counts give (each reply signed over round 1's request, every weight 1)."""
+    censoring = args.get("censoring")
+    if set(path) != {"sites", "round", "base", "previous"} or not (
+        isinstance(censoring, np.ndarray) and censoring.ndim == 1
+    ):
+        raise _refused(ctx, task, "round 2 of a Fine-Gray path relays round 1's replies")
+    ones = np.ones(len(censoring), dtype=np.float64)
+    first = _evaluated(ctx, task, path["previous"], point, pin,
+                       request=request_digest({**args, "censoring": ones}))  # fmt: skip
+    start = np.zeros(len(point.beta))
+    if not (
+        first["round"] == 1
+        and np.array_equal(first["beta"], start)
+        and np.array_equal(point.beta, start)
+        and np.array_equal(point.base, start)
+    ):
+        raise _refused(ctx, task, "round 2 of a Fine-Gray path asks at the start again")
+    try:
+        derived = censoring_from_counts({f: summed(first["replies"], f) for f in COUNT_FIELDS})
+        agrees = derived.shape == censoring.shape and np.allclose(
+            censoring, derived, rtol=1e-12, atol=0.0
+        )
+    except (KeyError, ValueError, TypeError):
+        agrees = False
+    if not agrees:
+        raise _refused(
+            ctx, task, "the censoring weights are not those the first round's counts give"
+        )
+    return point
+
+
+def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
+    """An evaluation whose inputs derive from the sums at the fit's last point (the
+    Fine–Gray robust variance's ``hazard`` and ``means``): the request relays that point with
+    every site's signed reply there; the site checks the signatures (its own saying it
+    verified the point), that the coefficients are that point's, and that the inputs are
+    those the summed replies give (:data:`fedstats.contract.path_rules.RELAYED_EVALUATIONS`)."""
+    evaluation = RELAYED_EVALUATIONS[task]
+    path = args.get(PATH_KEY)
+    if not (isinstance(path, dict) and set(path) == {"sites", "round", "base", "previous"}):
+        raise _refused(ctx, task, "an evaluation of a fit relays the fit's last point")
+    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
+    sites = _sites(ctx, task, path.get("sites"), pin)
+    round_ = path.get("round")
+    if type(round_) is not int or not 2 <= round_ <= MAX_ROUND:
+        raise _refused(ctx, task, "the evaluation's round must follow its point's")
+    fit_args = {k: v for k, v in args.items() if k not in evaluation.derived}
+    point = PathPoint(evaluation.of, request_digest(fit_args), sites, round_, beta, beta)
+    last = _evaluated(ctx, task, path["previous"], point, pin)
+    if not np.array_equal(last["beta"], beta):
+        raise _refused(ctx, task, "the coefficients are not those of the relayed point")
+    try:
+        derived = evaluation.derive({f: summed(last["replies"], f) for f in evaluation.fields})
+        agrees = all(
+            isinstance(args.get(name), np.ndarray)
+            and args[name].shape == value.shape
+            and np.allclose(args[name], value, rtol=1e-9, atol=0.0)
+            for name, value in zip(evaluation.derived, derived, strict=True)
+        )
+    except (KeyError, ValueError, TypeError):
+        agrees = False
+    if not agrees:
+        raise _refused(
+            ctx, task, f"{', '.join(evaluation.derived)} are not those the relayed sums give"
+        )
+
+
 def _evaluated(
-    ctx: SiteContext, task: str, wire: Any, point: PathPoint, pin: Any
+    ctx: SiteContext,
+    task: str,
+    wire: Any,
+    point: PathPoint,
+    pin: Any,
+    request: str | None = None,
 ) -> dict[str, Any]:
     """A relayed evaluated point (:class:`fedstats.contract.paths.Evaluated`), every reply
-    checked against its site's pinned key; this site's own reply must say it verified."""
+    checked against its site's pinned key (signed over ``request``, by default the point's
+    own); this site's own reply must say it verified."""
     if not (isinstance(wire, dict) and set(wire) == {"beta", "round", "base", "replies"}):
         raise _refused(ctx, task, "a relayed point is malformed")
     beta = _point(ctx, task, wire["beta"], point.beta.shape, "a relayed point")
@@ -252,7 +348,7 @@ def _evaluated(
             raise _refused(ctx, task, "this site did not verify a relayed point")
         message = statement(
             task=point.task,
-            request=point.request,
+            request=point.request if request is None else request,
             sites=point.sites,
             round=at,
             beta=beta,

@@ -24,8 +24,10 @@ from lifelines.datasets import load_rossi
 import fedstats
 from fedstats import datasets
 from fedstats.contract import codec
+from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts, robust_inputs
 from fedstats.contract.path_rules import FAIR_PATH
 from fedstats.contract.paths import (
+    FINE_GRAY_FIELDS,
     PATH_KEY,
     TOLERANCE,
     DampedNewtonPath,
@@ -34,6 +36,7 @@ from fedstats.contract.paths import (
     PathRequest,
     deviation,
     rate_start,
+    summed,
 )
 from fedstats.models import fairness
 from fedstats.models.path_relay import PathRelay
@@ -667,3 +670,114 @@ def test_an_honest_fair_fit_gives_the_same_numbers_with_verification(frames):
     assert verified.iterations == plain.iterations
     np.testing.assert_array_equal(verified.params, plain.params)
     assert verified.auc == plain.auc and verified.disparity == plain.disparity
+
+
+# ------------------------------------------------------------------ Fine–Gray
+FG_GRID = np.array([10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0])
+
+
+@pytest.fixture(scope="module")
+def competing() -> dict[str, pd.DataFrame]:
+    """Two sites, causes 1 and 2 and censoring, a covariate that shifts cause 1."""
+    out = {}
+    for i, site in enumerate(("north", "south")):
+        rng = np.random.default_rng(40 + i)
+        n = 400
+        x = rng.normal(size=n)
+        status = np.where(rng.uniform(size=n) < 0.35 + 0.1 * (x > 0), 1,
+                          rng.choice([0, 2], n, p=[0.6, 0.4]))  # fmt: skip
+        out[site] = pd.DataFrame({"t": rng.uniform(1.0, 99.0, n), "status": status, "x": x})
+    return out
+
+
+FG_MODEL = fedstats.FineGray("Surv(t, status) ~ x", cause=1, grid=FG_GRID)
+
+
+def fg_at(fed, relay: PathRelay, wire: dict, beta, base, censoring) -> dict:
+    """One point of a Fine–Gray path through ``relay`` (raw request)."""
+    args = {"design": wire, "cause": 1, "grid": FG_GRID, "ties": "efron", "beta": beta,
+            "censoring": censoring}  # fmt: skip
+    replies = fed.request("fine_gray.grid_summaries", relay.arguments(args, beta, base),
+                          analysis="a")  # fmt: skip
+    relay.answered(beta, base)
+    return replies
+
+
+def fg_censoring(replies: dict) -> np.ndarray:
+    return censoring_from_counts({f: summed(replies, f) for f in COUNT_FIELDS})
+
+
+def test_an_honest_fine_gray_fit_takes_the_same_rounds_and_gives_the_same_numbers(competing):
+    plain = FG_MODEL.fit(federation(competing, verified=False))
+    verified = FG_MODEL.fit(federation(competing))
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    np.testing.assert_array_equal(verified.bse, plain.bse)  # robust errors, relayed inputs
+
+
+def test_a_fine_gray_path_refuses_crafted_weights_and_crafted_coefficients(competing):
+    """Round 1 only with every weight 1; round 2 only with the censoring curve round 1's
+    relayed counts give (a valid but other curve is refused); no round may skip round 2; a
+    huge coefficient is refused at any round; the honest path is answered."""
+    fed = federation(competing)
+    wire = FG_MODEL.agree(fed, "agree").to_wire()
+    zero, ones = np.zeros(1), np.ones(len(FG_GRID))
+    halved = np.linspace(1.0, 0.5, len(FG_GRID))  # a valid survival curve, not the derived one
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fg_at(fed, PathRelay(fed), wire, zero, zero, halved)
+    assert refused.value.rule == "path"
+    relay = PathRelay(fed)
+    first = fg_at(fed, relay, wire, zero, zero, ones)
+    G = fg_censoring(first)
+    assert not np.allclose(G, halved)
+    skipping = PathRelay(fed)  # round 3 straight after round 1, weights 1
+    skipping.round, skipping.last = relay.round + 1, relay.last
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fg_at(fed, skipping, wire, np.array([0.3]), zero, ones)
+    assert refused.value.rule == "path"
+    for crafted in (halved, G * 0.999):
+        attempt = PathRelay(fed)
+        attempt.round, attempt.last = relay.round, relay.last
+        with pytest.raises(fedstats.DisclosureError) as refused:
+            fg_at(fed, attempt, wire, zero, zero, crafted)
+        assert refused.value.rule == "path"
+    fg_at(fed, relay, wire, zero, zero, G)  # round 2 as derived: answered
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fg_at(fed, relay, wire, np.array([1e6]), zero, G)
+    assert refused.value.rule == "path"
+
+
+def test_the_fine_gray_robust_variance_only_at_the_fits_relayed_sums(competing):
+    """The robust variance's ``hazard`` and ``means`` come from the coordinator: a verifying site
+    answers only with the fit's last point relayed and inputs equal to what its summed replies
+    give; crafted inputs, another point, or no relayed point are refused."""
+    fed = federation(competing)
+    fit = FG_MODEL.fit(fed)
+    assert np.isfinite(fit.bse).all()
+    robust = [r for r in fed.inventory if r.task == "fine_gray.robust"]
+    assert robust and all(r.status == "ok" for r in robust)
+    wire = FG_MODEL.agree(fed, "agree").to_wire()
+    beta = fit.params.to_numpy()
+    args = {"design": wire, "cause": 1, "grid": FG_GRID, "ties": "efron", "beta": beta,
+            "censoring": fit.censoring_survival_, "hazard": np.full(len(FG_GRID), 0.01),
+            "means": np.zeros((len(FG_GRID), 1))}  # fmt: skip
+    with pytest.raises(fedstats.DisclosureError) as refused:  # no relayed point
+        fed.request("fine_gray.robust", args, analysis="a")
+    assert refused.value.rule == "path"
+    relay = PathRelay(fed)
+    zero, ones = np.zeros(1), np.ones(len(FG_GRID))
+    G = fg_censoring(fg_at(fed, relay, wire, zero, zero, ones))
+    at_zero = fg_at(fed, relay, wire, zero, zero, G)
+    hazard, means = robust_inputs({f: summed(at_zero, f) for f in FINE_GRAY_FIELDS})
+    honest = {**args, "beta": zero, "censoring": G, "hazard": hazard, "means": means,
+              PATH_KEY: PathRequest(relay.sites, relay.round + 1, zero,
+                                    previous=relay.last).to_wire()}  # fmt: skip
+    assert fed.request("fine_gray.robust", honest, analysis="a")
+    for crafted in (
+        {"hazard": hazard * 1.01},
+        {"means": means + 1.0},
+        {"beta": np.array([0.5])},
+    ):
+        with pytest.raises(fedstats.DisclosureError) as refused:
+            fed.request("fine_gray.robust", {**honest, **crafted}, analysis="a")
+        assert refused.value.rule == "path"

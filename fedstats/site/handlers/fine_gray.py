@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.cox_math import GridSums, grid_sums, grid_sums_schema, risk_scores
+from fedstats.cox_math import TIES, GridSums, grid_sums, grid_sums_schema, risk_scores
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
 from fedstats.schema import Array, Number
 from fedstats.site.design import DesignSpec, survival_outcome
@@ -75,6 +75,10 @@ def summaries_schema(args: dict[str, Any]) -> dict:
             site=None, task=None, reason="differentially private Fine-Gray fits are not offered yet"
         )
     checked_cause(args)
+    if args.get("ties", "efron") not in TIES:
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"'ties' must be one of {list(TIES)}"
+        )
     p, K = spec.n_params, len(checked_grid(args))
     return {
         **grid_sums_schema(K, p),
