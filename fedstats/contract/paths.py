@@ -317,6 +317,38 @@ def warm_start_digest(args: Mapping[str, Any], argument: str) -> str:
     return request_digest({k: v for k, v in args.items() if k != argument})
 
 
+def reply_digest(reply: Mapping[str, Any]) -> str:
+    """SHA-256 of a reply's canonical bytes: each field in sorted order as its name, a type tag
+    and its value (a number as little-endian float64 or int64, a flag as one byte, text as
+    UTF-8, an array as its dtype, shape and C-order bytes), every part length-prefixed, so two
+    replies share a digest only when every field is equal in type and value. Nested values
+    (never in a path task's reply) are hashed through the codec."""
+    h = hashlib.sha256()
+
+    def part(data: bytes) -> None:
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+
+    for name in sorted(reply):
+        value = reply[name]
+        part(name.encode())
+        if isinstance(value, bool | np.bool_):
+            part(b"b" + bytes([bool(value)]))
+        elif isinstance(value, int | np.integer):
+            part(b"i" + int(value).to_bytes(8, "little", signed=True))
+        elif isinstance(value, float | np.floating):
+            part(b"f" + np.float64(value).tobytes())
+        elif isinstance(value, str):
+            part(b"s" + value.encode())
+        elif isinstance(value, np.ndarray):
+            array = np.ascontiguousarray(value)
+            part(b"a" + array.dtype.str.encode() + repr(array.shape).encode())
+            part(array.tobytes())
+        else:
+            part(b"c" + codec.encode(value))
+    return h.hexdigest()
+
+
 def statement(
     *,
     task: str,
@@ -330,18 +362,18 @@ def statement(
 ) -> bytes:
     """The bytes a site signs over its answer at one point of a path: canonical JSON of the
     task, the request's digest (:func:`request_digest`), the fit's sites, the round, the
-    digests of the point and its base (their float64 bytes) and of the reply (the codec's
-    bytes of the payload), and whether the site verified the point before answering. The
+    digests of the point and its base (their float64 bytes) and of the reply
+    (:func:`reply_digest`), and whether the site verified the point before answering. The
     signing keys are the study's (its pinned roster), which ties the statement to it."""
     record = {
-        "kind": "fedstats path reply v1",
+        "kind": "fedstats path reply v2",
         "task": task,
         "request": request,
         "sites": sorted(sites),
         "round": int(round),
         "beta": point_digest(beta),
         "base": point_digest(base),
-        "reply": digest(codec.encode(dict(reply))),
+        "reply": reply_digest(reply),
         "verified": bool(verified),
     }
     return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()

@@ -357,7 +357,9 @@ def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
     )  # fmt: skip
     policy = fedstats.DisclosurePolicy(require_privacy=True)
     # raw requests at beta = 0: sites that verify paths would refuse them by that rule first
-    private = fedstats.Federation.in_process({"only": data}, disclosure=policy, verified_paths=False)
+    private = fedstats.Federation.in_process(
+        {"only": data}, disclosure=policy, verified_paths=False
+    )
     exact = fedstats.Federation.in_process({"only": data}, verified_paths=False)
     survival = fedstats.CoxPH("Surv(t, e) ~ x").agree(exact, "a").spec.to_wire()
     binary = fedstats.LogisticRegression("y ~ x").agree(exact, "b").spec.to_wire()

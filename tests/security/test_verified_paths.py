@@ -557,6 +557,30 @@ def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(f
         assert rules[site].verifies_paths
         assert rules[site].verified_answers == result.iterations
     assert f"yes: {result.iterations} answers on verified paths" in render_html(report)
+    assert "did not verify paths" not in report.verdict.text
+
+
+def test_a_site_that_does_not_verify_paths_is_a_warning_on_page_one(frames, tmp_path):
+    """The verdict (page 1) names each site that answered exact fits without verifying
+    their paths; section 5 says "no" for it."""
+    from reports import build_report
+    from reports.recorder import StudyRecorder
+    from reports.study import Study
+
+    fed = federation(frames, verified=False)
+    result = MODEL.fit(fed)
+    recorder = StudyRecorder(tmp_path / "study", study="paths")
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[study]\nname = "paths"\n', encoding="utf-8")
+    recorder.record_spec(spec)
+    recorder.record_configuration(
+        {"study": "paths", "noise_seed": None, "site_paths": sorted(fed.path_sites)}
+    )
+    recorder.record_fit("exact", result, description="exact logistic regression")
+    recorder.record_inventory(fed.inventory)
+    report = build_report(Study.load(recorder.finish()))
+    assert not any(r.verifies_paths for r in report.site_rules)
+    assert report.verdict.text.count("WARNING: cleveland and hungary did not verify paths") == 1
 
 
 # ------------------------------------------------------------------ evaluations
