@@ -367,7 +367,9 @@ def test_distributed_noise_sums_to_the_central_noise_level(tmp_path):
     """Each of n sites adds sigma/sqrt(t): the sum's noise has the central sd sigma * Delta."""
     data = frames(4)
     fed = fedstats.Federation.in_process(
-        data, ledgers=ledgers(tmp_path, data), verified_paths=False  # raw requests off a path
+        data,
+        ledgers=ledgers(tmp_path, data),
+        verified_paths=False,  # raw requests off a path
     )
     args = summaries_args(fed)
     sigma, row_norm = 2.0, 2.0
