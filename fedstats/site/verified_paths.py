@@ -64,6 +64,15 @@ def is_evaluation(task: str, args: dict[str, Any]) -> bool:
     return task in EVALUATION_TASKS or (task == "fairness.summaries" and args.get("auc") is True)
 
 
+def audited(task: str, args: dict[str, Any]) -> bool:
+    """Whether an exact answer to this request is one a site's audit re-derives: an
+    evaluation of a fitted model (:func:`is_evaluation`, or one with the fit's last point
+    relayed); answers on a path say so themselves (their replies are signed)."""
+    if args.get("dp") is not None:
+        return False
+    return is_evaluation(task, args) or task in RELAYED_EVALUATIONS
+
+
 REMEMBERED_POINTS = 100_000
 """The most verified points a site remembers for evaluations (the oldest are forgotten:
 an evaluation there is then refused, never answered)."""

@@ -805,3 +805,80 @@ def test_the_fine_gray_robust_variance_only_at_the_fits_relayed_sums(competing):
         with pytest.raises(fedstats.DisclosureError) as refused:
             fed.request("fine_gray.robust", {**honest, **crafted}, analysis="a")
         assert refused.value.rule == "path"
+
+
+# ------------------------------------------------------------------ the site's own audit
+
+
+def served_sites(frames, folder) -> dict:
+    """A site.toml per hospital, each verifying paths with the study's roster of both keys."""
+    import tomli_w
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from fedstats.secagg.roster import write_roster
+
+    keys = {site: ed25519.Ed25519PrivateKey.generate() for site in frames}
+    public = {
+        site: key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+        for site, key in keys.items()
+    }
+    roster = write_roster(folder / "roster.toml", "audit-study", public)
+    paths = {}
+    for site, frame in frames.items():
+        home = folder / site
+        home.mkdir(parents=True)
+        frame.to_parquet(home / "frame.parquet")
+        (home / "signing.key").write_bytes(
+            keys[site].private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+        )  # fmt: skip
+        config = {
+            "site": {"name": site, "workdir": str(home / "work")},
+            "data": {"frame": str(home / "frame.parquet")},
+            "privacy": {"ledger": str(home / "site.ledger")},
+            "disclosure": {"verified_paths": True},
+            "secure_aggregation": {"roster": str(roster), "signing_key": str(home / "signing.key")},
+        }
+        paths[site] = home / "site.toml"
+        paths[site].write_text(tomli_w.dumps(config), encoding="utf-8")
+    return paths
+
+
+def test_a_site_re_derives_every_answer_on_its_paths_from_its_own_records(frames, tmp_path):
+    """``fedstats site verify`` replays the archived requests with the pinned roster alone:
+    every answer of an honest fit verifies again, and the last point is the released
+    coefficients'; an archived request changed afterwards is a problem (exit code 6)."""
+    from typer.testing import CliRunner
+
+    from fedstats.cli.main import app
+    from fedstats.jobs.path_audit import ARCHIVE_DIR, audit_site
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.jobs.site_service import SiteService
+
+    configs = served_sites(frames, tmp_path)
+    services = {site: SiteService.from_file(path) for site, path in configs.items()}
+    try:
+        fed = fedstats.Federation({s: service.answer for s, service in services.items()},
+                                  study="audit-study")  # fmt: skip
+        result = MODEL.fit(fed)
+    finally:
+        for service in services.values():
+            service.close()
+    for path in configs.values():
+        audit = audit_site(load_site_config(path))
+        assert audit.ok, audit.problems
+        [fit] = audit.fits
+        assert fit.task == "logistic.summaries" and fit.answers == result.iterations
+        assert fit.rounds == result.iterations and len(fit.last_point) == 64
+    runner = CliRunner()
+    shown = runner.invoke(app, ["site", "verify", "--config", str(configs["cleveland"])])
+    assert shown.exit_code == 0, shown.output
+    assert f"{result.iterations} answers on 1 verified paths" in shown.output
+    archived = sorted((tmp_path / "cleveland" / "work" / ARCHIVE_DIR).glob("*.request"))
+    archived[-1].write_bytes(archived[-1].read_bytes()[:-1] + b"\0")
+    changed = runner.invoke(app, ["site", "verify", "--config", str(configs["cleveland"])])
+    assert changed.exit_code == 6
+    assert "not the one the journal recorded" in changed.output
