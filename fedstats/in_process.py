@@ -47,7 +47,8 @@ class Federation(coordinator.Federation):
         ledger: accounting.Ledger | None = None,
         noise_seed: int | None = None,
         protocols: Mapping[str, Protocol] | None = None,
-        verified_paths: bool = False,
+        verified_paths: bool = True,
+        trusts_client_level: bool = False,
     ) -> Federation:
         """All sites in this process, each behind its own :class:`Silo` and the codec.
 
@@ -58,8 +59,11 @@ class Federation(coordinator.Federation):
         party's privacy noise for tests and reproducibility runs (site ``i``
         uses ``noise_seed + i + 1``); fits then report it. ``protocols``
         gives sites the protocol their privacy officer approved (optional here).
-        ``verified_paths``: every site answers an exact logistic regression only at the
-        points it re-derives (:mod:`fedstats.site.verified_paths`).
+        ``verified_paths`` (default): every site answers an exact iterative fit only at the
+        points it re-derives (:mod:`fedstats.site.verified_paths`); switching it off lets the
+        coordinator choose the coefficients of exact requests (tests of other rules only).
+        ``trusts_client_level``: the sites still answer client-level private fits, whose
+        coefficients carry the coordinator's noise (:class:`fedstats.site.silo.Silo`).
         """
         if not isinstance(frames, Mapping) or not frames:
             raise StudyConfigurationError(
@@ -91,6 +95,7 @@ class Federation(coordinator.Federation):
                 protocol=protocols.get(name),
                 secure_aggregation=pins[name],
                 verified_paths=verified_paths,
+                trusts_client_level=trusts_client_level,
             )
             for i, (name, frame) in enumerate(frames.items())
         }

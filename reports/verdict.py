@@ -67,6 +67,7 @@ def verdict(report: ComplianceReport) -> Verdict:
             f"{_spent_of_budget(report.scopes, within)})."
         )
     sentences += _ledger_trust(report)
+    sentences += _unverified_paths(report)
     if report.noise_seed is not None:
         sentences.append(
             f"The noise was drawn from a fixed seed ({report.noise_seed}): it can be reproduced, "
@@ -104,6 +105,23 @@ def _ledger_trust(report: ComplianceReport) -> list[str]:
             "are missing from it, so the budget it shows cannot be trusted (section 10)."
         )
     return sentences
+
+
+def _unverified_paths(report: ComplianceReport) -> list[str]:
+    """A warning when a site answered exact requests without verifying their paths, as its
+    fingerprint reply recorded (section 5): the coordinator chose the coefficients of its
+    exact answers, which a malicious one can turn into rows."""
+    unverified = [r.site for r in report.site_rules if r.verifies_paths is False]
+    if not unverified:
+        return []
+    which = join_words(unverified)
+    return [
+        f"WARNING: {which} did not verify paths: {'its' if len(unverified) == 1 else 'their'} "
+        "exact answers to iterative fits were given at coefficients the coordinator chose, "
+        "not only at points an honest fit of the sites' data reaches, so the approved "
+        "protocol does not bound what a malicious coordinator could learn from them "
+        "(section 5)."
+    ]
 
 
 def _released(report: ComplianceReport) -> str:

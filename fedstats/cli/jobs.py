@@ -98,6 +98,46 @@ def site_protocol(
     typer.echo(f'protocol_sha256 = "{protocol.digest}"')
 
 
+@site_app.command(
+    "verify",
+    help="""Re-derive every exact answer this site gave on a verified path,
+from its own records.
+
+Reads only SITE.TOML: replays, in order and offline, each request the site
+answered on a verified path (kept under WORKDIR/paths beside the journal):
+the request must be the one the journal recorded, its path must verify again
+with the pinned roster (every relayed signature, every point re-derived),
+and the reply must carry the site's own signature. Prints each fit's path
+(task, rounds, the last answered point's SHA-256). Exit code 0 when everything verifies, 6 when anything does
+not (each problem printed), 2 for a configuration error.""",
+)
+def site_verify(
+    config: Annotated[Path, typer.Option(help="The site's configuration (site.toml).")],
+) -> None:
+    from fedstats.errors import FedstatsError
+    from fedstats.jobs.path_audit import audit_site
+    from fedstats.jobs.site_config import load_site_config
+
+    try:
+        audit = audit_site(load_site_config(config))
+    except FedstatsError as error:
+        fail(str(error), SiteExit.CONFIGURATION)
+    for fit in audit.fits:
+        typer.echo(
+            f"- {fit.task} (request {fit.request[:12]}, sites {', '.join(fit.sites)}): "
+            f"{fit.answers} answers in {fit.rounds} rounds, last point sha256 {fit.last_point}"
+        )
+    for problem in audit.problems:
+        typer.echo(f"problem: {problem}", err=True)
+    summary = (
+        f"site {audit.site}: {audit.answers} answers on {len(audit.fits)} verified paths and "
+        f"{audit.evaluations} evaluations re-derived"
+    )
+    if not audit.ok:
+        fail(f"{summary}; {len(audit.problems)} did not verify", SiteExit.DISCLOSURE_REFUSED)
+    typer.echo(f"{summary}; every one verifies")
+
+
 @study_app.command(
     "run",
     help=f"""Run the study over Flower and write its study directory and

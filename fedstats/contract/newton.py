@@ -112,7 +112,8 @@ def damped_newton(
     maxiter: int,
 ) -> tuple[np.ndarray, State, bool, int, list[str]]:
     """Newton rounds from ``beta`` (evaluated as ``state``) on a concave objective, each step
-    halved (at most 20 times) until the objective does not fall (``evaluate(point, base)``:
+    halved until the objective does not fall (at most ``MAX_HALVINGS`` trials; the last is
+    kept whatever its objective) (``evaluate(point, base)``:
     the point and the accepted point it was stepped from, :mod:`fedstats.contract.paths`);
     stops on the Newton decrement (:func:`decrement_converged`) at the last evaluated point,
     whose information and objective are then the estimate's own. Returns ``(beta, its
@@ -132,10 +133,12 @@ def damped_newton(
             return beta, state, True, rounds, notes
         previous = decrement
         candidate = beta + step
-        for _ in range(MAX_HALVINGS):
+        for halving in range(MAX_HALVINGS):
             trial = evaluate(candidate, beta)  # a trial stepped from the base beta
             rounds += 1
-            if trial[0] >= objective - 1e-12 * (1 + abs(objective)):
+            # the last halving is kept even if the objective fell: the point evaluated
+            # becomes the base (a path rule accepts it, :mod:`fedstats.contract.paths`)
+            if trial[0] >= objective - 1e-12 * (1 + abs(objective)) or halving == MAX_HALVINGS - 1:
                 break
             step = step / 2
             candidate = beta + step

@@ -39,8 +39,9 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract import codec
+from fedstats.contract.fairness import PARITY_FIELDS, penalised, penalty_weight
 from fedstats.contract.newton import MAX_HALVINGS, inverse_information, newton_step
-from fedstats.cox_math import WeightedGridSums, grid_partial_likelihood
+from fedstats.cox_math import GridSums, WeightedGridSums, grid_partial_likelihood
 
 TOLERANCE = 1e-6
 """How far, in standard errors, a requested coefficient may lie from the re-derived one."""
@@ -67,7 +68,7 @@ class NewtonPath:
     def start(self, p: int) -> np.ndarray:
         return np.zeros(p)
 
-    def fields(self, p: int) -> dict[str, tuple[int, ...]]:
+    def fields(self, p: int, args: Mapping[str, Any] | None = None) -> dict[str, tuple[int, ...]]:
         """The reply fields the rule reads, with their shapes (``()``: a number)."""
         return {"gradient": (p,), "hessian": (p, p)}
 
@@ -101,36 +102,68 @@ class NewtonPath:
 class DampedNewtonPath(NewtonPath):
     """Newton's method with step halving on a concave objective (GLMs, the Cox models):
     from an accepted point ``a`` (the *base*) the trials are ``a + H_a^-1 g_a / 2^j``,
-    ``j = 0 .. MAX_HALVINGS``; a trial becomes the next base only if its objective is not
-    below the base's (less ``1e-12 (1 + |objective|)``), as
-    :func:`fedstats.contract.newton.damped_newton` accepts it. So every base's objective is
-    at least its predecessor's, and every point lies on a Newton segment from a base.
+    ``j = 0 .. max_trials - 1``; a trial becomes the next base only if its objective is not
+    below the base's (less ``1e-12 (1 + |objective|)``; with ``armijo > 0``, Armijo's
+    sufficient increase) or it is the step's last trial, as
+    :func:`fedstats.contract.newton.damped_newton` accepts it. So every point lies on a
+    Newton segment from a base, and every base's objective is at least its predecessor's
+    unless a whole step's trials failed.
 
-    ``evaluation``: ``"sums"`` (the replies hold ``loglik``, ``gradient`` and ``hessian``) or
+    ``evaluation``: ``"sums"`` (the replies hold ``loglik``, ``gradient`` and ``hessian``),
     ``"cox-grid"`` (the replies hold a pooled Cox model's grid sums; the partial likelihood
     is :func:`fedstats.cox_math.grid_partial_likelihood` of their total, with the request's
-    ``ties``). A request's ``ridge`` (default 0) penalises the objective by
+    ``ties``), ``"fine-gray"`` (the same from a Fine–Gray fit's
+    :class:`fedstats.cox_math.GridSums`, Efron's ties unless the request says otherwise) or
+    ``"tpr-parity"`` (the logistic likelihood's sums and the groups' smooth true-positive
+    sums; the objective is :func:`fedstats.contract.fairness.penalised` with the request's
+    ``gamma``). A request's ``ridge`` (default 0) penalises the objective by
     ``ridge / 2 ||beta||^2``. ``restart``: ``"rates"`` lets round 2 start a Poisson fit at
-    the intercept-only rates derived from round 1 (:func:`rate_start`), a base of its own."""
+    the intercept-only rates derived from round 1 (:func:`rate_start`), a base of its own.
+    ``prelude``: ``"censoring"`` (Fine–Gray): round 1 asks at the start with every
+    ``censoring`` weight 1, and round 2, again at the start, with the censoring curve
+    derived from round 1's counts (:func:`fedstats.contract.fine_gray.censoring_from_counts`);
+    the Newton path runs from round 2. ``warm_start``: the one request argument (e.g.
+    ``"gamma"``) whose value may differ from a path the site verified earlier, whose points
+    round 1 may then start at (a series of fits along a penalty, each from the last one's
+    end, :func:`warm_start_digest`)."""
 
     damped: bool = True
     evaluation: str = "sums"
     restart: str | None = None
+    max_trials: int = MAX_HALVINGS
+    armijo: float = 0.0
+    warm_start: str | None = None
+    prelude: str | None = None
 
-    def fields(self, p: int) -> dict[str, tuple[int, ...]]:
-        if self.evaluation == "cox-grid":
+    def fields(self, p: int, args: Mapping[str, Any] | None = None) -> dict[str, tuple[int, ...]]:
+        if self.evaluation in ("cox-grid", "fine-gray"):
             return {"x_events": (p,)}  # the grid's length is the request's; shapes follow
+        if self.evaluation == "tpr-parity":
+            levels = (args or {}).get("levels")
+            G = len(levels) if isinstance(levels, list) else -1
+            return {"loglik": (), "score": (p,), "information": (p, p), "positives": (G,),
+                    "soft": (G,), "gradient": (G, p)}  # fmt: skip
         return {"gradient": (p,), "hessian": (p, p), "loglik": ()}
 
     def evaluate(
         self, replies: Replies, beta: np.ndarray, args: Mapping[str, Any]
     ) -> tuple[float, np.ndarray, np.ndarray]:
-        if self.evaluation == "cox-grid":
-            total = {name: summed(replies, name) for name in GRID_FIELDS}
-            found = grid_partial_likelihood(
-                WeightedGridSums(**total), beta, str(args.get("ties", "breslow"))
-            )
+        if self.evaluation in ("cox-grid", "fine-gray"):
+            if self.evaluation == "cox-grid":
+                sums: GridSums = WeightedGridSums(**{f: summed(replies, f) for f in GRID_FIELDS})
+                ties = str(args.get("ties", "breslow"))
+            else:
+                sums = GridSums(**{f: summed(replies, f) for f in FINE_GRAY_FIELDS})
+                ties = str(args.get("ties", "efron"))
+            found = grid_partial_likelihood(sums, beta, ties)
             loglik, score, information = found.loglik, found.score, found.information
+        elif self.evaluation == "tpr-parity":
+            total = {name: summed(replies, name) for name in PARITY_FIELDS}
+            gamma = penalty_weight(args)
+            if not np.isfinite(gamma):
+                raise ValueError("the request's gamma is not a number >= 0")
+            found = penalised(total, gamma)
+            loglik, score, information = found.objective, found.descent, found.curvature
         else:
             loglik = float(summed(replies, "loglik"))
             score, information = summed(replies, "gradient"), summed(replies, "hessian")
@@ -146,29 +179,62 @@ class DampedNewtonPath(NewtonPath):
         trial: tuple[Replies, np.ndarray],
         base: tuple[Replies, np.ndarray],
         args: Mapping[str, Any],
+        halving: int,
     ) -> bool:
-        """Whether a trial's objective lets it become the next base."""
+        """Whether a trial, ``base + step / 2^halving``, becomes the next base: its objective
+        did not fall (:meth:`improves`), or it is the last trial of the step (the fit keeps the
+        point it evaluated, :func:`fedstats.contract.newton.damped_newton`)."""
+        if halving == self.max_trials - 1:
+            return True
         after = self.evaluate(trial[0], trial[1], args)[0]
-        before = self.evaluate(base[0], base[1], args)[0]
+        before, score, information = self.evaluate(base[0], base[1], args)
+        return self.improves(after, before, score, information, halving)
+
+    def improves(
+        self,
+        after: float,
+        before: float,
+        score: np.ndarray,
+        information: np.ndarray,
+        halving: int,
+    ) -> bool:
+        """The acceptance test of a trial's objective against its base's: not below it (less
+        ``1e-12 (1 + |objective|)``), or with ``armijo > 0`` the sufficient increase
+        ``after >= before + armijo 2^-halving g' H^-1 g`` (Armijo 1966; Nocedal & Wright 2006,
+        §3.1)."""
+        if self.armijo > 0:
+            step = newton_step(information, score, [], first=False)
+            if step is None:
+                return False
+            return after >= before + self.armijo * 2.0**-halving * float(score @ step)
         return after >= before - 1e-12 * (1 + abs(before))
+
+    def halving(
+        self, requested: np.ndarray, base: np.ndarray, replies: Replies, args: Mapping[str, Any]
+    ) -> int | None:
+        """The ``j`` for which ``requested`` is ``base + step / 2^j``, ``j < max_trials``
+        (within the tolerance, in standard errors), or ``None``."""
+        found = self.step(replies, base, args)
+        if found is None:
+            return None
+        step, information = found
+        for j in range(self.max_trials):
+            if deviation(requested, base + step / 2**j, information) <= TOLERANCE:
+                return j
+        return None
 
     def on_segment(
         self, requested: np.ndarray, base: np.ndarray, replies: Replies, args: Mapping[str, Any]
     ) -> bool:
-        """Whether ``requested`` is ``base + step / 2^j`` for some ``j`` (within the
-        tolerance, in standard errors)."""
-        found = self.step(replies, base, args)
-        if found is None:
-            return False
-        step, information = found
-        return any(
-            deviation(requested, base + step / 2**j, information) <= TOLERANCE
-            for j in range(MAX_HALVINGS + 1)
-        )
+        """Whether ``requested`` is a trial of the step from ``base`` (:meth:`halving`)."""
+        return self.halving(requested, base, replies, args) is not None
 
 
 GRID_FIELDS = tuple(WeightedGridSums.__dataclass_fields__)
 """The fields of a pooled Cox model's grid sums (:class:`fedstats.cox_math.WeightedGridSums`)."""
+
+FINE_GRAY_FIELDS = tuple(GridSums.__dataclass_fields__)
+"""The fields of a Fine–Gray fit's weighted grid sums (:class:`fedstats.cox_math.GridSums`)."""
 
 
 def ridge_of(args: Mapping[str, Any]) -> float:
@@ -245,6 +311,44 @@ def request_digest(args: Mapping[str, Any]) -> str:
     return digest(codec.encode({k: v for k, v in args.items() if k not in ("beta", PATH_KEY)}))
 
 
+def warm_start_digest(args: Mapping[str, Any], argument: str) -> str:
+    """The digest of a request's arguments but its point, path and ``argument``: the paths a
+    warm start may cross between share it."""
+    return request_digest({k: v for k, v in args.items() if k != argument})
+
+
+def reply_digest(reply: Mapping[str, Any]) -> str:
+    """SHA-256 of a reply's canonical bytes: each field in sorted order as its name, a type tag
+    and its value (a number as little-endian float64 or int64, a flag as one byte, text as
+    UTF-8, an array as its dtype, shape and C-order bytes), every part length-prefixed, so two
+    replies share a digest only when every field is equal in type and value. Nested values
+    (never in a path task's reply) are hashed through the codec."""
+    h = hashlib.sha256()
+
+    def part(data: bytes) -> None:
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+
+    for name in sorted(reply):
+        value = reply[name]
+        part(name.encode())
+        if isinstance(value, bool | np.bool_):
+            part(b"b" + bytes([bool(value)]))
+        elif isinstance(value, int | np.integer):
+            part(b"i" + int(value).to_bytes(8, "little", signed=True))
+        elif isinstance(value, float | np.floating):
+            part(b"f" + np.float64(value).tobytes())
+        elif isinstance(value, str):
+            part(b"s" + value.encode())
+        elif isinstance(value, np.ndarray):
+            array = np.ascontiguousarray(value)
+            part(b"a" + array.dtype.str.encode() + repr(array.shape).encode())
+            part(array.tobytes())
+        else:
+            part(b"c" + codec.encode(value))
+    return h.hexdigest()
+
+
 def statement(
     *,
     task: str,
@@ -258,18 +362,18 @@ def statement(
 ) -> bytes:
     """The bytes a site signs over its answer at one point of a path: canonical JSON of the
     task, the request's digest (:func:`request_digest`), the fit's sites, the round, the
-    digests of the point and its base (their float64 bytes) and of the reply (the codec's
-    bytes of the payload), and whether the site verified the point before answering. The
+    digests of the point and its base (their float64 bytes) and of the reply
+    (:func:`reply_digest`), and whether the site verified the point before answering. The
     signing keys are the study's (its pinned roster), which ties the statement to it."""
     record = {
-        "kind": "fedstats path reply v1",
+        "kind": "fedstats path reply v2",
         "task": task,
         "request": request,
         "sites": sorted(sites),
         "round": int(round),
         "beta": point_digest(beta),
         "base": point_digest(base),
-        "reply": digest(codec.encode(dict(reply))),
+        "reply": reply_digest(reply),
         "verified": bool(verified),
     }
     return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()

@@ -22,7 +22,10 @@ coordinator fits the same logistic regression three times on one federation:
    federation), whose noise covers a whole hospital's contribution.
 
 Every hospital answers only inside the protocol its privacy officer approved
-(``fedstats/examples/demo/protocol.toml``; its SHA-256 is in the report). Site-by-site
+(``fedstats/examples/demo/protocol.toml``; its SHA-256 is in the report), answers the
+exact fit only on verified paths (:mod:`fedstats.site.verified_paths`) and trusts the
+coordinator with the client-level fit's coefficients, which carry the coordinator's own
+noise (``trusts_client_level``; client-level DP trusts the coordinator). Site-by-site
 heterogeneity of the exact fit is recorded as a diagnostic.
 Everything is written with :class:`~reports.recorder.StudyRecorder`; noise
 comes from OS entropy unless ``noise_seed`` is given (then the report says so).
@@ -148,6 +151,7 @@ def run_demo_study(
         ledger=coordinator,
         disclosure=disclosure,
         noise_seed=noise_seed,
+        trusts_client_level=True,  # the client-level fit's coefficients carry its noise
         protocols=dict.fromkeys(frames, protocol),
     )
     record_dp = fedstats.RecordDP(epsilon=1.0, delta=1e-5, bounds=BOUNDS)
@@ -364,7 +368,9 @@ def _private_demo(
                 accounting.Scope(unit="patient", owner=site, study=study), epsilon=3.0, delta=1e-3
             )
             ledgers[site] = ledger
-        federation = fedstats.Federation.in_process(frames, study=study, ledgers=ledgers)
+        federation = fedstats.Federation.in_process(
+            frames, study=study, ledgers=ledgers, trusts_client_level=True
+        )
         model = fedstats.LogisticRegression(
             datasets.HEART_FORMULA, levels=datasets.HEART_LEVELS, site_intercepts=site_intercepts
         )

@@ -23,6 +23,7 @@ import accounting
 from fedstats.contract import codec
 from fedstats.errors import CodecError, ResourceLimitError, StudyConfigurationError
 from fedstats.jobs.ledger_heads import HEADS_FIELD, RUNS_DIR, check_ledger, head_records
+from fedstats.jobs.path_audit import archive, archived_answer
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
@@ -119,6 +120,9 @@ class SiteService:
         entry = self.silo.log[-1]
         _status, private, error_type = _reply_facts(reply)
         heads = head_records(self.ledger)
+        kept = {}
+        if self.silo.verifies_paths and archived_answer(task, request, reply):
+            kept["path_archive"] = archive(self.config.workdir, seq, request, reply)
         self.journal.append(
             {
                 "event": "answered",
@@ -134,6 +138,7 @@ class SiteService:
                 "reply_bytes": len(reply),
                 "ledger_entries": sum(head["entries"] for head in heads),
                 HEADS_FIELD: heads,
+                **kept,
             }
         )
         return reply

@@ -28,19 +28,21 @@ every ``gamma`` tried with its loss, AUC and disparity.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import scipy.linalg
 
 from fedstats.contract.design import Level, normalise_level
+from fedstats.contract.fairness import PARITY_FIELDS, penalised
+from fedstats.contract.path_rules import FAIR_PATH
+from fedstats.contract.paths import summed
 from fedstats.contract.tasks.fairness import SITE_GROUPS, TASK
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.agree import Agreement, agreed_levels
 from fedstats.models.federation import Federation
+from fedstats.models.path_relay import PathRelay
 
 
 @dataclass(frozen=True)
@@ -100,71 +102,69 @@ class _Problem:
             raise StudyConfigurationError(f"{groups!r} has fewer than two groups")
         self.groups = groups
         self.temperature = temperature
-        self.pairs = list(itertools.combinations(range(len(self.levels)), 2))
 
-    def evaluate(self, beta: np.ndarray, gamma: float) -> dict:
-        likelihood = self.federation.request(
-            "logistic.summaries", {"design": self.design, "beta": beta}, analysis=self.analysis
+    def evaluate(self, beta: np.ndarray, gamma: float, base: np.ndarray, path: PathRelay) -> dict:
+        """The penalised objective at ``beta`` (stepped from ``base``), from one request per
+        point: the groups' sums with the likelihood's (:mod:`fedstats.contract.fairness`)."""
+        args = {**self._group_args(beta, auc=False), "likelihood": True, "gamma": float(gamma)}
+        replies = self.federation.request(
+            TASK, path.arguments(args, beta, base), analysis=self.analysis
         )
-        fair = self._group_sums(beta, auc=False)
-        loglik = float(sum(r["loglik"] for r in likelihood.values()))
-        score = sum(r["gradient"] for r in likelihood.values())
-        information = sum(r["hessian"] for r in likelihood.values())
-        positives = sum(r["positives"] for r in fair.values())
-        if (positives == 0).any():
+        path.answered(beta, base)
+        try:
+            state = penalised({f: summed(replies, f) for f in PARITY_FIELDS}, float(gamma))
+        except ValueError:
+            positives = sum(r["positives"] for r in replies.values())
             empty = [str(self.levels[g]) for g in np.flatnonzero(positives == 0)]
-            raise StudyConfigurationError(f"group(s) {empty} have no patient with the outcome")
-        tpr = sum(r["soft"] for r in fair.values()) / positives
-        d_tpr = sum(r["gradient"] for r in fair.values()) / positives[:, None]
-        penalty, gradient = 0.0, np.zeros(len(beta))
-        gauss_newton = np.zeros((len(beta), len(beta)))
-        for g, h in self.pairs:
-            gap, direction = tpr[g] - tpr[h], d_tpr[g] - d_tpr[h]
-            penalty += gap**2
-            gradient += 2 * gap * direction
-            gauss_newton += 2 * np.outer(direction, direction)
+            raise StudyConfigurationError(
+                f"group(s) {empty} have no patient with the outcome"
+            ) from None
         return {
-            "objective": -loglik + gamma * penalty,
-            "descent": score - gamma * gradient,  # minus the objective's gradient
-            "curvature": information + gamma * gauss_newton,
-            "loglik": loglik,
-            "tpr": tpr,
+            "state": (state.objective, state.descent, state.curvature),
+            "loglik": state.loglik,
+            "tpr": state.tpr,
+            "replies": replies,
         }
 
-    def _group_sums(self, beta: np.ndarray, auc: bool) -> dict[str, dict]:
-        return self.federation.request(
-            TASK,
-            {"design": self.design, "beta": beta, "group": self.groups,
-             "levels": self.levels, "temperature": self.temperature, "auc": auc},
-            analysis=self.analysis,
-        )  # fmt: skip
+    def _group_args(self, beta: np.ndarray, auc: bool) -> dict:
+        return {"design": self.design, "beta": beta, "group": self.groups,
+                "levels": self.levels, "temperature": self.temperature, "auc": auc}  # fmt: skip
 
     def auc(self, beta: np.ndarray) -> float:
         """The within-site AUC at ``beta`` (pair counts summed over sites)."""
-        replies = self._group_sums(beta, auc=True)
+        replies = self.federation.request(
+            TASK, self._group_args(beta, auc=True), analysis=self.analysis
+        )
         correct = sum(r["auc_concordant"] + r["auc_tied"] / 2 for r in replies.values())
         return float(correct / max(sum(r["auc_pairs"] for r in replies.values()), 1))
 
     def fit(
         self, gamma: float, start: np.ndarray, maxiter: int = 100, tol: float = 1e-9
     ) -> tuple[FairFit, np.ndarray]:
+        """Newton steps on the penalised objective with Armijo backtracking
+        (:data:`FAIR_PATH`, the rule every site re-derives), from ``start``: zeros, or the
+        end of the previous fit along the penalty."""
+        path = PathRelay(self.federation)
         beta = start.copy()
-        state = self.evaluate(beta, gamma)
+        state = self.evaluate(beta, gamma, beta, path)
         converged = polished = False
         iterations = 0
         while iterations < maxiter:
             iterations += 1
-            step = scipy.linalg.solve(state["curvature"], state["descent"], assume_a="pos")
-            slope = float(state["descent"] @ step)
-            size = 1.0
-            for _ in range(30):
-                trial = self.evaluate(beta + size * step, gamma)
-                if trial["objective"] <= state["objective"] - 1e-4 * size * slope:
+            objective, descent, curvature = state["state"]
+            found = FAIR_PATH.step(state["replies"], beta, {"gamma": gamma})
+            if found is None:
+                break  # the curvature became singular: the fit stops where it is
+            step = found[0]
+            for halving in range(FAIR_PATH.max_trials):
+                trial = self.evaluate(beta + step / 2**halving, gamma, beta, path)
+                if halving == FAIR_PATH.max_trials - 1 or FAIR_PATH.improves(
+                    trial["state"][0], objective, descent, curvature, halving
+                ):
                     break
-                size /= 2
-            change = state["objective"] - trial["objective"]
-            beta, state = beta + size * step, trial
-            if abs(change) <= tol * (1 + abs(state["objective"])):
+            change = trial["state"][0] - objective
+            beta, state = beta + step / 2**halving, trial
+            if abs(change) <= tol * (1 + abs(state["state"][0])):
                 # one more Newton step after the first small change: the objective's change
                 # is quadratic in the remaining error, so stopping at it leaves the
                 # coefficients only ~sqrt(tol) from the optimum

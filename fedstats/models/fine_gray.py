@@ -52,12 +52,14 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract.design import DesignSpec, Level, counting_outcome, parse_formula
+from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts, robust_inputs
 from fedstats.contract.newton import (
     DECREMENT_TOL,
     check_rank,
     damped_newton,
     inverse_information,
 )
+from fedstats.contract.paths import PATH_KEY, PathRequest, summed
 from fedstats.contract.tasks.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
 from fedstats.cox_math import TIES, GridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
@@ -65,29 +67,12 @@ from fedstats.models.agree import SiteCounts, agreed_design
 from fedstats.models.cumulative_incidence import checked_cause
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
+from fedstats.models.path_relay import PathRelay
 from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 
 ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"
 """The interval method of a robust Fine–Gray fit."""
-
-
-def censoring_survival(
-    at_risk: np.ndarray, events: np.ndarray, competing: np.ndarray, censored: np.ndarray
-) -> np.ndarray:
-    """Kaplan–Meier of the censoring distribution on the grid, censorings after events.
-
-    ``G(g_j) = prod_{l<=j} (1 - c_l / (n_l - d_l - e_l))`` with ``c`` the
-    censorings, ``d`` and ``e`` the events of the cause and of the others at
-    ``g_l`` (R ``finegray()``'s convention: a censoring at a time happens after
-    the events at it). A factor whose risk set is empty is 1; the value is
-    kept above 0 (a curve reaching 0 leaves no later risk set to weigh).
-    """
-    remaining = at_risk - events - competing
-    with np.errstate(divide="ignore", invalid="ignore"):
-        factor = np.where(remaining > 0, 1.0 - censored / remaining, 1.0)
-    G = np.cumprod(factor)
-    return np.maximum(G, np.finfo(float).tiny)
 
 
 class FineGray:
@@ -188,59 +173,60 @@ class FineGray:
         names, design = list(spec.columns), spec.to_wire()
         p = len(names)
 
+        path = PathRelay(federation, enabled=secure_aggregation is None)
+        fixed = {"design": design, "cause": self.cause, "grid": self.grid, "ties": self.ties}
+
         def request(
-            beta: np.ndarray, G: np.ndarray, task: str = TASK, **extra: np.ndarray
+            beta: np.ndarray, G: np.ndarray, base: np.ndarray, task: str = TASK, **extra: Any
         ) -> dict[str, Any]:
-            """Every field of the sites' replies, summed over sites."""
-            args = {"design": design, "cause": self.cause, "beta": beta, "grid": self.grid,
-                    "censoring": G, **extra}  # fmt: skip
-            return summed_replies(
+            """Every field of the sites' replies, summed over sites; a point of the fit's
+            path (:data:`fedstats.contract.path_rules.FINE_GRAY_PATH`) relays the last."""
+            args = {**fixed, "beta": beta, "censoring": G, **extra}
+            if task == TASK:
+                args = path.arguments(args, beta, base)
+            summed = summed_replies(
                 federation, task, args, analysis=analysis, secure=secure_aggregation
             )
+            if task == TASK:
+                path.answered(beta, base)
+            return summed
 
+        start = np.zeros(p)
         if secure_aggregation is None:
-            first = federation.request(
-                TASK,
-                {"design": design, "cause": self.cause, "beta": np.zeros(p), "grid": self.grid,
-                 "censoring": np.ones(len(self.grid))},
-                analysis=analysis,
-            )  # fmt: skip
+            args = {**fixed, "beta": start, "censoring": np.ones(len(self.grid))}
+            first = federation.request(TASK, path.arguments(args, start, start), analysis=analysis)
+            path.answered(start, start)
             per_site = {
                 f: {s: round(float(np.sum(r[f]))) for s, r in first.items()}
                 for f in ("n_obs", "n_dropped", "d", "truncated")
             }
-            summed = {f: sum(r[f] for r in first.values()) for f in ("at_risk", "d", "competing",
-                                                                      "censored")}  # fmt: skip
+            totals = {f: summed(first, f) for f in COUNT_FIELDS}
         else:
-            summed = request(np.zeros(p), np.ones(len(self.grid)))
+            totals = request(start, np.ones(len(self.grid)), start)
             per_site = {
-                f: {"all sites": round(float(np.sum(summed[f])))}
+                f: {"all sites": round(float(np.sum(totals[f])))}
                 for f in ("n_obs", "n_dropped", "d", "truncated")
             }
-        counts = {f: np.rint(summed[f]) for f in ("at_risk", "d", "competing", "censored")}
-        if not counts["d"].any():
+        if not np.rint(totals["d"]).any():
             raise StudyConfigurationError(
                 f"no site could release an event of cause {self.cause} on this time grid (each "
                 "site's follow-up ends before its first interval with fewer than k patients in "
                 "a cell); use a coarser grid"
             )
-        G = censoring_survival(
-            counts["at_risk"], counts["d"], counts["competing"], counts["censored"]
-        )
+        G = censoring_from_counts(totals)
 
-        last: dict[str, GridSums] = {}
+        last: dict[str, Any] = {}
 
         def evaluate(
             beta: np.ndarray, base: np.ndarray | None = None
         ) -> tuple[float, np.ndarray, np.ndarray]:
-            """The sums at ``beta`` (``base``, the point it steps from, is not yet relayed:
-            Fine-Gray has no path rule)."""
-            replies = request(beta, G)
-            sums = last["sums"] = GridSums(**{f: replies[f] for f in SUM_FIELDS})
+            """The weighted partial likelihood at ``beta``, stepped from ``base``."""
+            replies = last["total"] = request(beta, G, beta if base is None else base)
+            sums = GridSums(**{f: replies[f] for f in SUM_FIELDS})
             result = grid_partial_likelihood(sums, beta, self.ties)
             return result.loglik, result.score, result.information
 
-        beta = np.zeros(p)
+        beta = start
         state = evaluate(beta)
         check_rank(state[2], names)
         beta, state, converged, rounds, notes = damped_newton(
@@ -264,11 +250,15 @@ class FineGray:
         ]
         cov = inverse_information(state[2])
         if self.robust:
-            sums = last["sums"]
-            with np.errstate(divide="ignore", invalid="ignore"):
-                hazard = np.where(sums.S0 > 0, sums.d / sums.S0, 0.0)
-                means = np.where(sums.S0[:, None] > 0, sums.S1 / sums.S0[:, None], 0.0)
-            meat = request(beta, G, ROBUST_TASK, hazard=hazard, means=means)["meat"]
+            hazard, means = robust_inputs(last["total"])
+            relayed = {}
+            if path.enabled and path.last is not None:  # the fit's last point, with its sums
+                relayed[PATH_KEY] = PathRequest(
+                    path.sites, path.round + 1, beta, previous=path.last
+                ).to_wire()
+            meat = request(beta, G, beta, ROBUST_TASK, hazard=hazard, means=means, **relayed)[
+                "meat"
+            ]
             cov = cov @ meat @ cov
             rounds += 1
             notes.append(

@@ -253,4 +253,16 @@ def _read_private_key(path: Path) -> PrivateKey:
 
 
 def _public_bytes(key: PublicKey) -> bytes:
-    return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    """The key's OpenSSH bytes, computed once per key object (a site checks every relayed
+    reply of every round with the same pinned keys)."""
+    known = _PUBLIC_BYTES.get(id(key))
+    if known is not None and known[0] is key:
+        return known[1]
+    data = key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    if len(_PUBLIC_BYTES) >= _VERIFIED_KEPT:
+        _PUBLIC_BYTES.pop(next(iter(_PUBLIC_BYTES)))
+    _PUBLIC_BYTES[id(key)] = (key, data)  # the key is kept, so its id is not reused
+    return data
+
+
+_PUBLIC_BYTES: dict[int, tuple[PublicKey, bytes]] = {}

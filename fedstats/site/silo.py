@@ -111,6 +111,11 @@ class Silo:
         Answer an exact request of an iterative fit only at the point the site re-derives
         from the previous round's signed replies (:mod:`fedstats.site.verified_paths`);
         needs ``secure_aggregation`` (the roster whose keys sign the replies).
+    trusts_client_level:
+        With ``verified_paths``, still answer a client-level private fit's exact requests
+        (rows clipped, no noise of the site's own), whose coefficients carry the
+        coordinator's noise and cannot be re-derived: the site trusts the coordinator with
+        them, as client-level differential privacy does. Off by default.
     limits:
         Resource limits per request (:class:`fedstats.site.resource_limits.RequestLimits`).
     guard_path:
@@ -132,6 +137,7 @@ class Silo:
         limits: RequestLimits | None = None,
         guard_path: Path | None = None,
         verified_paths: bool = False,
+        trusts_client_level: bool = False,
     ) -> None:
         problem = name_problem(name)
         if problem is not None:
@@ -166,6 +172,7 @@ class Silo:
             secure_aggregation=secure_aggregation,
             guard=DifferencingGuard(self.policy, frame, path=guard_path),
             verified_paths=verified_paths,
+            trusts_client_level=trusts_client_level,
         )
         self.ledger = ledger
         self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)

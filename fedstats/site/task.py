@@ -50,6 +50,11 @@ class SiteContext:
     verified_paths: bool = False
     """Whether exact requests of an iterative fit are answered only at points the site
     re-derives (:mod:`fedstats.site.verified_paths`)."""
+    trusts_client_level: bool = False
+    """Whether a client-level private fit's exact requests (``clip`` without ``dp``) are
+    answered off any verified path: their coefficients carry the coordinator's own noise,
+    which no site can re-derive, so the site trusts the coordinator, as client-level DP
+    does (McMahan et al., ICLR 2018)."""
 
     def private(self, args: dict[str, Any]) -> bool:
         """Whether this request asks for a differentially private release."""

@@ -1,6 +1,6 @@
 """A site's half of the path rules: answer an exact fit only at points it re-derived itself.
 
-The rule of each task (:data:`PATH_RULES`, from :mod:`fedstats.contract.paths`)
+The rule of each task (:data:`fedstats.contract.path_rules.PATH_RULES`)
 says where its fit starts and how it steps. Before any row is read, a request
 of such a task carries its ``path``: the fit's sites, the round, the point's
 base (the accepted point it steps from), the last point every site answered
@@ -32,6 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts
+from fedstats.contract.path_rules import PATH_RULES, RELAYED_EVALUATIONS
 from fedstats.contract.paths import (
     MAX_ROUND,
     PATH_KEY,
@@ -44,22 +46,32 @@ from fedstats.contract.paths import (
     rate_start,
     request_digest,
     statement,
+    summed,
+    warm_start_digest,
 )
 from fedstats.errors import DisclosureError
 from fedstats.site.task import SiteContext
-
-PATH_RULES: dict[str, NewtonPath] = {
-    "logistic.summaries": NewtonPath(),
-    "glm.summaries": DampedNewtonPath(restart="rates"),
-    "cox.summaries": DampedNewtonPath(),
-    "cox.grid_summaries": DampedNewtonPath(evaluation="cox-grid"),
-}
-"""The tasks answered only on a verified path, and each one's rule."""
 
 EVALUATION_TASKS = frozenset({"cox.robust", "cox.concordance"})
 """Tasks that evaluate a fitted model at its coefficients: at a site that verifies paths,
 answered only at a point the site answered on a verified path of the same design (a Cox
 fit ends at its last accepted point, which every site answered)."""
+
+
+def is_evaluation(task: str, args: dict[str, Any]) -> bool:
+    """Whether a request evaluates a fitted model (:data:`EVALUATION_TASKS`, or a fair fit's
+    AUC pair counts, ``fairness.summaries`` with ``auc``)."""
+    return task in EVALUATION_TASKS or (task == "fairness.summaries" and args.get("auc") is True)
+
+
+def audited(task: str, args: dict[str, Any]) -> bool:
+    """Whether an exact answer to this request is one a site's audit re-derives: an
+    evaluation of a fitted model (:func:`is_evaluation`, or one with the fit's last point
+    relayed); answers on a path say so themselves (their replies are signed)."""
+    if args.get("dp") is not None:
+        return False
+    return is_evaluation(task, args) or task in RELAYED_EVALUATIONS
+
 
 REMEMBERED_POINTS = 100_000
 """The most verified points a site remembers for evaluations (the oldest are forgotten:
@@ -94,7 +106,12 @@ def verified_point(
     pin = ctx.secure_aggregation
     if pin is None or args.get("dp") is not None or secure:
         return None
-    if task in EVALUATION_TASKS and ctx.verified_paths:
+    if ctx.trusts_client_level and args.get("clip") is not None:
+        return None  # a client-level private fit, at a site that trusts the coordinator
+    if ctx.verified_paths and task in RELAYED_EVALUATIONS:
+        _check_relayed_evaluation(ctx, task, args, pin)
+        return None
+    if ctx.verified_paths and is_evaluation(task, args):
         _check_evaluated_point(ctx, task, args)
         return None
     if rule is None:
@@ -113,15 +130,32 @@ def verified_point(
     point = PathPoint(task, request_digest(args), sites, round_, beta, base)
     if round_ == 1:
         if set(path) != {"sites", "round", "base"} or not (
-            np.array_equal(beta, rule.start(len(beta))) and np.array_equal(base, beta)
+            np.array_equal(base, beta)
+            and (np.array_equal(beta, rule.start(len(beta))) or _warm(ctx, task, rule, args))
         ):
-            raise _refused(ctx, task, "round 1 of the path starts at the rule's start point")
+            raise _refused(
+                ctx,
+                task,
+                "round 1 of the path starts at the rule's start point"
+                + (
+                    " or at a point of a verified path that differs only in its "
+                    f"{rule.warm_start!r}"
+                    if isinstance(rule, DampedNewtonPath) and rule.warm_start
+                    else ""
+                ),
+            )
+        if _prelude(rule) and not _all_ones(args.get("censoring")):
+            raise _refused(ctx, task, "round 1 of a Fine-Gray path weighs every patient 1")
         return point
     if not set(path) <= {"sites", "round", "base", "previous", "accepted"} or (
         "previous" not in path
     ):
         raise _refused(ctx, task, "a later round carries the previous point and its replies")
+    if _prelude(rule) and round_ == 2:
+        return _after_prelude(ctx, task, args, path, point, pin)
     previous = _evaluated(ctx, task, path["previous"], point, pin)
+    if _prelude(rule) and previous["round"] < 2:
+        raise _refused(ctx, task, "a Fine-Gray path's Newton rounds follow its second round")
     accepted = None
     if not np.array_equal(previous["beta"], previous["base"]):  # the previous was a trial
         if "accepted" not in path:
@@ -154,7 +188,7 @@ def _follows(
     p = len(point.beta)
     for evaluated in (previous, accepted):
         if evaluated is not None and not all(
-            _sums_fit(rule, reply, p) for reply in evaluated["replies"].values()
+            _sums_fit(rule, reply, p, args) for reply in evaluated["replies"].values()
         ):
             return False
     try:
@@ -192,21 +226,111 @@ def _allowed(
             )
         )
     if np.array_equal(base, previous["beta"]):  # the previous point is accepted as the base
-        if accepted is not None and not rule.accepts(
-            (previous["replies"], previous["beta"]), (accepted["replies"], accepted["beta"]), args
-        ):
-            return False
+        if accepted is not None:
+            halving = rule.halving(previous["beta"], accepted["beta"], accepted["replies"], args)
+            if halving is None or not rule.accepts(
+                (previous["replies"], previous["beta"]),
+                (accepted["replies"], accepted["beta"]),
+                args,
+                halving,
+            ):
+                return False
         return rule.on_segment(beta, base, previous["replies"], args)
     if accepted is not None and np.array_equal(base, accepted["beta"]):  # a shorter trial
         return rule.on_segment(beta, base, accepted["replies"], args)
     return False
 
 
+def _prelude(rule: NewtonPath) -> bool:
+    return isinstance(rule, DampedNewtonPath) and rule.prelude == "censoring"
+
+
+def _all_ones(values: Any) -> bool:
+    return isinstance(values, np.ndarray) and values.ndim == 1 and bool(np.all(values == 1.0))
+
+
+def _after_prelude(
+    ctx: SiteContext, task: str, args: dict[str, Any], path: dict, point: PathPoint, pin: Any
+) -> PathPoint:
+    """Round 2 of a Fine–Gray path: at the start again, with the censoring curve the relayed
+    round-1 counts give (each reply signed over round 1's request, every weight 1)."""
+    censoring = args.get("censoring")
+    if set(path) != {"sites", "round", "base", "previous"} or not (
+        isinstance(censoring, np.ndarray) and censoring.ndim == 1
+    ):
+        raise _refused(ctx, task, "round 2 of a Fine-Gray path relays round 1's replies")
+    ones = np.ones(len(censoring), dtype=np.float64)
+    first = _evaluated(ctx, task, path["previous"], point, pin,
+                       request=request_digest({**args, "censoring": ones}))  # fmt: skip
+    start = np.zeros(len(point.beta))
+    if not (
+        first["round"] == 1
+        and np.array_equal(first["beta"], start)
+        and np.array_equal(point.beta, start)
+        and np.array_equal(point.base, start)
+    ):
+        raise _refused(ctx, task, "round 2 of a Fine-Gray path asks at the start again")
+    try:
+        derived = censoring_from_counts({f: summed(first["replies"], f) for f in COUNT_FIELDS})
+        agrees = derived.shape == censoring.shape and np.allclose(
+            censoring, derived, rtol=1e-12, atol=0.0
+        )
+    except (KeyError, ValueError, TypeError):
+        agrees = False
+    if not agrees:
+        raise _refused(
+            ctx, task, "the censoring weights are not those the first round's counts give"
+        )
+    return point
+
+
+def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
+    """An evaluation whose inputs derive from the sums at the fit's last point (the
+    Fine–Gray robust variance's ``hazard`` and ``means``): the request relays that point with
+    every site's signed reply there; the site checks the signatures (its own saying it
+    verified the point), that the coefficients are that point's, and that the inputs are
+    those the summed replies give (:data:`fedstats.contract.path_rules.RELAYED_EVALUATIONS`)."""
+    evaluation = RELAYED_EVALUATIONS[task]
+    path = args.get(PATH_KEY)
+    if not (isinstance(path, dict) and set(path) == {"sites", "round", "base", "previous"}):
+        raise _refused(ctx, task, "an evaluation of a fit relays the fit's last point")
+    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
+    sites = _sites(ctx, task, path.get("sites"), pin)
+    round_ = path.get("round")
+    if type(round_) is not int or not 2 <= round_ <= MAX_ROUND:
+        raise _refused(ctx, task, "the evaluation's round must follow its point's")
+    fit_args = {k: v for k, v in args.items() if k not in evaluation.derived}
+    point = PathPoint(evaluation.of, request_digest(fit_args), sites, round_, beta, beta)
+    last = _evaluated(ctx, task, path["previous"], point, pin)
+    if not np.array_equal(last["beta"], beta):
+        raise _refused(ctx, task, "the coefficients are not those of the relayed point")
+    try:
+        derived = evaluation.derive({f: summed(last["replies"], f) for f in evaluation.fields})
+        agrees = all(
+            isinstance(args.get(name), np.ndarray)
+            and args[name].shape == value.shape
+            and np.allclose(args[name], value, rtol=1e-9, atol=0.0)
+            for name, value in zip(evaluation.derived, derived, strict=True)
+        )
+    except (KeyError, ValueError, TypeError):
+        agrees = False
+    if not agrees:
+        raise _refused(
+            ctx, task, f"{', '.join(evaluation.derived)} are not those the relayed sums give"
+        )
+
+
 def _evaluated(
-    ctx: SiteContext, task: str, wire: Any, point: PathPoint, pin: Any
+    ctx: SiteContext,
+    task: str,
+    wire: Any,
+    point: PathPoint,
+    pin: Any,
+    request: str | None = None,
 ) -> dict[str, Any]:
     """A relayed evaluated point (:class:`fedstats.contract.paths.Evaluated`), every reply
-    checked against its site's pinned key; this site's own reply must say it verified."""
+    checked against its site's pinned key (signed over ``request``, by default the point's
+    own); this site's own reply must say it verified."""
     if not (isinstance(wire, dict) and set(wire) == {"beta", "round", "base", "replies"}):
         raise _refused(ctx, task, "a relayed point is malformed")
     beta = _point(ctx, task, wire["beta"], point.beta.shape, "a relayed point")
@@ -233,7 +357,7 @@ def _evaluated(
             raise _refused(ctx, task, "this site did not verify a relayed point")
         message = statement(
             task=point.task,
-            request=point.request,
+            request=point.request if request is None else request,
             sites=point.sites,
             round=at,
             beta=beta,
@@ -288,9 +412,22 @@ def remember(ctx: SiteContext, args: dict[str, Any], point: PathPoint) -> None:
     if not ctx.verified_paths:
         return
     points: dict = ctx.cache.setdefault(_REMEMBERED, {})
-    if len(points) >= REMEMBERED_POINTS:
+    while len(points) >= REMEMBERED_POINTS:
         points.pop(next(iter(points)))
     points[(design_digest(args.get("design")), point_digest(point.beta))] = None
+    rule = PATH_RULES.get(point.task)
+    if isinstance(rule, DampedNewtonPath) and rule.warm_start:
+        key = (point.task, warm_start_digest(args, rule.warm_start), point_digest(point.beta))
+        points[key] = None
+
+
+def _warm(ctx: SiteContext, task: str, rule: NewtonPath, args: dict[str, Any]) -> bool:
+    """Whether round 1's point is one this site answered on a verified path of the same
+    request but the rule's ``warm_start`` argument."""
+    if not (isinstance(rule, DampedNewtonPath) and rule.warm_start):
+        return False
+    key = (task, warm_start_digest(args, rule.warm_start), point_digest(args["beta"]))
+    return key in ctx.cache.get(_REMEMBERED, {})
 
 
 def _check_evaluated_point(ctx: SiteContext, task: str, args: dict[str, Any]) -> None:
@@ -341,9 +478,9 @@ def _sites(ctx: SiteContext, task: str, sites: Any, pin: Any) -> tuple[str, ...]
     return tuple(sites)
 
 
-def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int) -> bool:
+def _sums_fit(rule: NewtonPath, reply: dict[str, Any], p: int, args: dict[str, Any]) -> bool:
     """Whether a relayed reply holds the fields the rule reads, each of its shape."""
-    for name, shape in rule.fields(p).items():
+    for name, shape in rule.fields(p, args).items():
         value = reply.get(name)
         if shape == ():
             if isinstance(value, bool) or not isinstance(value, int | float):

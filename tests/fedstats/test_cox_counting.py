@@ -518,6 +518,10 @@ def test_any_start_column_is_answered_or_refused_with_the_count_of_bad_rows(inte
     elif (start >= stop).any():
         assert reply["error"]["type"] == "InconsistentColumnError"
         assert f"has {int((start >= stop).sum())} rows" in reply["error"]["values"]["reason"]
+    elif 0 < int((start > 0).sum()) < OPEN.k_cell or 0 < int((start == 0).sum()) < OPEN.k_cell:
+        # the rows entering late (or at 0) would differ from every row on fewer than k_cell
+        # rows: the differencing guard refuses the design (fedstats.site.differencing)
+        assert reply["error"]["values"]["rule"] == "differencing"
     else:
         assert reply["status"] == "ok" and reply["result"]["n_obs"] == 12
 

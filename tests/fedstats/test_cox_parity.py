@@ -469,8 +469,18 @@ def test_tcga_brca_held_out_concordance():
     fit = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(
         fedstats.Federation.in_process(part["train"], disclosure=SMALL_CELLS_ALLOWED)
     )
+    # sites of another federation never answered this fit's path: verifying sites refuse to
+    # evaluate it (its coefficients could be crafted); held-out sites that do not verify answer
+    with pytest.raises(DisclosureError) as unverified:
+        fedstats.concordance_index(
+            fit, fedstats.Federation.in_process(part["test"], disclosure=SMALL_CELLS_ALLOWED)
+        )
+    assert unverified.value.rule == "path"
     held_out = fedstats.concordance_index(
-        fit, fedstats.Federation.in_process(part["test"], disclosure=SMALL_CELLS_ALLOWED)
+        fit,
+        fedstats.Federation.in_process(
+            part["test"], disclosure=SMALL_CELLS_ALLOWED, verified_paths=False
+        ),
     )
     pooled = pd.concat(part["test"].values(), ignore_index=True)
     recoded = np.column_stack(

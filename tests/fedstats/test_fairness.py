@@ -9,6 +9,7 @@ import pytest
 import fedstats
 from fedstats import datasets
 from fedstats.models import fairness
+from fedstats.models.path_relay import PathRelay
 
 
 def tpr_gap_sites(seed: int = 4) -> dict[str, pd.DataFrame]:
@@ -75,21 +76,26 @@ def test_heart_disease_by_sex():
 
 
 def test_the_penalty_gradient_is_exact():
-    """The sites' soft-TPR gradients against central differences of the objective."""
-    fed = fedstats.Federation.in_process(tpr_gap_sites())
+    """The sites' soft-TPR gradients against central differences of the objective (at points
+    off any fit's path: sites that do not verify paths)."""
+    fed = fedstats.Federation.in_process(tpr_gap_sites(), verified_paths=False)
     problem = fairness._Problem(fedstats.LogisticRegression("y ~ x1 + x2"), fed, "group", None,
                                 0.25)  # fmt: skip
     beta = np.array([-0.2, 0.9, 0.4])
     gamma = 50.0
-    state = problem.evaluate(beta, gamma)
+
+    def objective(point: np.ndarray) -> dict:
+        return problem.evaluate(point, gamma, point, PathRelay(fed, enabled=False))
+
+    state = objective(beta)
     numeric = np.zeros(3)
     for j in range(3):
         h = np.zeros(3)
         h[j] = 1e-6
-        up = problem.evaluate(beta + h, gamma)["objective"]
-        down = problem.evaluate(beta - h, gamma)["objective"]
+        up = objective(beta + h)["state"][0]
+        down = objective(beta - h)["state"][0]
         numeric[j] = (up - down) / 2e-6
-    assert np.allclose(-state["descent"], numeric, rtol=1e-6, atol=1e-5)
+    assert np.allclose(state["state"][1], numeric, rtol=1e-6, atol=1e-5)
 
 
 def test_sites_as_groups():

@@ -281,7 +281,7 @@ def test_client_dp_charges_the_coordinator_ledger(big_sites, tmp_path):
     coordinator.set_budget(
         accounting.Scope(unit="site", owner="coordinator", study="study"), epsilon=10.0, delta=1e-6
     )
-    fed = fedstats.Federation.in_process(big_sites, ledger=coordinator)
+    fed = fedstats.Federation.in_process(big_sites, ledger=coordinator, trusts_client_level=True)
     privacy = fedstats.ClientDP(
         epsilon=5.0, rounds=3, gradient_clip=2000.0, hessian_clip=2000.0, bounds=BOUNDS
     )
@@ -303,7 +303,7 @@ def test_a_client_level_plan_over_the_coordinators_budget_is_refused_before_any_
     coordinator = accounting.Ledger(tmp_path / "coordinator.ledger")
     client_scope = accounting.Scope(unit="site", owner="coordinator", study="study")
     coordinator.set_budget(client_scope, epsilon=1.0, delta=1e-6)
-    fed = fedstats.Federation.in_process(big_sites, ledger=coordinator)
+    fed = fedstats.Federation.in_process(big_sites, ledger=coordinator, trusts_client_level=True)
     privacy = fedstats.ClientDP(
         epsilon=5.0, rounds=3, gradient_clip=2000.0, hessian_clip=2000.0, bounds=BOUNDS
     )

@@ -22,7 +22,7 @@ K = fedstats.DisclosurePolicy().min_count
 
 
 def grid_reply(frame: pd.DataFrame, grid: np.ndarray) -> dict:
-    fed = fedstats.Federation.in_process({"s": frame})
+    fed = fedstats.Federation.in_process({"s": frame}, verified_paths=False)  # a raw request
     model = fedstats.CoxPH("Surv(t, e) ~ x", strata=None, grid=grid)
     spec = model.agree(fed, "a").spec
     args = {"design": spec.to_wire(), "beta": np.zeros(1), "grid": grid}

@@ -19,6 +19,7 @@ from formulaic import model_matrix
 
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.paths import PATH_KEY, PathRequest
 from fedstats.datasets import heart_disease
 from fedstats.errors import FedstatsError
 from fedstats.models.agree import agree_design
@@ -36,7 +37,11 @@ def exact_summaries(fed: fedstats.Federation, formula: str) -> tuple[list[str], 
     agreement = agree_design(fed, formula, analysis="probe")
     spec = agreement.spec
     silo = fed.silos["cleveland"]
-    request = {"design": spec.to_wire(), "beta": np.zeros(spec.n_params)}
+    start = np.zeros(spec.n_params)
+    # beta = 0 is round 1 of any logistic fit's path: a site that verifies paths answers it,
+    # so only the design's own rules stand between this probe and the rows
+    path = PathRequest(sites=("cleveland",), round=1, base=start).to_wire()
+    request = {"design": spec.to_wire(), "beta": start, PATH_KEY: path}
     reply = codec.decode(silo.handle(codec.encode({"task": "logistic.summaries", "args": request})))
     if reply["status"] != "ok":
         raise FedstatsError(str(reply["error"]))

@@ -24,7 +24,10 @@ from lifelines.datasets import load_rossi
 import fedstats
 from fedstats import datasets
 from fedstats.contract import codec
+from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts, robust_inputs
+from fedstats.contract.path_rules import FAIR_PATH
 from fedstats.contract.paths import (
+    FINE_GRAY_FIELDS,
     PATH_KEY,
     TOLERANCE,
     DampedNewtonPath,
@@ -33,7 +36,9 @@ from fedstats.contract.paths import (
     PathRequest,
     deviation,
     rate_start,
+    summed,
 )
+from fedstats.models import fairness
 from fedstats.models.path_relay import PathRelay
 from fedstats.secagg.roster import in_process_pins
 from fedstats.site.silo import Silo
@@ -552,6 +557,30 @@ def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(f
         assert rules[site].verifies_paths
         assert rules[site].verified_answers == result.iterations
     assert f"yes: {result.iterations} answers on verified paths" in render_html(report)
+    assert "did not verify paths" not in report.verdict.text
+
+
+def test_a_site_that_does_not_verify_paths_is_a_warning_on_page_one(frames, tmp_path):
+    """The verdict (page 1) names each site that answered exact fits without verifying
+    their paths; section 5 says "no" for it."""
+    from reports import build_report
+    from reports.recorder import StudyRecorder
+    from reports.study import Study
+
+    fed = federation(frames, verified=False)
+    result = MODEL.fit(fed)
+    recorder = StudyRecorder(tmp_path / "study", study="paths")
+    spec = tmp_path / "spec.toml"
+    spec.write_text('[study]\nname = "paths"\n', encoding="utf-8")
+    recorder.record_spec(spec)
+    recorder.record_configuration(
+        {"study": "paths", "noise_seed": None, "site_paths": sorted(fed.path_sites)}
+    )
+    recorder.record_fit("exact", result, description="exact logistic regression")
+    recorder.record_inventory(fed.inventory)
+    report = build_report(Study.load(recorder.finish()))
+    assert not any(r.verifies_paths for r in report.site_rules)
+    assert report.verdict.text.count("WARNING: cleveland and hungary did not verify paths") == 1
 
 
 # ------------------------------------------------------------------ evaluations
@@ -577,3 +606,279 @@ def test_cox_evaluations_only_at_points_of_a_verified_path(rossi):
         "cox.concordance",
         {"design": wider, "beta": np.r_[other_fit.params.to_numpy(), 0.0]},
     )
+
+
+# ------------------------------------------------------------------ TPR-parity penalised fits
+FAIR_GROUPS = {"group": "sex", "levels": [0, 1], "temperature": 0.25}
+
+
+def fair_at(fed, relay: PathRelay, wire: dict, beta, base, gamma: float) -> dict:
+    """One point of a fair fit through ``relay`` (raw request), every site's reply summed."""
+    args = {"design": wire, "beta": beta, **FAIR_GROUPS, "auc": False, "likelihood": True,
+            "gamma": gamma}  # fmt: skip
+    replies = fed.request("fairness.summaries", relay.arguments(args, beta, base), analysis="a")
+    relay.answered(beta, base)
+    return replies
+
+
+def test_the_half_space_attack_on_fairness_summaries_is_refused(frames):
+    """The soft true-positive sums at huge coefficients count the positives of a half-space: the
+    same attack as on the likelihood. Answered by sites that do not verify; refused, rule
+    ``path``, by sites that do, whether the request carries a path or not."""
+    wire = design(federation(frames, verified=False))
+    p = len(wire["columns"])
+    crafted = np.zeros(p)
+    crafted[wire["columns"].index("age")], crafted[0] = 1e6, -60e6  # positives aged over 60
+    args = {"design": wire, "beta": crafted, **FAIR_GROUPS, "auc": False}
+    open_fed = federation(frames, verified=False)
+    assert open_fed.request("fairness.summaries", args, analysis="a")
+    fed = federation(frames)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fed.request("fairness.summaries", args, analysis="a")
+    assert refused.value.rule == "path"
+    relay = PathRelay(fed)
+    zero = np.zeros(p)
+    fair_at(fed, relay, wire, zero, zero, gamma=10.0)
+    with pytest.raises(fedstats.DisclosureError) as refused:  # round 2 at the crafted point
+        fair_at(fed, relay, wire, crafted, zero, gamma=10.0)
+    assert refused.value.rule == "path"
+    with pytest.raises(fedstats.DisclosureError) as refused:  # the AUC: an evaluation
+        fed.request("fairness.summaries", {**args, "auc": True}, analysis="a")
+    assert refused.value.rule == "path"
+
+
+def test_a_fair_path_answers_its_armijo_trials_and_refuses_a_shifted_step(frames):
+    """The step the site re-derives from the relayed replies (the penalised objective's
+    Gauss–Newton step) and its halvings are answered; the step moved by more than the
+    tolerance, or a gamma changed mid-path, is refused."""
+    fed = federation(frames)
+    wire = design(fed)
+    p = len(wire["columns"])
+    relay = PathRelay(fed)
+    zero = np.zeros(p)
+    at_zero = fair_at(fed, relay, wire, zero, zero, gamma=10.0)
+    replies = {s: dict(r) for s, r in at_zero.items()}
+    step, information = FAIR_PATH.step(replies, zero, {"gamma": 10.0})
+    se = np.sqrt(np.diag(np.linalg.inv(information)))
+    shifted = zero + step
+    shifted[1] += 1e-3 * se[1]  # a thousand times the tolerance
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fair_at(fed, relay, wire, shifted, zero, gamma=10.0)
+    assert refused.value.rule == "path"
+    with pytest.raises(fedstats.DisclosureError) as refused:  # another objective mid-path
+        fair_at(fed, relay, wire, zero + step, zero, gamma=20.0)
+    assert refused.value.rule == "path"
+    assert fair_at(fed, relay, wire, zero + step / 2, zero, gamma=10.0)  # a halving: answered
+
+
+def test_fits_along_the_penalty_start_where_a_verified_fit_ended_and_nowhere_else(frames):
+    """``minimal_penalty`` refits each gamma from the last fit's end: round 1 at a point the
+    site answered on a verified fair path (another gamma) is answered; round 1 at a point
+    it never answered is refused."""
+    fed = federation(frames)
+    model = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA, levels=datasets.HEART_LEVELS)
+    result = fairness.minimal_penalty(model, fed, groups="sex", delta_max=0.05)
+    assert len(result.path) >= 2  # at least one warm-started fit was answered
+    wire = design(fed)
+    start = result.fit.params.to_numpy() + 1e-3
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fair_at(fed, PathRelay(fed), wire, start, start, gamma=3.0)
+    assert refused.value.rule == "path"
+
+
+def test_an_honest_fair_fit_gives_the_same_numbers_with_verification(frames):
+    model = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA, levels=datasets.HEART_LEVELS)
+    plain = fairness.fit_penalized(model, federation(frames, verified=False), groups="sex",
+                                   gamma=5.0)  # fmt: skip
+    verified = fairness.fit_penalized(model, federation(frames), groups="sex", gamma=5.0)
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    assert verified.auc == plain.auc and verified.disparity == plain.disparity
+
+
+# ------------------------------------------------------------------ Fine–Gray
+FG_GRID = np.array([10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 100.0])
+
+
+@pytest.fixture(scope="module")
+def competing() -> dict[str, pd.DataFrame]:
+    """Two sites, causes 1 and 2 and censoring, a covariate that shifts cause 1."""
+    out = {}
+    for i, site in enumerate(("north", "south")):
+        rng = np.random.default_rng(40 + i)
+        n = 400
+        x = rng.normal(size=n)
+        status = np.where(rng.uniform(size=n) < 0.35 + 0.1 * (x > 0), 1,
+                          rng.choice([0, 2], n, p=[0.6, 0.4]))  # fmt: skip
+        out[site] = pd.DataFrame({"t": rng.uniform(1.0, 99.0, n), "status": status, "x": x})
+    return out
+
+
+FG_MODEL = fedstats.FineGray("Surv(t, status) ~ x", cause=1, grid=FG_GRID)
+
+
+def fg_at(fed, relay: PathRelay, wire: dict, beta, base, censoring) -> dict:
+    """One point of a Fine–Gray path through ``relay`` (raw request)."""
+    args = {"design": wire, "cause": 1, "grid": FG_GRID, "ties": "efron", "beta": beta,
+            "censoring": censoring}  # fmt: skip
+    replies = fed.request("fine_gray.grid_summaries", relay.arguments(args, beta, base),
+                          analysis="a")  # fmt: skip
+    relay.answered(beta, base)
+    return replies
+
+
+def fg_censoring(replies: dict) -> np.ndarray:
+    return censoring_from_counts({f: summed(replies, f) for f in COUNT_FIELDS})
+
+
+def test_an_honest_fine_gray_fit_takes_the_same_rounds_and_gives_the_same_numbers(competing):
+    plain = FG_MODEL.fit(federation(competing, verified=False))
+    verified = FG_MODEL.fit(federation(competing))
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    np.testing.assert_array_equal(verified.bse, plain.bse)  # robust errors, relayed inputs
+
+
+def test_a_fine_gray_path_refuses_crafted_weights_and_crafted_coefficients(competing):
+    """Round 1 only with every weight 1; round 2 only with the censoring curve round 1's
+    relayed counts give (a valid but other curve is refused); no round may skip round 2; a
+    huge coefficient is refused at any round; the honest path is answered."""
+    fed = federation(competing)
+    wire = FG_MODEL.agree(fed, "agree").to_wire()
+    zero, ones = np.zeros(1), np.ones(len(FG_GRID))
+    halved = np.linspace(1.0, 0.5, len(FG_GRID))  # a valid survival curve, not the derived one
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fg_at(fed, PathRelay(fed), wire, zero, zero, halved)
+    assert refused.value.rule == "path"
+    relay = PathRelay(fed)
+    first = fg_at(fed, relay, wire, zero, zero, ones)
+    G = fg_censoring(first)
+    assert not np.allclose(G, halved)
+    skipping = PathRelay(fed)  # round 3 straight after round 1, weights 1
+    skipping.round, skipping.last = relay.round + 1, relay.last
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fg_at(fed, skipping, wire, np.array([0.3]), zero, ones)
+    assert refused.value.rule == "path"
+    for crafted in (halved, G * 0.999):
+        attempt = PathRelay(fed)
+        attempt.round, attempt.last = relay.round, relay.last
+        with pytest.raises(fedstats.DisclosureError) as refused:
+            fg_at(fed, attempt, wire, zero, zero, crafted)
+        assert refused.value.rule == "path"
+    fg_at(fed, relay, wire, zero, zero, G)  # round 2 as derived: answered
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fg_at(fed, relay, wire, np.array([1e6]), zero, G)
+    assert refused.value.rule == "path"
+
+
+def test_the_fine_gray_robust_variance_only_at_the_fits_relayed_sums(competing):
+    """The robust variance's ``hazard`` and ``means`` come from the coordinator: a verifying site
+    answers only with the fit's last point relayed and inputs equal to what its summed replies
+    give; crafted inputs, another point, or no relayed point are refused."""
+    fed = federation(competing)
+    fit = FG_MODEL.fit(fed)
+    assert np.isfinite(fit.bse).all()
+    robust = [r for r in fed.inventory if r.task == "fine_gray.robust"]
+    assert robust and all(r.status == "ok" for r in robust)
+    wire = FG_MODEL.agree(fed, "agree").to_wire()
+    beta = fit.params.to_numpy()
+    args = {"design": wire, "cause": 1, "grid": FG_GRID, "ties": "efron", "beta": beta,
+            "censoring": fit.censoring_survival_, "hazard": np.full(len(FG_GRID), 0.01),
+            "means": np.zeros((len(FG_GRID), 1))}  # fmt: skip
+    with pytest.raises(fedstats.DisclosureError) as refused:  # no relayed point
+        fed.request("fine_gray.robust", args, analysis="a")
+    assert refused.value.rule == "path"
+    relay = PathRelay(fed)
+    zero, ones = np.zeros(1), np.ones(len(FG_GRID))
+    G = fg_censoring(fg_at(fed, relay, wire, zero, zero, ones))
+    at_zero = fg_at(fed, relay, wire, zero, zero, G)
+    hazard, means = robust_inputs({f: summed(at_zero, f) for f in FINE_GRAY_FIELDS})
+    honest = {**args, "beta": zero, "censoring": G, "hazard": hazard, "means": means,
+              PATH_KEY: PathRequest(relay.sites, relay.round + 1, zero,
+                                    previous=relay.last).to_wire()}  # fmt: skip
+    assert fed.request("fine_gray.robust", honest, analysis="a")
+    for crafted in (
+        {"hazard": hazard * 1.01},
+        {"means": means + 1.0},
+        {"beta": np.array([0.5])},
+    ):
+        with pytest.raises(fedstats.DisclosureError) as refused:
+            fed.request("fine_gray.robust", {**honest, **crafted}, analysis="a")
+        assert refused.value.rule == "path"
+
+
+# ------------------------------------------------------------------ the site's own audit
+
+
+def served_sites(frames, folder) -> dict:
+    """A site.toml per hospital, each verifying paths with the study's roster of both keys."""
+    import tomli_w
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+
+    from fedstats.secagg.roster import write_roster
+
+    keys = {site: ed25519.Ed25519PrivateKey.generate() for site in frames}
+    public = {
+        site: key.public_key()
+        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+        .decode()
+        for site, key in keys.items()
+    }
+    roster = write_roster(folder / "roster.toml", "audit-study", public)
+    paths = {}
+    for site, frame in frames.items():
+        home = folder / site
+        home.mkdir(parents=True)
+        frame.to_parquet(home / "frame.parquet")
+        (home / "signing.key").write_bytes(
+            keys[site].private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+        )  # fmt: skip
+        config = {
+            "site": {"name": site, "workdir": str(home / "work")},
+            "data": {"frame": str(home / "frame.parquet")},
+            "privacy": {"ledger": str(home / "site.ledger")},
+            "disclosure": {"verified_paths": True},
+            "secure_aggregation": {"roster": str(roster), "signing_key": str(home / "signing.key")},
+        }
+        paths[site] = home / "site.toml"
+        paths[site].write_text(tomli_w.dumps(config), encoding="utf-8")
+    return paths
+
+
+def test_a_site_re_derives_every_answer_on_its_paths_from_its_own_records(frames, tmp_path):
+    """``fedstats site verify`` replays the archived requests with the pinned roster alone:
+    every answer of an honest fit verifies again, and the last point is the released
+    coefficients'; an archived request changed afterwards is a problem (exit code 6)."""
+    from typer.testing import CliRunner
+
+    from fedstats.cli.main import app
+    from fedstats.jobs.path_audit import ARCHIVE_DIR, audit_site
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.jobs.site_service import SiteService
+
+    configs = served_sites(frames, tmp_path)
+    services = {site: SiteService.from_file(path) for site, path in configs.items()}
+    try:
+        fed = fedstats.Federation({s: service.answer for s, service in services.items()},
+                                  study="audit-study")  # fmt: skip
+        result = MODEL.fit(fed)
+    finally:
+        for service in services.values():
+            service.close()
+    for path in configs.values():
+        audit = audit_site(load_site_config(path))
+        assert audit.ok, audit.problems
+        [fit] = audit.fits
+        assert fit.task == "logistic.summaries" and fit.answers == result.iterations
+        assert fit.rounds == result.iterations and len(fit.last_point) == 64
+    runner = CliRunner()
+    shown = runner.invoke(app, ["site", "verify", "--config", str(configs["cleveland"])])
+    assert shown.exit_code == 0, shown.output
+    assert f"{result.iterations} answers on 1 verified paths" in shown.output
+    archived = sorted((tmp_path / "cleveland" / "work" / ARCHIVE_DIR).glob("*.request"))
+    archived[-1].write_bytes(archived[-1].read_bytes()[:-1] + b"\0")
+    changed = runner.invoke(app, ["site", "verify", "--config", str(configs["cleveland"])])
+    assert changed.exit_code == 6
+    assert "not the one the journal recorded" in changed.output

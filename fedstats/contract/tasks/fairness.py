@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.fairness import penalty_weight
 from fedstats.contract.task_spec import TaskSpec
 from fedstats.contract.tasks.design import checked_group_levels, spec_from_args
 from fedstats.errors import MalformedRequestError
@@ -22,16 +23,24 @@ def summaries_schema(args: dict[str, Any]) -> dict:
     levels, _, _ = _arguments(args)
     G, p = len(levels), spec.n_params
     schema: dict = {"positives": Array((G,)), "soft": Array((G,)), "gradient": Array((G, p))}
+    if _flag(args, "likelihood"):
+        schema |= {"loglik": Number(), "score": Array((p,)), "information": Array((p, p))}
+    if not np.isfinite(penalty_weight(args)):
+        raise MalformedRequestError(site=None, task=None, reason="'gamma' must be a number >= 0")
     if _wants_auc(args):
         schema |= {"auc_concordant": Number(), "auc_tied": Number(), "auc_pairs": Number()}
     return schema
 
 
 def _wants_auc(args: dict[str, Any]) -> bool:
-    auc = args.get("auc", False)
-    if not isinstance(auc, bool):
-        raise MalformedRequestError(site=None, task=None, reason="'auc' must be true or false")
-    return auc
+    return _flag(args, "auc")
+
+
+def _flag(args: dict[str, Any], name: str) -> bool:
+    value = args.get(name, False)
+    if not isinstance(value, bool):
+        raise MalformedRequestError(site=None, task=None, reason=f"{name!r} must be true or false")
+    return value
 
 
 def _arguments(args: dict[str, Any]) -> tuple[list, str, float]:

@@ -8,7 +8,7 @@ from fedstats.contract.task_spec import TaskSpec
 from fedstats.contract.tasks.competing import checked_cause
 from fedstats.contract.tasks.design import spec_from_args
 from fedstats.contract.tasks.survival import checked_grid
-from fedstats.cox_math import GridSums, grid_sums_schema
+from fedstats.cox_math import TIES, GridSums, grid_sums_schema
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array, Number
 
@@ -34,6 +34,10 @@ def summaries_schema(args: dict[str, Any]) -> dict:
             site=None, task=None, reason="differentially private Fine-Gray fits are not offered yet"
         )
     checked_cause(args)
+    if args.get("ties", "efron") not in TIES:
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"'ties' must be one of {list(TIES)}"
+        )
     p, K = spec.n_params, len(checked_grid(args))
     return {
         **grid_sums_schema(K, p),

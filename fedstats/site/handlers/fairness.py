@@ -10,8 +10,12 @@ a site returns for every group ``g``, over its patients with ``y = 1``:
   surrogates of rates);
 * ``gradient_g = sum sigmoid(eta_i / T) (1 - sigmoid(eta_i / T)) x_i / T``;
 
-and, when asked (``"auc": true``, once per fit rather than every round: it
-costs a sort), the pair counts of its within-site AUC (positive-negative
+with ``"likelihood": true`` (every round of a fit: one request per point, the
+point a path rule re-derives, :mod:`fedstats.contract.fairness`) the logistic
+likelihood's sums too: ``loglik``, ``score = X'(y - mu)`` and ``information =
+X' diag(mu (1 - mu)) X``, as ``logistic.summaries`` returns them; and, when
+asked (``"auc": true``, once per fit rather than every round: it costs a
+sort), the pair counts of its within-site AUC (positive-negative
 pairs ordered by ``eta``; ties count 1/2). A group holding between 1 and ``k - 1``
 positives at the site is refused: its rate would describe fewer than ``k``
 patients. Counts of true positives at a threshold are not released: they
@@ -26,10 +30,11 @@ import numpy as np
 from scipy.special import expit
 
 from fedstats.contract.tasks.design import checked_beta, spec_from_args
-from fedstats.contract.tasks.fairness import SITE_GROUPS, TASK, _arguments, _wants_auc
+from fedstats.contract.tasks.fairness import SITE_GROUPS, TASK, _arguments, _flag, _wants_auc
 from fedstats.cox_math import concordance_counts
 from fedstats.errors import DisclosureError, MalformedRequestError, MissingColumnError
 from fedstats.site.handlers.design import as_agreed_categorical, site_design
+from fedstats.site.handlers.logistic import log_likelihood, score_and_information
 from fedstats.site.task import SiteContext, TaskReply
 
 
@@ -60,6 +65,13 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     gradient = np.zeros((G, p))
     np.add.at(gradient, codes[positive], slope[positive, None] * design.X[positive])
     payload: dict[str, Any] = {"positives": counts, "soft": soft, "gradient": gradient}
+    if _flag(args, "likelihood"):
+        score, information = score_and_information(design.X, design.y, expit(eta))
+        payload |= {
+            "loglik": log_likelihood(design.y, eta),
+            "score": score,
+            "information": information,
+        }
     if _wants_auc(args):
         # AUC as Harrell's C of "time" 1 - y: a positive "fails" before every negative.
         concordant, tied, pairs = concordance_counts(1.0 - design.y, design.y, eta)

@@ -55,14 +55,13 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         patients = design_patients(ctx, design.rows)
         if patients is not None:
             return TaskReply(patient_clipped(args, X, y - mu, weights, patients), contributors)
-    gradient = X.T @ (y - mu)
-    hessian = X.T @ (X * weights[:, None])
+    gradient, hessian = score_and_information(X, y, mu)
     if private:
         released = {"gradient": gradient}
         if not gradient_only(args):
             released["hessian"] = hessian
         return TaskReply(released, contributors=contributors)
-    loglik = float(np.sum(y * eta - np.logaddexp(0.0, eta)))
+    loglik = log_likelihood(y, eta)
     extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
     return TaskReply(
         {
@@ -74,6 +73,18 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         },
         contributors=contributors,
     )
+
+
+def log_likelihood(y: np.ndarray, eta: np.ndarray) -> float:
+    """``sum y eta - log(1 + exp(eta))``, stable for large ``|eta|``."""
+    return float(np.sum(y * eta - np.logaddexp(0.0, eta)))
+
+
+def score_and_information(
+    X: np.ndarray, y: np.ndarray, mu: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``X'(y - mu)`` and ``X' diag(mu (1 - mu)) X``."""
+    return X.T @ (y - mu), X.T @ (X * (mu * (1.0 - mu))[:, None])
 
 
 # ------------------------------------------------------------ private release

@@ -1,0 +1,62 @@
+"""Each iterative exact task's path rule: where its fits start and how they step.
+
+One table both sides read: the coordinator's fits step with these rules
+(:mod:`fedstats.models`), and a site that verifies paths re-derives every
+requested point with the same rule before it reads a row
+(:mod:`fedstats.site.verified_paths`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from fedstats.contract.fine_gray import robust_inputs
+from fedstats.contract.paths import FINE_GRAY_FIELDS, DampedNewtonPath, NewtonPath
+
+FAIR_PATH = DampedNewtonPath(
+    evaluation="tpr-parity", max_trials=30, armijo=1e-4, warm_start="gamma"
+)
+"""A TPR-parity penalised logistic fit (:mod:`fedstats.contract.fairness`): Newton steps on the
+penalised objective with Armijo backtracking (at most 30 trials), each fit along the penalty
+free to start where the previous one ended."""
+
+FINE_GRAY_PATH = DampedNewtonPath(evaluation="fine-gray", prelude="censoring")
+"""A Fine–Gray fit: counts at the start with every censoring weight 1, the start again with the
+censoring curve they give, then damped Newton steps on the weighted partial likelihood."""
+
+PATH_RULES: dict[str, NewtonPath] = {
+    "logistic.summaries": NewtonPath(),
+    "glm.summaries": DampedNewtonPath(restart="rates"),
+    "cox.summaries": DampedNewtonPath(),
+    "cox.grid_summaries": DampedNewtonPath(evaluation="cox-grid"),
+    "fairness.summaries": FAIR_PATH,
+    "fine_gray.grid_summaries": FINE_GRAY_PATH,
+}
+"""The tasks a site that verifies paths answers only on a verified path, and each one's rule."""
+
+
+@dataclass(frozen=True)
+class RelayedEvaluation:
+    """An evaluation of a fit whose request carries arrays derived from the summed replies at
+    the fit's last point (``derived``, computed by ``derive`` from the summed ``fields``): a
+    site that verifies paths checks them against the relayed, signed replies of task ``of``."""
+
+    of: str
+    derived: tuple[str, ...]
+    fields: tuple[str, ...]
+    derive: Callable[[Mapping[str, Any]], tuple[np.ndarray, ...]]
+
+
+RELAYED_EVALUATIONS: dict[str, RelayedEvaluation] = {
+    "fine_gray.robust": RelayedEvaluation(
+        of="fine_gray.grid_summaries",
+        derived=("hazard", "means"),
+        fields=FINE_GRAY_FIELDS,
+        derive=robust_inputs,
+    ),
+}
+"""Evaluations answered, at a site that verifies paths, only with the fit's last point relayed."""
