@@ -108,8 +108,9 @@ answered on a verified path (kept under WORKDIR/paths beside the journal):
 the request must be the one the journal recorded, its path must verify again
 with the pinned roster (every relayed signature, every point re-derived),
 and the reply must carry the site's own signature. Prints each fit's path
-(task, rounds, the last answered point's SHA-256). Exit code 0 when everything verifies, 6 when anything does
-not (each problem printed), 2 for a configuration error.""",
+(task, rounds, the last answered point's SHA-256). Exit code 0 when
+everything verifies, 6 when anything does not (each problem printed), 2 for
+a configuration error.""",
 )
 def site_verify(
     config: Annotated[Path, typer.Option(help="The site's configuration (site.toml).")],
