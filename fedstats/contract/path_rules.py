@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract.fine_gray import robust_inputs
-from fedstats.contract.paths import FINE_GRAY_FIELDS, DampedNewtonPath, NewtonPath
+from fedstats.contract.paths import FINE_GRAY_FIELDS, DampedNewtonPath, FedAvgPath, NewtonPath
 
 FAIR_PATH = DampedNewtonPath(
     evaluation="tpr-parity", max_trials=30, armijo=1e-4, warm_start="gamma"
@@ -35,6 +35,7 @@ PATH_RULES: dict[str, NewtonPath] = {
     "cox.grid_summaries": DampedNewtonPath(evaluation="cox-grid"),
     "fairness.summaries": FAIR_PATH,
     "fine_gray.grid_summaries": FINE_GRAY_PATH,
+    "deep.train": FedAvgPath(),
 }
 """The tasks a site that verifies paths answers only on a verified path, and each one's rule."""
 

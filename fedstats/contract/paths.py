@@ -41,6 +41,7 @@ import numpy as np
 from fedstats.contract import codec
 from fedstats.contract.fairness import PARITY_FIELDS, penalised, penalty_weight
 from fedstats.contract.newton import MAX_HALVINGS, inverse_information, newton_step
+from fedstats.contract.quantize import Quantized, dequantize
 from fedstats.cox_math import GridSums, WeightedGridSums, grid_partial_likelihood
 
 TOLERANCE = 1e-6
@@ -51,6 +52,11 @@ MAX_ROUND = 10_000
 
 PATH_KEY = "path"
 """The request argument carrying a fit's path (:class:`PathRequest` on the wire)."""
+
+CLIENT_LEVEL_KEY = "client_level"
+"""A request argument (``true``) marking a round of a client-level private fit that carries no
+clipping of its own (DP-FedAvg: the coordinator clips and noises the updates): answered off
+any path only by sites that trust the coordinator with client-level fits."""
 
 Replies = Mapping[str, Mapping[str, Any]]
 """Each site's reply at one point, by site."""
@@ -64,9 +70,23 @@ class NewtonPath:
     halved."""
 
     damped: bool = False
+    seeded_start: bool = False
+    """Round 1 starts at a network drawn from the request's ``init_seed``, which only the
+    site's deep task can rebuild (it checks it before it trains), not at :meth:`start`."""
 
     def start(self, p: int) -> np.ndarray:
         return np.zeros(p)
+
+    def point(self, args: Mapping[str, Any]) -> Any:
+        """The request's point (its coefficients ``beta``)."""
+        return args.get("beta")
+
+    def close(
+        self, requested: np.ndarray, derived: np.ndarray, information: np.ndarray | None
+    ) -> bool:
+        """Whether a requested point is the derived one: within :data:`TOLERANCE` standard
+        errors (:func:`deviation`)."""
+        return information is not None and deviation(requested, derived, information) <= TOLERANCE
 
     def fields(self, p: int, args: Mapping[str, Any] | None = None) -> dict[str, tuple[int, ...]]:
         """The reply fields the rule reads, with their shapes (``()``: a number)."""
@@ -230,6 +250,92 @@ class DampedNewtonPath(NewtonPath):
         return self.halving(requested, base, replies, args) is not None
 
 
+@dataclass(frozen=True)
+class FedAvgPath(NewtonPath):
+    """Exact rounds of federated averaging (McMahan et al., AISTATS 2017; FedProx, Li et al.,
+    MLSys 2020; SCAFFOLD, Karimireddy et al., ICML 2020) with every site taking part: the
+    point is the global network's flat float32 weights, SCAFFOLD's server control variate
+    appended. Round 1 is the network drawn from the request's ``init_seed``
+    (:attr:`seeded_start`); round ``t`` is ``x + eta_s sum_k (n_k / N) Delta_k`` (the
+    request's ``server_lr``, FedAvg's server step) and ``c + sum_k Delta c_k / K``, from the
+    round ``t - 1`` updates of all ``K`` sites, each weighted by the rows ``n_k`` its reply
+    says it trained on. Adaptive server optimisers (FedAdam, FedYogi) carry state no site
+    re-derives: no point follows under them."""
+
+    seeded_start: bool = True
+
+    def point(self, args: Mapping[str, Any]) -> Any:
+        weights, control = args.get("weights"), args.get("control")
+        if not (isinstance(weights, list) and weights) or not all(
+            isinstance(w, np.ndarray) for w in weights
+        ):
+            return None
+        parts = [np.asarray(w).ravel() for w in weights]
+        if control is not None:
+            if not isinstance(control, np.ndarray):
+                return None
+            parts.append(np.asarray(control).ravel())
+        try:
+            return np.concatenate(parts).astype(np.float64)
+        except (ValueError, TypeError):
+            return None
+
+    def fields(self, p: int, args: Mapping[str, Any] | None = None) -> dict[str, tuple[int, ...]]:
+        return {"n_obs": ()}  # the update's shape and coding are checked when it is decoded
+
+    def next_point(
+        self, beta: np.ndarray, replies: Replies, args: Mapping[str, Any] | None = None
+    ) -> tuple[np.ndarray, np.ndarray | None] | None:
+        args = args or {}
+        scaffold = args.get("algorithm") == "scaffold"
+        lr = args.get("server_lr")
+        if args.get("server_optimizer") is not None or not (
+            isinstance(lr, int | float) and not isinstance(lr, bool) and np.isfinite(lr) and lr > 0
+        ):
+            return None
+        n_params = len(beta) // 2 if scaffold else len(beta)
+        sites = sorted(replies)
+        counts = np.array([float(replies[s]["n_obs"]) for s in sites])
+        if not (np.isfinite(counts).all() and (counts > 0).all()):
+            return None
+        weights = counts / counts.sum()
+        update = np.zeros(n_params)
+        for site, weight in zip(sites, weights, strict=True):
+            update += float(weight) * _update_of(replies[site], n_params, args)
+        derived = [(beta[:n_params].astype(np.float32) + lr * update).astype(np.float32)]
+        if scaffold:
+            step = sum(
+                np.asarray(replies[s]["control_update"], dtype=np.float64) for s in sites
+            ) / len(sites)
+            derived.append((beta[n_params:].astype(np.float32) + step).astype(np.float32))
+        return np.concatenate(derived).astype(np.float64), None
+
+    def close(
+        self, requested: np.ndarray, derived: np.ndarray, information: np.ndarray | None
+    ) -> bool:
+        """Equal to float32 rounding: every entry within ``1e-6`` of the largest weight's
+        size (at least 1), whatever order the sites' updates were summed in."""
+        if requested.shape != derived.shape or not np.isfinite(requested).all():
+            return False
+        scale = max(1.0, float(np.max(np.abs(derived), initial=0.0)))
+        return bool(np.max(np.abs(requested - derived), initial=0.0) <= 1e-6 * scale)
+
+
+def _update_of(reply: Mapping[str, Any], n_params: int, args: Mapping[str, Any]) -> np.ndarray:
+    """A site's flat update, decoded when it was quantised (the request's ``quantize_bits``)."""
+    bits = args.get("quantize_bits")
+    if bits is None:
+        update = np.asarray(reply["update"], dtype=np.float64)
+    else:
+        coded = Quantized.from_wire({"packed": reply["update_packed"],
+                                     "scale": reply["update_scale"], "bits": bits,
+                                     "length": n_params})  # fmt: skip
+        update = dequantize(coded)
+    if update.shape != (n_params,):
+        raise ValueError("an update of another size than the network")
+    return update
+
+
 GRID_FIELDS = tuple(WeightedGridSums.__dataclass_fields__)
 """The fields of a pooled Cox model's grid sums (:class:`fedstats.cox_math.WeightedGridSums`)."""
 
@@ -305,10 +411,17 @@ def design_digest(design: Any) -> str:
     return digest(codec.encode(design))
 
 
+POINT_ARGUMENTS = ("beta", "weights", "control", "seed", PATH_KEY)
+"""The request arguments that change from round to round of one path: the point (``beta``; a
+network's ``weights`` and SCAFFOLD's ``control`` variate), a training round's batch-order
+``seed``, and the path itself."""
+
+
 def request_digest(args: Mapping[str, Any]) -> str:
-    """The digest of a request's arguments but its point and path, as the codec writes them:
-    the design, family, ties, grid, penalty... every reply of a path is bound to."""
-    return digest(codec.encode({k: v for k, v in args.items() if k not in ("beta", PATH_KEY)}))
+    """The digest of a request's arguments but those of :data:`POINT_ARGUMENTS`, as the codec
+    writes them: the design, family, ties, grid, penalty, network... every reply of a path is
+    bound to."""
+    return digest(codec.encode({k: v for k, v in args.items() if k not in POINT_ARGUMENTS}))
 
 
 def warm_start_digest(args: Mapping[str, Any], argument: str) -> str:

@@ -219,6 +219,9 @@ class Silo:
             secure = MaskBlock.from_args(args)
             self._admit(task, task_name, args, private=dp is not None, secure=secure is not None)
             point = verified_point(context, task_name, args, secure=secure is not None)
+            context.path_round = (
+                point.round if point is not None and context.verified_paths else None
+            )
             context.deadline = self.limits.deadline()
             context.exact = dp is None
             session = None if secure is None else open_shares(context, secure, task_name)

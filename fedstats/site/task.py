@@ -55,6 +55,10 @@ class SiteContext:
     answered off any verified path: their coefficients carry the coordinator's own noise,
     which no site can re-derive, so the site trusts the coordinator, as client-level DP
     does (McMahan et al., ICLR 2018)."""
+    path_round: int | None = None
+    """The round of the verified path the current request lies on (set by the silo before
+    the handler runs; ``None`` off a verified path): a deep task checks round 1's seeded
+    network itself."""
 
     def private(self, args: dict[str, Any]) -> bool:
         """Whether this request asks for a differentially private release."""

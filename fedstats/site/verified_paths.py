@@ -35,13 +35,13 @@ import numpy as np
 from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts
 from fedstats.contract.path_rules import PATH_RULES, RELAYED_EVALUATIONS
 from fedstats.contract.paths import (
+    CLIENT_LEVEL_KEY,
     MAX_ROUND,
     PATH_KEY,
     TOLERANCE,
     DampedNewtonPath,
     NewtonPath,
     design_digest,
-    deviation,
     point_digest,
     rate_start,
     request_digest,
@@ -106,7 +106,9 @@ def verified_point(
     pin = ctx.secure_aggregation
     if pin is None or args.get("dp") is not None or secure:
         return None
-    if ctx.trusts_client_level and args.get("clip") is not None:
+    if ctx.trusts_client_level and (
+        args.get("clip") is not None or args.get(CLIENT_LEVEL_KEY) is True
+    ):
         return None  # a client-level private fit, at a site that trusts the coordinator
     if ctx.verified_paths and task in RELAYED_EVALUATIONS:
         _check_relayed_evaluation(ctx, task, args, pin)
@@ -121,7 +123,7 @@ def verified_point(
         return _unverified(task, args, path)
     if not isinstance(path, dict):
         raise _refused(ctx, task, "an exact request of this fit must carry its path")
-    beta = _point(ctx, task, args.get("beta"), None, "the path's point")
+    beta = _point(ctx, task, rule.point(args), None, "the path's point")
     base = _point(ctx, task, path.get("base"), beta.shape, "the point's base")
     sites = _sites(ctx, task, path.get("sites"), pin)
     round_ = path.get("round")
@@ -131,7 +133,11 @@ def verified_point(
     if round_ == 1:
         if set(path) != {"sites", "round", "base"} or not (
             np.array_equal(base, beta)
-            and (np.array_equal(beta, rule.start(len(beta))) or _warm(ctx, task, rule, args))
+            and (
+                rule.seeded_start  # the site's deep task rebuilds the seeded network first
+                or np.array_equal(beta, rule.start(len(beta)))
+                or _warm(ctx, task, rule, args)
+            )
         ):
             raise _refused(
                 ctx,
@@ -194,7 +200,7 @@ def _follows(
     try:
         with np.errstate(all="ignore"):
             return _allowed(rule, point, previous, accepted, args)
-    except (ValueError, IndexError, TypeError, np.linalg.LinAlgError):
+    except (ValueError, IndexError, KeyError, TypeError, np.linalg.LinAlgError):
         return False
 
 
@@ -211,7 +217,7 @@ def _allowed(
         return (
             derived is not None
             and np.array_equal(base, beta)
-            and deviation(beta, derived[0], derived[1]) <= TOLERANCE
+            and rule.close(beta, derived[0], derived[1])
         )
     assert isinstance(rule, DampedNewtonPath)
     if np.array_equal(base, beta):  # a new base of its own: only a restart from round 1
@@ -395,7 +401,7 @@ def _unverified(task: str, args: dict[str, Any], path: Any) -> PathPoint | None:
     if not isinstance(path, dict):
         return None
     sites, round_ = path.get("sites"), path.get("round")
-    beta, base = args.get("beta"), path.get("base")
+    beta, base = PATH_RULES[task].point(args), path.get("base")
     if not (
         isinstance(sites, list)
         and all(isinstance(s, str) for s in sites)

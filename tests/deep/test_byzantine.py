@@ -57,7 +57,9 @@ def byzantine(handle):
 
 
 def federation(attacked: bool) -> fedstats.Federation:
-    honest = fedstats.Federation.in_process(TRAIN)
+    # robust aggregators are the coordinator's own rule: sites that verify paths accept only
+    # FedAvg's weighted mean (fedstats.contract.paths.FedAvgPath), so these sites do not
+    honest = fedstats.Federation.in_process(TRAIN, verified_paths=False)
     if not attacked:
         return honest
     return fedstats.Federation(

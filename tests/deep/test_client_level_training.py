@@ -38,7 +38,9 @@ def coordinator_ledger(tmp_path, epsilon: float) -> accounting.Ledger:
 
 
 def federation(ledger, frames=FRAMES, noise_seed=None, **options) -> fedstats.Federation:
-    return fedstats.Federation.in_process(frames, ledger=ledger, noise_seed=noise_seed, **options)
+    return fedstats.Federation.in_process(
+        frames, ledger=ledger, noise_seed=noise_seed, trusts_client_level=True, **options
+    )
 
 
 def test_coordinator_ledger_epsilon_equals_dp_accounting_for_the_rounds(tmp_path):

@@ -38,7 +38,7 @@ def test_fedavg_with_one_site_equals_central_torch_training():
     torch.manual_seed(3)
     init = parameter_arrays(build_model("mlp", 2, {"hidden": [8]}))
     fed = fedstats.Federation.in_process({"only": frame})
-    result = trainer().fit(fed, initial_weights=init, evaluation=False)
+    result = trainer().fit(fed, init_seed=3, evaluation=False)  # draws init, as above
 
     model = build_model("mlp", 2, {"hidden": [8]})
     with torch.no_grad():
@@ -67,11 +67,11 @@ def test_fedavg_update_is_the_size_weighted_mean_of_site_updates():
     torch.manual_seed(4)
     init = parameter_arrays(build_model("mlp", 2, {"hidden": [8]}))
     both = trainer(rounds=1).fit(
-        fedstats.Federation.in_process(frames), initial_weights=init, evaluation=False
+        fedstats.Federation.in_process(frames), init_seed=4, evaluation=False
     )
     alone = {
         s: trainer(rounds=1).fit(
-            fedstats.Federation.in_process({s: f}), initial_weights=init, evaluation=False
+            fedstats.Federation.in_process({s: f}), init_seed=4, evaluation=False
         )
         for s, f in frames.items()
     }
@@ -114,7 +114,7 @@ def test_fedprox_with_large_mu_stays_near_the_global_model():
     moves = {}
     for algorithm, mu in (("fedavg", 0.0), ("fedprox", 50.0)):
         result = trainer(algorithm=algorithm, mu=mu, rounds=1, lr=0.01).fit(
-            fedstats.Federation.in_process(frames), initial_weights=init, evaluation=False
+            fedstats.Federation.in_process(frames), init_seed=5, evaluation=False
         )
         moves[algorithm] = sum(np.linalg.norm(w - i) for w, i in zip(result.weights, init,
                                                                        strict=True))  # fmt: skip

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 import accounting
-from fedstats.deep.shared.quantize import Quantized, dequantize, quantize
+from fedstats.contract.quantize import Quantized, dequantize, quantize
 from fedstats.errors import StudyConfigurationError
 from fedstats.models.aggregation import CoordinateMedian, Mean, NormBounded, TrimmedMean
 from fedstats.models.client_dp import DPFedAvg

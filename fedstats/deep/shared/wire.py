@@ -202,7 +202,7 @@ def train_schema(args: dict[str, Any]) -> dict:
     if request.local.algorithm == "scaffold":
         schema["control_update"] = Array((p,))
     if request.private is None:
-        schema.update({"train_loss": Number(), "steps": Number()})
+        schema.update({"train_loss": Number(), "steps": Number(), "n_obs": Number()})
     else:
         schema["dp_steps"] = Number()
     return schema

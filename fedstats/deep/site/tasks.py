@@ -12,7 +12,7 @@ training loss. Under secure aggregation the request's ``scale`` gives each
 site the weight it multiplies its update by, so the masked sum is already
 the weighted combination. With ``quantize_bits`` ``b`` the site sends its
 update stochastically rounded to ``b`` bits per entry (unbiased;
-:mod:`fedstats.deep.shared.quantize`) as ``update_packed`` (``ceil(d b / 8)`` bytes of
+:mod:`fedstats.contract.quantize`) as ``update_packed`` (``ceil(d b / 8)`` bytes of
 bit-packed codes) and ``update_scale`` instead of the float32 ``update``.
 
 ``deep.evaluate`` scores the site's rows with given weights and replies sums
@@ -29,21 +29,24 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
+from fedstats.contract.quantize import quantize
 from fedstats.cox_math import concordance_counts
 from fedstats.deep.shared.losses import BINARY, SURVIVAL
-from fedstats.deep.shared.quantize import quantize
+from fedstats.deep.shared.models import build_model
+from fedstats.deep.shared.weights import flatten, parameter_arrays
 from fedstats.deep.shared.wire import (
     EVALUATE,
     EVALUATE_TASK,
     LOGIT_EDGES,
     TRAIN,
     TRAIN_TASK,
+    input_columns,
     model_request,
     train_request,
 )
 from fedstats.deep.site.data import site_tensors
 from fedstats.deep.site.local_training import train_locally
-from fedstats.errors import MalformedRequestError
+from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.site.handlers.survival import deferred_points
 from fedstats.site.patient_clipping import refuse_several_rows
 from fedstats.site.task import SiteContext, Task, TaskReply
@@ -94,6 +97,8 @@ def train(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     request = train_request(args)
     if request.private is not None:
         refuse_several_rows(ctx, TRAIN_TASK, PER_ROW_CLIPPING)
+    if ctx.path_round == 1:
+        check_seeded_start(ctx, request, args)
     model = request.model.build(args["weights"], ctx.name)
     data = site_tensors(ctx, args)
     kind = request.model.spec.outcome_kind
@@ -142,9 +147,40 @@ def train(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     if request.private is None:
         payload["train_loss"] = outcome.mean_loss * weight
         payload["steps"] = outcome.steps
+        payload["n_obs"] = data.n  # FedAvg's weight n_k, which the next round re-derives
     else:
         payload["dp_steps"] = outcome.steps_accounted
     return TaskReply(payload, contributors=data.n)
+
+
+def check_seeded_start(ctx: SiteContext, request: Any, args: dict[str, Any]) -> None:
+    """Round 1 of an exact FedAvg path: the weights must be the network the request's
+    ``init_seed`` draws (``torch.manual_seed(init_seed)``, then the named network built as
+    the coordinator builds it), else refused (rule ``path``) before any row is read."""
+    seed = args.get("init_seed")
+    if type(seed) is not int or not 0 <= seed < 2**63:
+        raise DisclosureError(
+            site=ctx.name,
+            task=TRAIN_TASK,
+            reason="round 1 of a training path names the seed of its initial network",
+            rule="path",
+        )
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        network = build_model(request.model.name, len(input_columns(request.model.spec)),
+                              request.model.hyper)  # fmt: skip
+    finally:
+        torch.random.set_rng_state(state)
+    seeded = flatten(parameter_arrays(network))
+    sent = flatten([np.asarray(w, dtype=np.float32) for w in args["weights"]])
+    if seeded.shape != sent.shape or not np.array_equal(seeded, sent):
+        raise DisclosureError(
+            site=ctx.name,
+            task=TRAIN_TASK,
+            reason="round 1's weights are not the network its init_seed draws",
+            rule="path",
+        )
 
 
 # ---------------------------------------------------------------- evaluation

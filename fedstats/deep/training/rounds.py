@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.deep.shared.quantize import Quantized, dequantize
+from fedstats.contract.quantize import Quantized, dequantize
 from fedstats.deep.shared.wire import TRAIN_TASK
 from fedstats.deep.training.privacy_plan import DpSgdSchedule
 from fedstats.deep.training.server_optimizers import ServerOptimizer
@@ -67,6 +67,14 @@ class TrainingState:
     history: list[dict[str, Any]] = field(default_factory=list)
     last_public: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     sessions: list[SecureSum] = field(default_factory=list)
+    init_seed: int | None = None
+    """The seed the initial network was drawn from (``None`` for given initial weights)."""
+
+    def point(self) -> np.ndarray:
+        """The round's point on an exact training path: the flat weights, SCAFFOLD's control
+        variate appended (:class:`fedstats.contract.paths.FedAvgPath`)."""
+        parts = [self.weights] if self.control is None else [self.weights, self.control]
+        return np.concatenate(parts).astype(np.float64)
 
     def skip(self, round_no: int) -> None:
         """A round in which no site was sampled (and no client-level noise is due)."""

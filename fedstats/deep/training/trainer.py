@@ -31,7 +31,7 @@ record-level DP-SGD (both guarantees, both accounts), not with secure
 aggregation or a custom aggregator.
 
 Quantised updates (``quantize_bits``): each site rounds its update
-stochastically to ``b`` bits per entry (unbiased; :mod:`fedstats.deep.shared.quantize`)
+stochastically to ``b`` bits per entry (unbiased; :mod:`fedstats.contract.quantize`)
 and sends the bit-packed codes and the scale, ``ceil(d b / 8) + 8`` bytes
 instead of ``4 d`` for float32; the coordinator decodes them. The history
 reports the update bytes of every round with and without quantisation.
@@ -59,6 +59,7 @@ from fedstats.contract.design import (
     survival_outcome,
 )
 from fedstats.contract.dp_request import DpRequest
+from fedstats.contract.paths import CLIENT_LEVEL_KEY
 from fedstats.deep.shared.losses import BINARY, SURVIVAL
 from fedstats.deep.shared.models import build_model
 from fedstats.deep.shared.weights import checked_arrays, flatten, parameter_arrays, unflatten
@@ -93,6 +94,7 @@ from fedstats.models import client_dp
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.client_dp import DPFedAvg
 from fedstats.models.federation import Federation
+from fedstats.models.path_relay import PathRelay
 from fedstats.models.privacy import (
     PrivacyAccount,
     RecordDP,
@@ -230,10 +232,14 @@ class FederatedTrainer:
         secure_aggregation: SecureAggregation | None = None,
         evaluation: Federation | bool = True,
         initial_weights: list[np.ndarray] | None = None,
+        init_seed: int | None = None,
     ) -> DeepModelResults:
         """Train on ``federation``; evaluate on it (or on ``evaluation``, e.g. the sites' test
-        sets; ``False`` skips evaluation). ``initial_weights`` (float arrays in ``state_dict``
-        order) replace the seeded initialisation.
+        sets; ``False`` skips evaluation). The initial network is drawn from ``init_seed``
+        (``torch.manual_seed(init_seed)``, then the network built; default: a seed drawn from
+        the trainer's ``seed``), which sites that verify paths rebuild and check;
+        ``initial_weights`` (float arrays in ``state_dict`` order) replace it, and such sites
+        refuse them (a global model the coordinator chose is what they guard against).
 
         ``privacy``: :class:`~fedstats.RecordDP` (DP-SGD at every site, charged to each
         site's ledger), :class:`~fedstats.models.client_dp.DPFedAvg` (client-level DP-FedAvg at the
@@ -256,11 +262,22 @@ class FederatedTrainer:
         started = datetime.now(UTC)
         run = self._agree(federation, record, client, secure_aggregation)
         rng = np.random.default_rng(self.seed)
-        state = self._start(run, rng, initial_weights)
+        state = self._start(run, rng, initial_weights, init_seed)
         bar = tqdm(range(1, self.plan.rounds + 1), desc="rounds", disable=not self.progress)
         base = self._base_args(run)  # the same in every round
+        if state.init_seed is not None:
+            base["init_seed"] = state.init_seed
+        # exact rounds of every site lie on a path the sites re-derive (contract.paths)
+        path = PathRelay(
+            federation,
+            enabled=run.client is None
+            and run.schedule is None
+            and run.secure is None
+            and self.plan.sample_rate_sites >= 1
+            and self.aggregator is weighted_sum,
+        )
         for round_no in bar:
-            loss = self._round(run, state, round_no, rng, base)
+            loss = self._round(run, state, round_no, rng, base, path)
             if self.progress and math.isfinite(loss):
                 bar.set_postfix(loss=f"{loss:.4f}")
         final = unflatten(state.weights, state.shapes)
@@ -341,11 +358,20 @@ class FederatedTrainer:
         )
 
     def _start(
-        self, run: _Run, rng: np.random.Generator, initial_weights: list[np.ndarray] | None
+        self,
+        run: _Run,
+        rng: np.random.Generator,
+        initial_weights: list[np.ndarray] | None,
+        init_seed: int | None,
     ) -> TrainingState:
-        """The initial global model (seeded from ``rng``, or ``initial_weights`` checked
-        against the network's shapes) and the empty round-to-round state."""
-        torch.manual_seed(int(rng.integers(2**31)))
+        """The initial global model (drawn from ``init_seed``, by default a seed from ``rng``,
+        or ``initial_weights`` checked against the network's shapes) and the empty
+        round-to-round state."""
+        drawn = int(rng.integers(2**31))  # drawn whatever the start: the rounds' draws follow
+        if init_seed is not None and not (type(init_seed) is int and 0 <= init_seed < 2**63):
+            raise StudyConfigurationError(f"init_seed must be an integer >= 0, got {init_seed!r}")
+        init_seed = drawn if init_seed is None else init_seed
+        torch.manual_seed(init_seed)
         network = build_model(self.model, len(run.columns), self.hyper)
         shapes = parameter_arrays(network)
         if initial_weights is not None:
@@ -364,6 +390,7 @@ class FederatedTrainer:
             noise_rng=run.federation.noise_rng() if run.client is not None else None,
             participation=dict.fromkeys(sites, 0),
             dp_steps=dict.fromkeys(sites, 0),
+            init_seed=init_seed if initial_weights is None else None,
         )
 
     def _round(
@@ -373,6 +400,7 @@ class FederatedTrainer:
         round_no: int,
         rng: np.random.Generator,
         base: Mapping[str, Any],
+        path: PathRelay,
     ) -> float:
         """One round: sample sites, send them the global weights, combine their updates
         (securely, or in the clear with the aggregator or DP-FedAvg) and take the server
@@ -397,7 +425,7 @@ class FederatedTrainer:
             )  # fmt: skip
             state.sessions.append(session)
         else:
-            outcome = self._clear_round(run, state, part, args, weights, row)
+            outcome = self._clear_round(run, state, part, args, weights, row, path)
         state.advance(row, outcome, time.perf_counter() - tick)
         return outcome.loss
 
@@ -411,6 +439,8 @@ class FederatedTrainer:
             **base,
             "weights": unflatten(state.weights, state.shapes),
             "seed": None if run.schedule else round_seed(self.seed, round_no),
+            "server_lr": self.plan.server_lr,
+            "server_optimizer": self.plan.server_optimizer,
         }
         if run.schedule is not None:
             args["dp"] = DpRequest(
@@ -431,10 +461,19 @@ class FederatedTrainer:
         args: dict[str, Any],
         weights: Mapping[str, float],
         row: dict[str, Any],
+        path: PathRelay,
     ) -> RoundOutcome:
         """A round whose updates the coordinator sees: combined by the aggregator with
-        weights ``w_k``, or released by DP-FedAvg (clipped, charged, then noised)."""
+        weights ``w_k``, or released by DP-FedAvg (clipped, charged, then noised). An exact
+        round of every site relays the last round's signed replies (``path``)."""
+        point = state.point()
+        if run.client is not None:
+            args = {**args, CLIENT_LEVEL_KEY: True}
+        elif path.enabled and part is run.federation:
+            args = path.arguments(args, point, point)
         replies = {} if part is None else part.request(TRAIN_TASK, args, analysis=run.analysis)
+        if path.enabled and part is run.federation:
+            path.answered(point, point)
         contributed = tuple(replies)
         n_params = state.weights.size
         updates = received_updates(replies, n_params, self.plan.quantize_bits, row)

@@ -11,8 +11,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from fedstats.contract.quantize import check_bits
 from fedstats.deep.shared.dp_sgd_plan import ENGINES
-from fedstats.deep.shared.quantize import check_bits
 from fedstats.deep.shared.wire import ALGORITHMS
 from fedstats.errors import StudyConfigurationError
 

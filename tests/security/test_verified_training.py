@@ -1,0 +1,125 @@
+"""Verified paths for exact federated training (FedAvg, FedProx, SCAFFOLD): a coordinator
+cannot send the sites a global network of its own choosing.
+
+A crafted global model is the deep-learning form of crafted coefficients: a network whose
+weights make one patient's gradient stand out of an update (trap weights, Boenisch et al.
+2023; Fowl et al., ICLR 2022) gives rows back. A site that verifies paths trains only from
+the network the request's ``init_seed`` draws (round 1) or from the FedAvg step the relayed,
+signed updates of every site lead to (:class:`fedstats.contract.paths.FedAvgPath`), and
+refuses anything else with rule ``path`` before reading a row.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import fedstats
+from fedstats.contract import codec
+from fedstats.deep import FederatedTrainer
+from fedstats.deep.training.server_optimizers import ServerOptimizer
+
+SITES = ("a", "b", "c")
+BOUNDS = {"x1": (-4.0, 4.0), "x2": (-4.0, 4.0)}
+
+
+def frame(n: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 2))
+    y = (rng.random(n) < 1 / (1 + np.exp(-(x[:, 0] - 0.5 * x[:, 1])))).astype(int)
+    return pd.DataFrame({"x1": x[:, 0], "x2": x[:, 1], "y": y})
+
+
+FRAMES = {site: frame(80 + 20 * i, 60 + i) for i, site in enumerate(SITES)}
+
+
+def trainer(**options) -> FederatedTrainer:
+    settings = dict(formula="y ~ x1 + x2", bounds=BOUNDS, rounds=3, local_steps=4, lr=0.2,
+                    batch_size=16, seed=11, progress=False)  # fmt: skip
+    settings.update(options)
+    return FederatedTrainer("mlp", {"hidden": [6]}, **settings)
+
+
+def recorded(frames, **options) -> tuple[fedstats.Federation, list[tuple[str, bytes]]]:
+    """A federation of verifying sites whose requests are recorded as sent."""
+    inner = fedstats.Federation.in_process(frames, **options)
+    sent: list[tuple[str, bytes]] = []
+
+    def transport(site: str):
+        def send(request: bytes) -> bytes:
+            sent.append((site, request))
+            return inner.silos[site].handle(request)
+
+        return send
+
+    fed = fedstats.Federation({s: transport(s) for s in frames})
+    fed.silos = inner.silos
+    fed.path_sites = inner.path_sites
+    return fed, sent
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "scaffold"])
+def test_honest_training_takes_the_same_steps_with_and_without_verification(algorithm):
+    options = {"algorithm": algorithm, "mu": 0.5 if algorithm == "fedprox" else 0.0}
+    plain = trainer(**options).fit(
+        fedstats.Federation.in_process(FRAMES, verified_paths=False), evaluation=False
+    )
+    fed = fedstats.Federation.in_process(FRAMES)
+    verified = trainer(**options).fit(fed, evaluation=False)
+    for got, want in zip(verified.weights, plain.weights, strict=True):
+        np.testing.assert_array_equal(got, want)
+    rounds = [r for r in fed.inventory.records() if r.task == "deep.train"]
+    assert len(rounds) == 3 * len(SITES) and all(r.path == "verified" for r in rounds)
+
+
+def test_a_crafted_global_model_is_refused_through_the_public_api(monkeypatch):
+    """A coordinator whose server step scales the global network (a trap model) after round 1:
+    every site refuses round 2, rule ``path``; so does round 1 with weights of its own."""
+    honest_step = ServerOptimizer.step
+
+    def crafted(self, weights, update):
+        return (honest_step(self, weights, update) * 1000).astype(np.float32)
+
+    monkeypatch.setattr(ServerOptimizer, "step", crafted)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        trainer().fit(fedstats.Federation.in_process(FRAMES), evaluation=False)
+    assert refused.value.rule == "path"
+    monkeypatch.setattr(ServerOptimizer, "step", honest_step)
+    start = [np.full_like(w, 0.5) for w in trainer(rounds=1).fit(
+        fedstats.Federation.in_process(FRAMES, verified_paths=False), evaluation=False).weights]
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        trainer().fit(fedstats.Federation.in_process(FRAMES), initial_weights=start,
+                      evaluation=False)  # fmt: skip
+    assert refused.value.rule == "path"
+    answered = trainer(rounds=1).fit(  # sites that do not verify take given initial weights
+        fedstats.Federation.in_process(FRAMES, verified_paths=False), initial_weights=start,
+        evaluation=False,
+    )  # fmt: skip
+    assert answered.weights
+
+
+def test_a_shifted_network_or_another_seed_is_refused_through_raw_requests():
+    """Round 2's request replayed with one weight moved by 1e-3, or round 1's with another
+    ``init_seed`` (or weights drawn from another seed): refused, rule ``path``; replayed as
+    sent, each is answered."""
+    fed, sent = recorded(FRAMES)
+    trainer(rounds=2).fit(fed, evaluation=False)
+    train = [(s, r) for s, r in sent if codec.decode(r)["task"] == "deep.train"]
+    silo = fed.silos["a"]
+
+    def ask(message: dict) -> dict:
+        return codec.decode(silo.handle(codec.encode(message)))
+
+    first, second = (codec.decode(r) for s, r in train if s == "a")
+    assert ask(second)["status"] == "ok"
+    shifted = {**second, "args": {**second["args"]}}
+    weights = [w.copy() for w in second["args"]["weights"]]
+    weights[0].flat[0] += 1e-3
+    shifted["args"]["weights"] = weights
+    reply = ask(shifted)
+    assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
+    assert ask(first)["status"] == "ok"
+    reseeded = {**first, "args": {**first["args"], "init_seed": first["args"]["init_seed"] + 1}}
+    reply = ask(reseeded)
+    assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
