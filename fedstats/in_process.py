@@ -23,7 +23,7 @@ import accounting
 from fedstats.errors import StudyConfigurationError
 from fedstats.models import federation as coordinator
 from fedstats.models.federation import check_fingerprints
-from fedstats.secagg.roster import in_process_pins
+from fedstats.secagg.roster import in_process_pins, joined_pins
 from fedstats.site.disclosure import DisclosurePolicy
 from fedstats.site.protocol import Protocol
 from fedstats.site.silo import Silo
@@ -49,6 +49,7 @@ class Federation(coordinator.Federation):
         protocols: Mapping[str, Protocol] | None = None,
         verified_paths: bool = True,
         trusts_client_level: bool = False,
+        keys_of: coordinator.Federation | None = None,
     ) -> Federation:
         """All sites in this process, each behind its own :class:`Silo` and the codec.
 
@@ -64,6 +65,11 @@ class Federation(coordinator.Federation):
         coordinator choose the coefficients of exact requests (tests of other rules only).
         ``trusts_client_level``: the sites still answer client-level private fits, whose
         coefficients carry the coordinator's noise (:class:`fedstats.site.silo.Silo`).
+        ``keys_of``: another in-process federation of the same study (e.g. the training
+        sites, for sites holding held-out rows): its sites' keys join the roster every site
+        pins, and a site of the same name signs with that site's key, so these sites can check
+        the signed replies of its fits (a trained network's evaluation,
+        :mod:`fedstats.site.verified_paths`).
         """
         if not isinstance(frames, Mapping) or not frames:
             raise StudyConfigurationError(
@@ -84,6 +90,11 @@ class Federation(coordinator.Federation):
         # The sites are the frames in hand: each pins the others' keys, so no session can
         # name an invented site (fedstats.secagg.roster).
         pins = in_process_pins(list(frames))
+        if keys_of is not None:
+            pins = joined_pins(
+                pins,
+                {n: s.pin for n, s in getattr(keys_of, "silos", {}).items() if s.pin is not None},
+            )
         silos = {
             name: Silo(
                 name,

@@ -52,6 +52,16 @@ class RelayedEvaluation:
     derive: Callable[[Mapping[str, Any]], tuple[np.ndarray, ...]]
 
 
+TRAINED_EVALUATIONS: dict[str, str] = {"deep.evaluate": "deep.train"}
+"""Evaluations of a trained network, answered at a site that verifies paths only at the network
+the training path's last round leads to: the request relays that round's signed replies and the
+training request they answer (``training``), and the site re-derives the step
+(:class:`fedstats.contract.paths.FedAvgPath`)."""
+
+TRAINING_KEY = "training"
+"""The argument of an evaluation's ``path`` carrying the training request's arguments but its
+point (what the relayed replies were signed over)."""
+
 RELAYED_EVALUATIONS: dict[str, RelayedEvaluation] = {
     "fine_gray.robust": RelayedEvaluation(
         of="fine_gray.grid_summaries",

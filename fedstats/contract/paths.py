@@ -520,12 +520,12 @@ class Evaluated:
         return bool(np.array_equal(self.beta, self.base))
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "beta": self.beta,
-            "round": self.round,
-            "base": self.base,
-            "replies": {s: r.to_wire() for s, r in sorted(self.replies.items())},
-        }
+        """The wire form; a base is sent only when it is not the point itself."""
+        wire: dict[str, Any] = {"beta": self.beta, "round": self.round}
+        if not self.is_base:
+            wire["base"] = self.base
+        wire["replies"] = {s: r.to_wire() for s, r in sorted(self.replies.items())}
+        return wire
 
 
 @dataclass(frozen=True)
@@ -536,12 +536,14 @@ class PathRequest:
 
     sites: tuple[str, ...]
     round: int
-    base: np.ndarray
+    base: np.ndarray | None
     previous: Evaluated | None = None
     accepted: Evaluated | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"sites": list(self.sites), "round": self.round, "base": self.base}
+        wire: dict[str, Any] = {"sites": list(self.sites), "round": self.round}
+        if self.base is not None:  # None: the base is the point itself
+            wire["base"] = self.base
         if self.previous is not None:
             wire["previous"] = self.previous.to_wire()
         if self.accepted is not None:

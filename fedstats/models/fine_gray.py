@@ -254,7 +254,7 @@ class FineGray:
             relayed = {}
             if path.enabled and path.last is not None:  # the fit's last point, with its sums
                 relayed[PATH_KEY] = PathRequest(
-                    path.sites, path.round + 1, beta, previous=path.last
+                    path.sites, path.round + 1, None, previous=path.last
                 ).to_wire()
             meat = request(beta, G, beta, ROBUST_TASK, hazard=hazard, means=means, **relayed)[
                 "meat"

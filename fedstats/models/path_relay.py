@@ -44,7 +44,9 @@ class PathRelay:
         accepted = None
         if self.last is not None and not self.last.is_base:
             accepted = self._answered.get(point_digest(self.last.base))
-        path = PathRequest(self.sites, self.round, np.array(base, dtype=np.float64),
+        own = np.array_equal(beta, base)  # a base of its own: not sent twice
+        path = PathRequest(self.sites, self.round,
+                           None if own else np.array(base, dtype=np.float64),
                            previous=self.last, accepted=accepted)  # fmt: skip
         return {**args, PATH_KEY: path.to_wire()}
 

@@ -231,6 +231,21 @@ def in_process_pins(sites: Sequence[str]) -> dict[str, RosterPin]:
     }
 
 
+def joined_pins(
+    own: Mapping[str, RosterPin], study: Mapping[str, RosterPin]
+) -> dict[str, RosterPin]:
+    """``own`` sites pinned together with ``study``'s, as one study's roster: a site named in
+    ``study`` keeps that site's signing key (the same hospital, e.g. its held-out rows), every
+    site pins every site's public key."""
+    keys = {name: study.get(name, pin).signing_key for name, pin in own.items()}
+    public = {name: pin.sites[name] for name, pin in study.items()}
+    public |= {name: key.public_key() for name, key in keys.items()}
+    return {
+        name: RosterPin(site=name, sites=public, signing_key=keys[name], source="in-process")
+        for name in own
+    }
+
+
 def _read_private_key(path: Path) -> PrivateKey:
     try:
         raw = path.read_bytes()

@@ -182,6 +182,11 @@ class Silo:
         return f"Silo({self.name!r}, {len(self._context.frame)} patients, {self.policy})"
 
     @property
+    def pin(self) -> RosterPin | None:
+        """The site's pinned roster and signing key (``None`` when not pinned)."""
+        return self._context.secure_aggregation
+
+    @property
     def verifies_paths(self) -> bool:
         """Whether this site answers exact iterative fits only on verified paths."""
         return self._context.verified_paths

@@ -33,7 +33,12 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts
-from fedstats.contract.path_rules import PATH_RULES, RELAYED_EVALUATIONS
+from fedstats.contract.path_rules import (
+    PATH_RULES,
+    RELAYED_EVALUATIONS,
+    TRAINED_EVALUATIONS,
+    TRAINING_KEY,
+)
 from fedstats.contract.paths import (
     CLIENT_LEVEL_KEY,
     MAX_ROUND,
@@ -70,7 +75,7 @@ def audited(task: str, args: dict[str, Any]) -> bool:
     relayed); answers on a path say so themselves (their replies are signed)."""
     if args.get("dp") is not None:
         return False
-    return is_evaluation(task, args) or task in RELAYED_EVALUATIONS
+    return is_evaluation(task, args) or task in RELAYED_EVALUATIONS or task in TRAINED_EVALUATIONS
 
 
 REMEMBERED_POINTS = 100_000
@@ -113,6 +118,9 @@ def verified_point(
     if ctx.verified_paths and task in RELAYED_EVALUATIONS:
         _check_relayed_evaluation(ctx, task, args, pin)
         return None
+    if ctx.verified_paths and task in TRAINED_EVALUATIONS:
+        _check_trained_evaluation(ctx, task, args, pin)
+        return None
     if ctx.verified_paths and is_evaluation(task, args):
         _check_evaluated_point(ctx, task, args)
         return None
@@ -124,14 +132,18 @@ def verified_point(
     if not isinstance(path, dict):
         raise _refused(ctx, task, "an exact request of this fit must carry its path")
     beta = _point(ctx, task, rule.point(args), None, "the path's point")
-    base = _point(ctx, task, path.get("base"), beta.shape, "the point's base")
+    base = (
+        beta
+        if "base" not in path  # a base of its own
+        else _point(ctx, task, path.get("base"), beta.shape, "the point's base")
+    )
     sites = _sites(ctx, task, path.get("sites"), pin)
     round_ = path.get("round")
     if type(round_) is not int or not 1 <= round_ <= MAX_ROUND:
         raise _refused(ctx, task, f"the path's round must be an integer from 1 to {MAX_ROUND}")
     point = PathPoint(task, request_digest(args), sites, round_, beta, base)
     if round_ == 1:
-        if set(path) != {"sites", "round", "base"} or not (
+        if set(path) - {"base"} != {"sites", "round"} or not (
             np.array_equal(base, beta)
             and (
                 rule.seeded_start  # the site's deep task rebuilds the seeded network first
@@ -261,7 +273,7 @@ def _after_prelude(
     """Round 2 of a Fine–Gray path: at the start again, with the censoring curve the relayed
     round-1 counts give (each reply signed over round 1's request, every weight 1)."""
     censoring = args.get("censoring")
-    if set(path) != {"sites", "round", "base", "previous"} or not (
+    if set(path) - {"base"} != {"sites", "round", "previous"} or not (
         isinstance(censoring, np.ndarray) and censoring.ndim == 1
     ):
         raise _refused(ctx, task, "round 2 of a Fine-Gray path relays round 1's replies")
@@ -298,7 +310,7 @@ def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
     those the summed replies give (:data:`fedstats.contract.path_rules.RELAYED_EVALUATIONS`)."""
     evaluation = RELAYED_EVALUATIONS[task]
     path = args.get(PATH_KEY)
-    if not (isinstance(path, dict) and set(path) == {"sites", "round", "base", "previous"}):
+    if not (isinstance(path, dict) and set(path) - {"base"} == {"sites", "round", "previous"}):
         raise _refused(ctx, task, "an evaluation of a fit relays the fit's last point")
     beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
     sites = _sites(ctx, task, path.get("sites"), pin)
@@ -326,6 +338,63 @@ def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
         )
 
 
+def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
+    """An evaluation of a trained network at the network the training path's last round
+    leads to (:data:`fedstats.contract.path_rules.TRAINED_EVALUATIONS`): the relayed round's
+    signatures are checked over the relayed training request, and the FedAvg step from its
+    replies must give the weights evaluated."""
+    training_task = TRAINED_EVALUATIONS[task]
+    rule = PATH_RULES[training_task]
+    path = args.get(PATH_KEY)
+    if not (
+        isinstance(path, dict)
+        and set(path) - {"base"} == {"sites", "round", "previous", TRAINING_KEY}
+        and isinstance(path[TRAINING_KEY], dict)
+    ):
+        raise _refused(
+            ctx, task, "a trained network is evaluated only with its training's last round relayed"
+        )
+    training = path[TRAINING_KEY]
+    weights = rule.point({"weights": args.get("weights")})
+    evaluated = _point(ctx, task, weights, None, "the evaluated network")
+    sites = _sites(ctx, task, path.get("sites"), pin, member=False)
+    round_ = path.get("round")
+    if type(round_) is not int or not 2 <= round_ <= MAX_ROUND:
+        raise _refused(ctx, task, "the evaluation's round must follow its training's")
+    relayed = path["previous"].get("replies") if isinstance(path["previous"], dict) else None
+    if ctx.name not in sites and not (
+        isinstance(relayed, dict)
+        and all(isinstance(r, dict) and r.get("verified") is True for r in relayed.values())
+    ):
+        raise _refused(
+            ctx, task, "a network trained elsewhere is evaluated only when every site verified it"
+        )
+    previous = path["previous"]
+    last_point = _point(
+        ctx,
+        task,
+        previous.get("beta") if isinstance(previous, dict) else None,
+        None,
+        "the training's last point",
+    )
+    point = PathPoint(training_task, request_digest(training), sites, round_, last_point,
+                      last_point)  # fmt: skip
+    last = _evaluated(ctx, task, path["previous"], point, pin)
+    if not np.array_equal(last["beta"], last_point):
+        raise _refused(ctx, task, "the relayed round is not the training's last point")
+    try:
+        derived = rule.next_point(last["beta"], last["replies"], training)
+        agrees = derived is not None and rule.close(
+            evaluated, derived[0][: len(evaluated)], derived[1]
+        )
+    except (KeyError, ValueError, TypeError, IndexError):
+        agrees = False
+    if not agrees:
+        raise _refused(
+            ctx, task, "the network is not the one the relayed last round of training leads to"
+        )
+
+
 def _evaluated(
     ctx: SiteContext,
     task: str,
@@ -337,10 +406,14 @@ def _evaluated(
     """A relayed evaluated point (:class:`fedstats.contract.paths.Evaluated`), every reply
     checked against its site's pinned key (signed over ``request``, by default the point's
     own); this site's own reply must say it verified."""
-    if not (isinstance(wire, dict) and set(wire) == {"beta", "round", "base", "replies"}):
+    if not (isinstance(wire, dict) and set(wire) - {"base"} == {"beta", "round", "replies"}):
         raise _refused(ctx, task, "a relayed point is malformed")
     beta = _point(ctx, task, wire["beta"], point.beta.shape, "a relayed point")
-    base = _point(ctx, task, wire["base"], point.beta.shape, "a relayed point's base")
+    base = (
+        beta
+        if "base" not in wire  # a base of its own
+        else _point(ctx, task, wire["base"], point.beta.shape, "a relayed point's base")
+    )
     at = wire["round"]
     if type(at) is not int or not 1 <= at < point.round:
         raise _refused(ctx, task, "a relayed point's round does not precede this one")
@@ -401,7 +474,8 @@ def _unverified(task: str, args: dict[str, Any], path: Any) -> PathPoint | None:
     if not isinstance(path, dict):
         return None
     sites, round_ = path.get("sites"), path.get("round")
-    beta, base = PATH_RULES[task].point(args), path.get("base")
+    beta = PATH_RULES[task].point(args)
+    base = path.get("base", beta)
     if not (
         isinstance(sites, list)
         and all(isinstance(s, str) for s in sites)
@@ -471,7 +545,9 @@ def signature(ctx: SiteContext, point: PathPoint, payload: dict[str, Any]) -> st
     )
 
 
-def _sites(ctx: SiteContext, task: str, sites: Any, pin: Any) -> tuple[str, ...]:
+def _sites(
+    ctx: SiteContext, task: str, sites: Any, pin: Any, *, member: bool = True
+) -> tuple[str, ...]:
     if not (
         isinstance(sites, list)
         and sites
@@ -479,7 +555,7 @@ def _sites(ctx: SiteContext, task: str, sites: Any, pin: Any) -> tuple[str, ...]
         and sites == sorted(set(sites))
     ):
         raise _refused(ctx, task, "the path's sites must be a sorted list of distinct names")
-    if ctx.name not in sites or any(s not in pin.sites for s in sites):
+    if (member and ctx.name not in sites) or any(s not in pin.sites for s in sites):
         raise _refused(ctx, task, "the path's sites must include this site and be on its roster")
     return tuple(sites)
 

@@ -86,8 +86,12 @@ def test_a_crafted_global_model_is_refused_through_the_public_api(monkeypatch):
         trainer().fit(fedstats.Federation.in_process(FRAMES), evaluation=False)
     assert refused.value.rule == "path"
     monkeypatch.setattr(ServerOptimizer, "step", honest_step)
-    start = [np.full_like(w, 0.5) for w in trainer(rounds=1).fit(
-        fedstats.Federation.in_process(FRAMES, verified_paths=False), evaluation=False).weights]
+    start = [
+        np.full_like(w, 0.5)
+        for w in trainer(rounds=1)
+        .fit(fedstats.Federation.in_process(FRAMES, verified_paths=False), evaluation=False)
+        .weights
+    ]
     with pytest.raises(fedstats.DisclosureError) as refused:
         trainer().fit(fedstats.Federation.in_process(FRAMES), initial_weights=start,
                       evaluation=False)  # fmt: skip
@@ -122,4 +126,29 @@ def test_a_shifted_network_or_another_seed_is_refused_through_raw_requests():
     assert ask(first)["status"] == "ok"
     reseeded = {**first, "args": {**first["args"], "init_seed": first["args"]["init_seed"] + 1}}
     reply = ask(reseeded)
+    assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
+
+
+def test_a_network_is_evaluated_only_where_its_training_ended():
+    """``fit`` evaluates the final network with the last round relayed: answered. The same
+    network moved by 1e-3, or any network without its training's last round (the public
+    ``evaluate``), is refused by sites that verify paths, rule ``path``."""
+    fed = fedstats.Federation.in_process(FRAMES)
+    model = trainer(algorithm="scaffold")
+    result = model.fit(fed)
+    assert result.evaluation is not None
+    evaluations = [r for r in fed.inventory.records() if r.task == "deep.evaluate"]
+    assert evaluations and all(r.status == "ok" for r in evaluations)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        model.evaluate(fed, result.weights)
+    assert refused.value.rule == "path"
+    fed2, sent = recorded(FRAMES)
+    model.fit(fed2)
+    (site, request) = next((s, r) for s, r in sent if codec.decode(r)["task"] == "deep.evaluate")
+    message = codec.decode(request)
+    assert codec.decode(fed2.silos[site].handle(request))["status"] == "ok"
+    weights = [w.copy() for w in message["args"]["weights"]]
+    weights[-1].flat[0] += 1e-3
+    moved = {**message, "args": {**message["args"], "weights": weights}}
+    reply = codec.decode(fed2.silos[site].handle(codec.encode(moved)))
     assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"

@@ -69,6 +69,8 @@ class TrainingState:
     sessions: list[SecureSum] = field(default_factory=list)
     init_seed: int | None = None
     """The seed the initial network was drawn from (``None`` for given initial weights)."""
+    last_args: dict[str, Any] = field(default_factory=dict)
+    """The last round's ``deep.train`` arguments (an evaluation relays them with its path)."""
 
     def point(self) -> np.ndarray:
         """The round's point on an exact training path: the flat weights, SCAFFOLD's control

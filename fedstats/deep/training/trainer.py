@@ -59,7 +59,8 @@ from fedstats.contract.design import (
     survival_outcome,
 )
 from fedstats.contract.dp_request import DpRequest
-from fedstats.contract.paths import CLIENT_LEVEL_KEY
+from fedstats.contract.path_rules import TRAINING_KEY
+from fedstats.contract.paths import CLIENT_LEVEL_KEY, PATH_KEY, POINT_ARGUMENTS, PathRequest
 from fedstats.deep.shared.losses import BINARY, SURVIVAL
 from fedstats.deep.shared.models import build_model
 from fedstats.deep.shared.weights import checked_arrays, flatten, parameter_arrays, unflatten
@@ -240,6 +241,9 @@ class FederatedTrainer:
         the trainer's ``seed``), which sites that verify paths rebuild and check;
         ``initial_weights`` (float arrays in ``state_dict`` order) replace it, and such sites
         refuse them (a global model the coordinator chose is what they guard against).
+        Sites that verify paths evaluate only the network their exact training ended at: by
+        default a training they cannot re-derive (private, sampled, secure, or with another
+        aggregator) is not evaluated, and its notes say so.
 
         ``privacy``: :class:`~fedstats.RecordDP` (DP-SGD at every site, charged to each
         site's ledger), :class:`~fedstats.models.client_dp.DPFedAvg` (client-level DP-FedAvg at the
@@ -282,10 +286,21 @@ class FederatedTrainer:
                 bar.set_postfix(loss=f"{loss:.4f}")
         final = unflatten(state.weights, state.shapes)
         evaluated = None
-        if evaluation is not False:
+        unverifiable = evaluation is True and not path.enabled and bool(federation.path_sites)
+        if evaluation is not False and not unverifiable:
             target = federation if evaluation is True else evaluation
+            evidence = None
+            if path.enabled and path.last is not None:
+                # the sites re-derive the final network from the last round's signed replies
+                evidence = {
+                    **PathRequest(path.sites, path.round + 1, None,
+                                  previous=path.last).to_wire(),
+                    TRAINING_KEY: {k: v for k, v in state.last_args.items()
+                                   if k not in POINT_ARGUMENTS},
+                }  # fmt: skip
             evaluated = self.evaluate(target, final, spec_wire=run.spec.to_wire(),
-                                      scaling=run.scaling, analysis=run.analysis)  # fmt: skip
+                                      scaling=run.scaling, analysis=run.analysis,
+                                      path=evidence)  # fmt: skip
         account = self._account(run, record, state)
         return DeepModelResults(
             model=self.model,
@@ -300,7 +315,17 @@ class FederatedTrainer:
                 federation, run.analysis, run.agreement.counts, self.plan.rounds, started
             ),
             privacy=account,
-            notes=self._notes(run, account),
+            notes=self._notes(run, account)
+            + (
+                [
+                    "not evaluated: sites that verify paths evaluate only a network an exact "
+                    "training of theirs ended at (this one's rounds were private, sampled, "
+                    "secure or combined by another rule); pass evaluation= sites that do not "
+                    "verify paths to evaluate it"
+                ]
+                if unverifiable
+                else []
+            ),
             dp_schedule=run.schedule,
             design=run.spec,
             dp_steps=(
@@ -467,6 +492,7 @@ class FederatedTrainer:
         weights ``w_k``, or released by DP-FedAvg (clipped, charged, then noised). An exact
         round of every site relays the last round's signed replies (``path``)."""
         point = state.point()
+        state.last_args = dict(args)
         if run.client is not None:
             args = {**args, CLIENT_LEVEL_KEY: True}
         elif path.enabled and part is run.federation:
@@ -546,11 +572,14 @@ class FederatedTrainer:
         spec_wire: dict | None = None,
         scaling: np.ndarray | None = None,
         analysis: str | None = None,
+        path: dict | None = None,
     ) -> Evaluation:
         """Per-site and pooled performance of ``weights`` on ``federation``'s rows.
 
         Without ``spec_wire``/``scaling`` the design is agreed with these sites
-        first (the same formula, levels and bounds).
+        first (the same formula, levels and bounds). Sites that verify paths evaluate only
+        the network a training of theirs ends at, shown by ``path`` (the training's last
+        round, relayed: :meth:`fit` sends it); other weights are refused (rule ``path``).
         """
         analysis = analysis or federation.new_analysis("deep-evaluate")
         if spec_wire is None or scaling is None:
@@ -561,12 +590,11 @@ class FederatedTrainer:
             scaling = feature_scaling(
                 agreement.layout, agreement.spec.columns, self.bounds, federation.sites
             )
-        replies = federation.request(
-            EVALUATE_TASK,
-            {"design": spec_wire, "scaling": scaling, "model": self.model,
-             "hyper": dict(self.hyper), "weights": list(weights)},
-            analysis=analysis,
-        )  # fmt: skip
+        args = {"design": spec_wire, "scaling": scaling, "model": self.model,
+                "hyper": dict(self.hyper), "weights": list(weights)}  # fmt: skip
+        if path is not None:
+            args[PATH_KEY] = path
+        replies = federation.request(EVALUATE_TASK, args, analysis=analysis)
         table = combine_binary(replies) if self.kind == BINARY else combine_survival(replies)
         return Evaluation(table=table, kind=self.kind)
 
