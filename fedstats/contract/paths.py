@@ -53,6 +53,10 @@ MAX_ROUND = 10_000
 PATH_KEY = "path"
 """The request argument carrying a fit's path (:class:`PathRequest` on the wire)."""
 
+FIT_KEY = "fit"
+"""The argument of an evaluation's ``path`` naming the fit it evaluates: the task of the fit's
+rounds and their arguments but the point (what the relayed replies were signed over)."""
+
 CLIENT_LEVEL_KEY = "client_level"
 """A request argument (``true``) marking a round of a client-level private fit that carries no
 clipping of its own (DP-FedAvg: the coordinator clips and noises the updates): answered off

@@ -56,13 +56,14 @@ from fedstats.contract.newton import (
     damped_newton,
     inverse_information,
 )
+from fedstats.contract.paths import PATH_KEY
 from fedstats.contract.tasks.cox import CONCORDANCE_TASK, GRID_TASK, ROBUST_TASK
 from fedstats.cox_math import TIES, GridSums, WeightedGridSums, grid_partial_likelihood
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import time_grid
-from fedstats.models.path_relay import PathRelay
+from fedstats.models.path_relay import PathRelay, fit_evidence
 from fedstats.models.privacy import RecordDP
 from fedstats.models.results import CoxPHResults, Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
@@ -320,7 +321,7 @@ class CoxPH:
         if secure_aggregation is not None:
             notes.append(secure_note(secure_aggregation, len(federation.sites)))
         provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
-        return CoxPHResults(
+        result = CoxPHResults(
             names=names,
             params=beta,
             cov=cov,
@@ -337,6 +338,8 @@ class CoxPH:
             events_used=events_used,
             utility_warnings=problems,
         )
+        result.path_evidence = fit_evidence(last.get("path"), last.get("request"), beta)
+        return result
 
     def _evaluator(
         self,
@@ -353,6 +356,7 @@ class CoxPH:
         ridge, which the sites' path rule applies as this fit does."""
         p = len(design["columns"])
         path = PathRelay(federation, enabled=secure_aggregation is None)
+        last["path"] = path
 
         def evaluate(
             beta: np.ndarray, base: np.ndarray
@@ -360,13 +364,15 @@ class CoxPH:
             """Penalised objective, its score and information, and the log partial likelihood."""
             if self.pooled:
                 sums, last["truncated"] = self._grid_sums(
-                    federation, design, beta, analysis, secure_aggregation, path, base, ridge
-                )
+                    federation, design, beta, analysis, secure_aggregation, path, base, ridge,
+                    last,
+                )  # fmt: skip
                 last["sums"] = sums
                 result = grid_partial_likelihood(sums, beta, self.ties)
                 loglik, score, information = result.loglik, result.score, result.information
             else:
                 args = {"design": design, "beta": beta, "ties": self.ties, "ridge": ridge}
+                last["request"] = ("cox.summaries", args)
                 sums = summed_replies(
                     federation,
                     "cox.summaries",
@@ -440,6 +446,7 @@ class CoxPH:
         path: PathRelay,
         base: np.ndarray,
         ridge: float,
+        last: dict[str, Any],
     ) -> tuple[GridSums, dict[str, int]]:
         """The sites' grid sums, totalled, and how many patients each censored early.
 
@@ -448,6 +455,7 @@ class CoxPH:
         """
         args = {"design": design, "beta": beta, "grid": self.grid, "ties": self.ties,
                 "ridge": ridge}  # fmt: skip
+        last["request"] = (GRID_TASK, args)
         fields = WeightedGridSums.__dataclass_fields__
         if secure is not None:
             total = summed_replies(federation, GRID_TASK, args, analysis=analysis, secure=secure)
@@ -477,10 +485,11 @@ def concordance_index(result: CoxPHResults, federation: Federation) -> float:
             "Harrell's C compares patients' follow-up times, one row each; it is not offered for "
             f"{result.design['outcome']}, whose patients may have several rows"
         )
+    args = {"design": result.design, "beta": result.params.to_numpy()}
+    if getattr(result, "path_evidence", None) is not None:
+        args[PATH_KEY] = result.path_evidence  # held-out sites check the fit's last point
     replies = federation.request(
-        CONCORDANCE_TASK,
-        {"design": result.design, "beta": result.params.to_numpy()},
-        analysis=federation.new_analysis("concordance"),
+        CONCORDANCE_TASK, args, analysis=federation.new_analysis("concordance")
     )
     concordant = sum(r["concordant"] for r in replies.values())
     tied = sum(r["tied"] for r in replies.values())

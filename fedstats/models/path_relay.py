@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.contract.paths import PATH_KEY, Evaluated, PathRequest, point_digest
+from fedstats.contract.paths import (
+    FIT_KEY,
+    PATH_KEY,
+    POINT_ARGUMENTS,
+    Evaluated,
+    PathRequest,
+    point_digest,
+)
 from fedstats.models.federation import Federation
 
 
@@ -62,3 +69,24 @@ class PathRelay:
                           np.array(base, dtype=np.float64), replies)  # fmt: skip
         self.last = point
         self._answered[point_digest(point.beta)] = point
+
+
+def fit_evidence(
+    path: PathRelay | None, request: tuple[str, dict[str, Any]] | None, beta: np.ndarray
+) -> dict[str, Any] | None:
+    """What an evaluation of a fit ending at ``beta`` relays so that sites which did not keep
+    its points (held-out sites of the study) can check it: the fit's last point with every
+    site's signed reply there, and the task and arguments those replies answer (``None``
+    when the fit's sites signed nothing, or it did not end at an answered point)."""
+    if path is None or request is None or not path.enabled or path.last is None:
+        return None
+    if not np.array_equal(path.last.beta, np.asarray(beta, dtype=np.float64)):
+        return None
+    task, args = request
+    return {
+        **PathRequest(path.sites, path.round + 1, None, previous=path.last).to_wire(),
+        FIT_KEY: {
+            "task": task,
+            "args": {k: v for k, v in args.items() if k not in POINT_ARGUMENTS},
+        },
+    }

@@ -41,6 +41,7 @@ from fedstats.contract.path_rules import (
 )
 from fedstats.contract.paths import (
     CLIENT_LEVEL_KEY,
+    FIT_KEY,
     MAX_ROUND,
     PATH_KEY,
     TOLERANCE,
@@ -122,7 +123,10 @@ def verified_point(
         _check_trained_evaluation(ctx, task, args, pin)
         return None
     if ctx.verified_paths and is_evaluation(task, args):
-        _check_evaluated_point(ctx, task, args)
+        if PATH_KEY in args:  # the fit's last point, relayed (held-out sites keep no points)
+            _check_evidenced_evaluation(ctx, task, args, pin)
+        else:
+            _check_evaluated_point(ctx, task, args)
         return None
     if rule is None:
         return None
@@ -336,6 +340,45 @@ def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
         raise _refused(
             ctx, task, f"{', '.join(evaluation.derived)} are not those the relayed sums give"
         )
+
+
+def _check_evidenced_evaluation(
+    ctx: SiteContext, task: str, args: dict[str, Any], pin: Any
+) -> None:
+    """An evaluation of a fitted model at its last point, relayed with every site's signed
+    reply there and the fit's task and arguments: the signatures are checked over them (a
+    site outside the fit only when every site of the fit says it verified the point), and
+    the coefficients must be that point."""
+    path = args[PATH_KEY]
+    fit = path.get(FIT_KEY) if isinstance(path, dict) else None
+    if not (
+        isinstance(path, dict)
+        and set(path) - {"base"} == {"sites", "round", "previous", FIT_KEY}
+        and isinstance(fit, dict)
+        and set(fit) == {"task", "args"}
+        and fit["task"] in PATH_RULES
+        and isinstance(fit["args"], dict)
+    ):
+        raise _refused(ctx, task, "an evaluation relays its fit's last point and the fit")
+    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
+    sites = _sites(ctx, task, path.get("sites"), pin, member=False)
+    round_ = path.get("round")
+    if type(round_) is not int or not 2 <= round_ <= MAX_ROUND:
+        raise _refused(ctx, task, "the evaluation's round must follow its fit's")
+    relayed = path["previous"].get("replies") if isinstance(path["previous"], dict) else None
+    if ctx.name not in sites and not (
+        isinstance(relayed, dict)
+        and all(isinstance(r, dict) and r.get("verified") is True for r in relayed.values())
+    ):
+        raise _refused(
+            ctx, task, "a model fitted elsewhere is evaluated only when every site verified it"
+        )
+    if design_digest(fit["args"].get("design")) != design_digest(args.get("design")):
+        raise _refused(ctx, task, "the evaluated design is not the fit's")
+    point = PathPoint(fit["task"], request_digest(fit["args"]), sites, round_, beta, beta)
+    last = _evaluated(ctx, task, path["previous"], point, pin)
+    if not np.array_equal(last["beta"], beta):
+        raise _refused(ctx, task, "the coefficients are not the fit's relayed last point")
 
 
 def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:

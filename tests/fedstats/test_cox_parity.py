@@ -466,11 +466,10 @@ def test_tcga_brca_held_out_concordance():
             fedstats.Federation.in_process(part["train"], disclosure=SMALL_CELLS_ALLOWED)
         )
     assert refused.value.rule == "cross-cells"
-    fit = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(
-        fedstats.Federation.in_process(part["train"], disclosure=SMALL_CELLS_ALLOWED)
-    )
-    # sites of another federation never answered this fit's path: verifying sites refuse to
-    # evaluate it (its coefficients could be crafted); held-out sites that do not verify answer
+    training = fedstats.Federation.in_process(part["train"], disclosure=SMALL_CELLS_ALLOWED)
+    fit = fedstats.CoxPH("Surv(time, event) ~ " + " + ".join(covariates)).fit(training)
+    # held-out sites of another roster cannot check the fit's signed last point: refused;
+    # pinned with the study's keys, they check it and answer
     with pytest.raises(DisclosureError) as unverified:
         fedstats.concordance_index(
             fit, fedstats.Federation.in_process(part["test"], disclosure=SMALL_CELLS_ALLOWED)
@@ -479,7 +478,7 @@ def test_tcga_brca_held_out_concordance():
     held_out = fedstats.concordance_index(
         fit,
         fedstats.Federation.in_process(
-            part["test"], disclosure=SMALL_CELLS_ALLOWED, verified_paths=False
+            part["test"], disclosure=SMALL_CELLS_ALLOWED, keys_of=training
         ),
     )
     pooled = pd.concat(part["test"].values(), ignore_index=True)

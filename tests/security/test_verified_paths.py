@@ -882,3 +882,33 @@ def test_a_site_re_derives_every_answer_on_its_paths_from_its_own_records(frames
     changed = runner.invoke(app, ["site", "verify", "--config", str(configs["cleveland"])])
     assert changed.exit_code == 6
     assert "not the one the journal recorded" in changed.output
+
+
+def test_held_out_sites_evaluate_a_cox_fit_only_at_its_relayed_last_point(rossi):
+    """Held-out sites pinned with the study's keys check the fit's relayed, signed last point
+    and answer Harrell's C there; the same request at coefficients moved by 1e-6, or with the
+    relayed point's replies changed, is refused (rule ``path``)."""
+    from fedstats.models.cox import concordance_index
+
+    training = federation(rossi, disclosure=POOLED)
+    fit = fedstats.CoxPH(ROSSI).fit(training)
+    held_out_frames = {"h0": load_rossi().iloc[::3].reset_index(drop=True)}
+    held_out = fedstats.Federation.in_process(held_out_frames, disclosure=POOLED,
+                                              keys_of=training)  # fmt: skip
+    assert 0.5 < concordance_index(fit, held_out) < 1.0
+    moved = fit.params.to_numpy().copy()
+    moved[0] += 1e-6
+    args = {"design": fit.design, "beta": moved, PATH_KEY: fit.path_evidence}
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        held_out.request("cox.concordance", args, analysis="a")
+    assert refused.value.rule == "path"
+    evidence = {**fit.path_evidence, "previous": {**fit.path_evidence["previous"]}}
+    replies = dict(evidence["previous"]["replies"])
+    site = sorted(replies)[0]
+    changed = {**replies[site], "reply": {**replies[site]["reply"]}}
+    changed["reply"]["loglik"] = changed["reply"]["loglik"] + 1.0
+    evidence["previous"]["replies"] = {**replies, site: changed}
+    args = {"design": fit.design, "beta": fit.params.to_numpy(), PATH_KEY: evidence}
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        held_out.request("cox.concordance", args, analysis="a")
+    assert refused.value.rule == "path"
