@@ -111,6 +111,8 @@ def write_site(
             "\n[disclosure]\nverified_paths = true\n\n"
             f'[secure_aggregation]\nroster = "{roster}"\nsigning_key = "{signing_key}"\n'
         )
+    else:  # a test bench without the study's roster: the site says it does not verify
+        text += "\n[disclosure]\nverified_paths = false\n"
     path.write_text(text, encoding="utf-8")
     return path
 

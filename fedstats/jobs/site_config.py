@@ -92,10 +92,12 @@ class DisclosureSection(BaseModel):
     protocol_sha256: Annotated[str, Field(pattern=r"^[0-9a-fA-F]{64}$")] | None = None
     """The SHA-256 of the protocol text the privacy officer approved; a protocol file with
     another digest is refused (``fedstats site protocol`` prints it)."""
-    verified_paths: bool = False
+    verified_paths: bool = True
     """Answer an exact iterative fit only at points the site re-derives from the signed
-    replies of every site (:mod:`fedstats.site.verified_paths`); needs
-    ``[secure_aggregation]``'s roster and signing key, which sign and check the replies."""
+    replies of every site (:mod:`fedstats.site.verified_paths`; on by default); needs
+    ``[secure_aggregation]``'s roster and signing key, which sign and check the replies.
+    ``false`` lets the coordinator choose the coefficients of the site's exact answers: the
+    compliance report warns of it on page 1."""
 
     _paths = field_validator("protocol", mode="before")(resolve_path)
 
@@ -185,8 +187,12 @@ class SiteConfig(BaseModel):
     def _paths_need_keys(self) -> SiteConfig:
         if self.disclosure.verified_paths and self.secure_aggregation is None:
             raise ValueError(
-                "disclosure.verified_paths needs [secure_aggregation] roster and signing_key: "
-                "the replies a site checks are signed with the study's keys"
+                "disclosure.verified_paths (on by default) needs [secure_aggregation] roster "
+                "and signing_key: the replies a site checks are signed with the study's keys "
+                "(python -m fedstats.flower.study_pki roster writes the roster; the node key "
+                "signs). A site that lets the coordinator choose its exact answers' "
+                "coefficients says verified_paths = false, and the compliance report warns "
+                "of it on page 1"
             )
         return self
 

@@ -136,6 +136,8 @@ def site_frames() -> dict[str, pd.DataFrame]:
 
 ENROLMENT = "enrolment.toml"
 """The study's enrolment list (``study_pki enrol``), when the guide makes one."""
+ROSTER = "roster.toml"
+"""The study's roster of node keys (``study_pki roster``), which the sites pin."""
 
 
 def write_site_files(
@@ -156,6 +158,10 @@ def write_site_files(
     }
     if enrolled:
         config["coordinator"]["enrolment"] = str(site.root / ENROLMENT)
+    config["secure_aggregation"] = {  # verified paths, on by default, sign with the node key
+        "roster": str(site.root / ROSTER),
+        "signing_key": str(site.root / "node" / "node.key"),
+    }
     (site.root / "site.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
 
 
@@ -250,6 +256,8 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
                     shutil.copy(ca, site.root / "study-ca.crt")
                 if (ca.parent / ENROLMENT).exists():  # and the enrolment list
                     shutil.copy(ca.parent / ENROLMENT, site.root / ENROLMENT)
+                if (ca.parent / ROSTER).exists():  # and the roster
+                    shutil.copy(ca.parent / ROSTER, site.root / ROSTER)
                 for command in commands(text):
                     site.run(command)
 
@@ -263,6 +271,8 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
             assert abs(over_flower["params"][name] - value) <= 1e-8, name
         for site in sites.values():
             assert (site.root / "work" / "journal.jsonl").stat().st_size > 0
+        # every exact round lay on a verified path the sites can re-derive on their own
+        assert list((sites[SITES[0]].root / "work" / "paths").glob("*.request"))
         if enrolled:
             admitted = status["site_identity"]["sites"]
             assert sorted(admitted) == SITES and all(s["enrolled"] for s in admitted.values())

@@ -64,7 +64,7 @@ def site_toml(folder: Path, data: dict[str, Any], **coordinator: Any) -> Path:
         "site": {"name": "region_0", "workdir": str(folder / "work")},
         "data": data,
         "privacy": {"ledger": str(folder / "site.ledger")},
-        "disclosure": {"min_count": 10},
+        "disclosure": {"min_count": 10, "verified_paths": False},  # no roster: says so
         "coordinator": {"superlink": "127.0.0.1:1", "insecure": True, **coordinator},
     }
     path = folder / "site.toml"
@@ -197,7 +197,7 @@ def _base(folder: Path) -> dict[str, Any]:
         "site": {"name": "region_0", "workdir": str(folder / "work")},
         "data": {"frame": str(folder / "frame.parquet")},
         "privacy": {"ledger": str(folder / "site.ledger")},
-        "disclosure": {"min_count": 10},
+        "disclosure": {"min_count": 10, "verified_paths": False},  # no roster: says so
         "coordinator": {"superlink": "127.0.0.1:1", "insecure": True},
     }
 

@@ -428,6 +428,7 @@ def test_the_site_service_refuses_a_64_megabyte_header_before_it_is_parsed(tmp_p
         "site": {"name": "cleveland", "workdir": str(tmp_path / "work")},
         "data": {"frame": str(tmp_path / "frame.parquet")},
         "privacy": {"ledger": str(tmp_path / "site.ledger")},
+        "disclosure": {"verified_paths": False},  # no roster: the site says it does not verify
     }
     (tmp_path / "site.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
     service = SiteService(load_site_config(tmp_path / "site.toml"))

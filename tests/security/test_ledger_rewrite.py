@@ -115,7 +115,7 @@ def heart_site(folder: Path) -> Path:
         "site": {"name": SITE, "workdir": str(folder / "work")},
         "data": {"frame": str(folder / "frame.parquet")},
         "privacy": {"ledger": str(folder / "site.ledger")},
-        "disclosure": {"min_count": 10},
+        "disclosure": {"min_count": 10, "verified_paths": False},  # no roster: says so
         "coordinator": {"superlink": "127.0.0.1:1", "insecure": True},
     }
     path = folder / "site.toml"

@@ -474,9 +474,9 @@ def test_the_pooled_cox_grid_task_answers_only_on_its_path(rossi):
 
 
 def test_site_toml_switches_verified_paths_on_only_with_the_keys_that_sign(tmp_path):
-    """``[disclosure] verified_paths = true`` needs ``[secure_aggregation]``'s roster and
-    signing key (they sign and check the relayed replies): without them the configuration
-    is refused naming the field."""
+    """``[disclosure] verified_paths`` (true by default) needs ``[secure_aggregation]``'s
+    roster and signing key (they sign and check the relayed replies): without them the
+    configuration is refused naming the field, unless it says ``verified_paths = false``."""
     from fedstats.jobs.site_config import load_site_config
     from fedstats.toml_config import ConfigError
 
@@ -490,6 +490,12 @@ def test_site_toml_switches_verified_paths_on_only_with_the_keys_that_sign(tmp_p
         load_site_config(path)
     path.write_text(base + '[secure_aggregation]\nroster = "roster.toml"\nsigning_key = "key"\n')
     assert load_site_config(path).disclosure.verified_paths
+    default = base.replace("[disclosure]\nverified_paths = true\n", "")  # on by default
+    path.write_text(default)
+    with pytest.raises(ConfigError, match="verified_paths"):
+        load_site_config(path)
+    path.write_text(default + "[disclosure]\nverified_paths = false\n")  # said off
+    assert not load_site_config(path).disclosure.verified_paths
 
 
 # ------------------------------------------------------------------ hostile paths
