@@ -918,3 +918,26 @@ def test_held_out_sites_evaluate_a_cox_fit_only_at_its_relayed_last_point(rossi)
     with pytest.raises(fedstats.DisclosureError) as refused:
         held_out.request("cox.concordance", args, analysis="a")
     assert refused.value.rule == "path"
+
+
+def test_the_counting_process_cox_fit_is_on_its_path_and_crafted_points_are_refused(rossi):
+    """``Surv(start, stop, event)`` (delayed entry, time-varying covariates) fits with
+    ``cox.summaries`` on the same path rule: the honest fit gives the same numbers with and
+    without verification, and a huge coefficient after round 1 is refused."""
+    frames = {s: f.assign(start=0.0, stop=f["week"]) for s, f in rossi.items()}
+    formula = "Surv(start, stop, arrest) ~ fin + age + prio"
+    plain = fedstats.CoxPH(formula).fit(federation(frames, verified=False))
+    fed = federation(frames)
+    verified = fedstats.CoxPH(formula).fit(fed)
+    assert verified.iterations == plain.iterations
+    np.testing.assert_array_equal(verified.params, plain.params)
+    wire = fedstats.CoxPH(formula).agree(fed, "agree").spec.to_wire()
+    p = len(wire["columns"])
+    relay = PathRelay(fed)
+    zero, huge = np.zeros(p), np.zeros(p)
+    huge[wire["columns"].index("age")] = 1e3
+    args = {"design": wire, "ties": "efron", "ridge": 0.0}
+    fed.request("cox.summaries", relay.arguments({**args, "beta": zero}, zero, zero),
+                analysis="a")  # fmt: skip
+    relay.answered(zero, zero)
+    refused_by_path_on(fed, "cox.summaries", relay.arguments({**args, "beta": huge}, huge, zero))
