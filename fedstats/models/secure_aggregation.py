@@ -35,7 +35,13 @@ import numpy as np
 
 from fedstats.contract import secure_aggregation as wire
 from fedstats.contract.dp_request import DP_REPLY_FIELDS
-from fedstats.errors import FedstatsError, InvalidReplyError, SecureAggregationAborted
+from fedstats.contract.path_rules import PATH_RULES
+from fedstats.errors import (
+    FedstatsError,
+    InvalidReplyError,
+    SecureAggregationAborted,
+    StudyConfigurationError,
+)
 from fedstats.secagg import crypto, ring, shamir
 
 if TYPE_CHECKING:  # the coordinator passes its federation; this module needs no import of it
@@ -98,7 +104,18 @@ def secure_sum(
     analysis: str,
     options: SecureAggregation,
 ) -> SecureSum:
-    """The sum over sites of ``task``'s reply to ``args``, by one secure-aggregation session."""
+    """The sum over sites of ``task``'s reply to ``args``, by one secure-aggregation session.
+
+    An exact round of an iterative fit is refused before anything is sent when a site of the
+    federation verifies paths: it could not re-derive the next point from masked replies
+    (:mod:`fedstats.site.verified_paths`), and would refuse the round."""
+    verifying = sorted(federation.path_sites or ())
+    if task in PATH_RULES and args.get("dp") is None and verifying:
+        raise StudyConfigurationError(
+            f"sites {verifying} verify paths: an exact {task} round cannot be re-derived from "
+            "masked replies, so it is not asked inside secure aggregation; fit in the clear "
+            "(each site checks every step) or privately (RecordDP) with secure aggregation"
+        )
     sites = list(federation.sites)
     threshold = options.threshold_for(len(sites))
     session = secrets.token_hex(16)

@@ -19,10 +19,11 @@ take.
 Switched on per site (``Silo(verified_paths=True)``, which needs the pinned
 roster and signing key of :class:`~fedstats.secagg.roster.RosterPin`); a site with a
 pinned key that does not verify still signs its replies, so a fit can cross sites of
-both kinds (each verifying site checks its own signature at the previous point). Not
-yet covered: requests inside secure aggregation (their replies are masked,
-so no site can re-derive the step from them), private requests (their noise
-is charged, and their points need no derivation), and tasks without a rule.
+both kinds (each verifying site checks its own signature at the previous point). A
+verifying site refuses exact requests of these tasks inside secure aggregation (their
+replies are masked, so no site can re-derive the step from them); private requests are
+answered off any path (their noise is charged, whatever the point), and so are tasks
+without a rule.
 """
 
 from __future__ import annotations
@@ -110,7 +111,17 @@ def verified_point(
     """
     rule = PATH_RULES.get(task)
     pin = ctx.secure_aggregation
-    if pin is None or args.get("dp") is not None or secure:
+    if pin is None or args.get("dp") is not None:
+        return None
+    if secure:
+        if ctx.verified_paths and (rule is not None or audited(task, args)):
+            raise _refused(
+                ctx,
+                task,
+                "an exact round inside secure aggregation cannot be re-derived from masked "
+                "replies: this site answers exact iterative fits and their evaluations in the "
+                "clear on verified paths, or privately (with dp) inside secure aggregation",
+            )
         return None
     if ctx.trusts_client_level and (
         args.get("clip") is not None or args.get(CLIENT_LEVEL_KEY) is True

@@ -941,3 +941,26 @@ def test_the_counting_process_cox_fit_is_on_its_path_and_crafted_points_are_refu
                 analysis="a")  # fmt: skip
     relay.answered(zero, zero)
     refused_by_path_on(fed, "cox.summaries", relay.arguments({**args, "beta": huge}, huge, zero))
+
+
+def test_an_exact_fit_over_secure_aggregation_is_refused_by_verifying_sites(frames):
+    """Masked replies hide each site's sums, so no site could re-derive the next point from
+    them: the coordinator does not ask an exact round inside secure aggregation of sites that
+    verify paths, and a site asked anyway (a raw masked request) refuses it, rule ``path``;
+    sites that do not verify still answer it."""
+    from fedstats.models.secure_aggregation import secure_sum
+
+    fed = federation(frames)
+    with pytest.raises(fedstats.StudyConfigurationError, match="verify paths"):
+        MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    fed.path_sites = set()  # a coordinator that does not look asks anyway: the sites refuse
+    wire = design(fed)
+    args = {"design": wire, "beta": np.zeros(len(wire["columns"]))}
+    with pytest.raises(fedstats.FedstatsError) as refused:
+        secure_sum(fed, "logistic.summaries", args, analysis="s",
+                   options=fedstats.SecureAggregation())  # fmt: skip
+    assert "re-derived from masked" in str(refused.value)
+    open_fed = federation(frames, verified=False)
+    plain = MODEL.fit(open_fed)
+    hidden = MODEL.fit(open_fed, secure_aggregation=fedstats.SecureAggregation())
+    np.testing.assert_allclose(hidden.params, plain.params, atol=1e-6)
