@@ -74,6 +74,28 @@ class OptionalSpecs:
     extra: str
 
 
+def imported_family(
+    module: str, names: tuple[str, ...], extra: str, asked: str, listed: str
+) -> dict[str, Any]:
+    """The tasks an extra's ``module`` lists under ``listed`` (each with a ``name``), by name,
+    which must be exactly ``names``. Raises
+    :class:`~fedstats.errors.ExtraNotInstalledError` (no site named) when the extra that
+    ``asked`` belongs to is not installed; a missing fedstats module is a bug and raises."""
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as error:
+        missing = getattr(error, "name", None) or ""
+        if missing.split(".")[0] == "fedstats":
+            raise
+        raise ExtraNotInstalledError(site=None, task=asked, extra=extra) from error
+    defined = {item.name: item for item in getattr(imported, listed)}
+    if set(defined) != set(names):
+        raise StudyConfigurationError(
+            f"{module} defines tasks {sorted(defined)}, not {sorted(names)}"
+        )
+    return defined
+
+
 class TaskCatalogue:
     """The task specs of a wire, by name; those of an extra are imported on first use."""
 
@@ -101,18 +123,7 @@ class TaskCatalogue:
         """
         if name not in self._specs and name in self._optional:
             family = self._optional[name]
-            try:
-                module = importlib.import_module(family.module)
-            except ImportError as error:
-                missing = getattr(error, "name", None) or ""
-                if missing.split(".")[0] == "fedstats":
-                    raise
-                raise ExtraNotInstalledError(site=None, task=name, extra=family.extra) from error
-            defined = {spec.name: spec for spec in module.TASK_SPECS}
-            if set(defined) != set(family.names):
-                raise StudyConfigurationError(
-                    f"{family.module} specifies tasks {sorted(defined)}, not {sorted(family.names)}"
-                )
+            defined = imported_family(family.module, family.names, family.extra, name, "TASK_SPECS")
             for each in family.names:
                 self._optional.pop(each)
                 self._add(defined[each])

@@ -23,7 +23,7 @@ from typing import Any
 import pandas as pd
 
 from fedstats.contract import codec
-from fedstats.contract.paths import point_digest, statement
+from fedstats.contract.paths import point_digest
 from fedstats.errors import CodecError, DisclosureError, StudyConfigurationError
 from fedstats.jobs.site_config import SiteConfig
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest
@@ -45,17 +45,11 @@ def archive(workdir: Path, seq: int, request: bytes, reply: bytes) -> str:
     return name
 
 
-def archived_answer(task: str, request: bytes, reply: bytes) -> bool:
-    """Whether an answer is one :func:`audit_site` re-derives: an exact answer on a verified
-    path (its reply is signed and says it verified) or an evaluation of a fitted model."""
-    try:
-        message, envelope = codec.decode(request), codec.decode(reply)
-    except CodecError:
-        return False
-    if not (isinstance(message, dict) and isinstance(envelope, dict)):
-        return False
-    args = message.get("args")
-    if envelope.get("status") != "ok" or not isinstance(args, dict):
+def archived_answer(task: str, args: dict[str, Any] | None, envelope: dict[str, Any]) -> bool:
+    """Whether an answer (the decoded request arguments and reply) is one :func:`audit_site`
+    re-derives: an exact answer on a verified path (its reply is signed and says it verified)
+    or an evaluation of a fitted model."""
+    if envelope.get("status") != "ok" or args is None:
         return False
     return envelope.get("verified") is True or audited(task, args)
 
@@ -157,16 +151,7 @@ def _replay(
     if point is None:
         audit.evaluations += 1
         return None
-    signed = statement(
-        task=point.task,
-        request=point.request,
-        sites=point.sites,
-        round=point.round,
-        beta=point.beta,
-        base=point.base,
-        reply=envelope.get("result") or {},
-        verified=True,
-    )
+    signed = point.statement(envelope.get("result") or {}, verified=True)
     if not context.secure_aggregation.verify_advert(
         context.name, signed, str(envelope.get("signature", ""))
     ):

@@ -105,7 +105,7 @@ class SiteService:
     def answer(self, request: bytes) -> bytes:
         """Journal the request, let the silo answer, journal the answer, return the reply bytes."""
         seq = self.journal.next_seq()
-        task, analysis = _task_of(request, self.silo.limits)
+        task, analysis, args = _task_of(request, self.silo.limits)
         self.journal.append(
             {
                 "event": "received",
@@ -118,10 +118,11 @@ class SiteService:
         )
         reply = self.silo.handle(request)
         entry = self.silo.log[-1]
-        _status, private, error_type = _reply_facts(reply)
+        envelope = codec.decode(reply)
+        _status, private, error_type = _reply_facts(envelope)
         heads = head_records(self.ledger)
         kept = {}
-        if self.silo.verifies_paths and archived_answer(task, request, reply):
+        if self.silo.verifies_paths and archived_answer(task, args, envelope):
             kept["path_archive"] = archive(self.config.workdir, seq, request, reply)
         self.journal.append(
             {
@@ -148,28 +149,32 @@ class SiteService:
         self.ledger.close()
 
 
-def _task_of(request: bytes, limits: RequestLimits) -> tuple[str, str | None]:
-    """The request's task and, for a private release, the analysis it names (``"?"``, None
-    when the bytes are not a request, or are more than the silo's limits let it decode)."""
+def _task_of(request: bytes, limits: RequestLimits) -> tuple[str, str | None, dict | None]:
+    """The request's task, for a private release the analysis it names, and its arguments
+    (``"?"``, None, None when the bytes are not a request, or are more than the silo's
+    limits let it decode)."""
     try:
         limits.check_request("?", "?", request)
         message = codec.decode(request)
     except (CodecError, ResourceLimitError):
-        return "?", None
+        return "?", None, None
     if not isinstance(message, dict):
-        return "?", None
+        return "?", None, None
     task = message.get("task")
     args = message.get("args")
-    dp = args.get("dp") if isinstance(args, dict) else None
+    if not isinstance(args, dict):
+        args = None
+    dp = args.get("dp") if args is not None else None
     analysis = dp.get("analysis") if isinstance(dp, dict) else None
-    return (task if isinstance(task, str) else "?"), (
-        analysis if isinstance(analysis, str) else None
+    return (
+        task if isinstance(task, str) else "?",
+        analysis if isinstance(analysis, str) else None,
+        args,
     )
 
 
-def _reply_facts(reply: bytes) -> tuple[str, bool, str]:
-    """(status, is a private release, error type) of an encoded reply."""
-    message = codec.decode(reply)
+def _reply_facts(message: dict) -> tuple[str, bool, str]:
+    """(status, is a private release, error type) of a decoded reply."""
     if message.get("status") == "ok":
         result = message.get("result") or {}
         return "ok", "dp_epsilon_spent" in result, ""

@@ -8,7 +8,6 @@ reply privately, what it checks before a charge, and what work it allows.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from fedstats.contract.dp_request import NoisyGroup
-from fedstats.contract.task_spec import TaskSpec
+from fedstats.contract.task_spec import TaskSpec, imported_family
 from fedstats.errors import ExtraNotInstalledError, StudyConfigurationError
 from fedstats.schema import ReplySchema
 from fedstats.site.disclosure import DisclosurePolicy
@@ -200,18 +199,7 @@ class TaskRegistry:
         return self._tasks.get(name)
 
     def _load(self, family: OptionalTasks, asked: str) -> None:
-        try:
-            module = importlib.import_module(family.module)
-        except ImportError as error:
-            missing = getattr(error, "name", None) or ""
-            if missing.split(".")[0] == "fedstats":
-                raise
-            raise ExtraNotInstalledError(site=None, task=asked, extra=family.extra) from error
-        defined = {task.name: task for task in module.SITE_TASKS}
-        if set(defined) != set(family.names):
-            raise StudyConfigurationError(
-                f"{family.module} defines tasks {sorted(defined)}, not {sorted(family.names)}"
-            )
+        defined = imported_family(family.module, family.names, family.extra, asked, "SITE_TASKS")
         for name in family.names:
             self._optional.pop(name)
             self.add(defined[name])

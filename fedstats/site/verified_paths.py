@@ -99,6 +99,13 @@ class PathPoint:
     beta: np.ndarray
     base: np.ndarray
 
+    def statement(self, reply: dict[str, Any], verified: bool) -> bytes:
+        """The bytes a site signs over its ``reply`` at this point
+        (:func:`fedstats.contract.paths.statement`)."""
+        return statement(task=self.task, request=self.request, sites=self.sites,
+                         round=self.round, beta=self.beta, base=self.base, reply=reply,
+                         verified=verified)  # fmt: skip
+
 
 def verified_point(
     ctx: SiteContext, task: str, args: dict[str, Any], *, secure: bool
@@ -317,26 +324,57 @@ def _after_prelude(
     return point
 
 
-def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
-    """An evaluation whose inputs derive from the sums at the fit's last point (the
-    Fine–Gray robust variance's ``hazard`` and ``means``): the request relays that point with
-    every site's signed reply there; the site checks the signatures (its own saying it
-    verified the point), that the coefficients are that point's, and that the inputs are
-    those the summed replies give (:data:`fedstats.contract.path_rules.RELAYED_EVALUATIONS`)."""
-    evaluation = RELAYED_EVALUATIONS[task]
-    path = args.get(PATH_KEY)
-    if not (isinstance(path, dict) and set(path) - {"base"} == {"sites", "round", "previous"}):
+def _relayed_last_point(
+    ctx: SiteContext,
+    task: str,
+    path: Any,
+    pin: Any,
+    *,
+    of: str,
+    fit_args: dict[str, Any],
+    beta: np.ndarray,
+    extra: frozenset[str] = frozenset(),
+    outsiders: bool = False,
+) -> dict[str, Any]:
+    """The fit's last point an evaluation relays (``path``: its sites, a round after the
+    point's, the point with every site's signed reply there, and the ``extra`` keys): every
+    signature checked over the fit's task ``of`` and arguments ``fit_args`` at ``beta``, with
+    the key the roster pins. With ``outsiders`` a site that did not take part in the fit
+    (held-out rows) may evaluate it, when every site of the fit says it verified the point."""
+    if not (
+        isinstance(path, dict) and set(path) - {"base"} == {"sites", "round", "previous"} | extra
+    ):
         raise _refused(ctx, task, "an evaluation of a fit relays the fit's last point")
-    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
-    sites = _sites(ctx, task, path.get("sites"), pin)
+    sites = _sites(ctx, task, path.get("sites"), pin, member=not outsiders)
     round_ = path.get("round")
     if type(round_) is not int or not 2 <= round_ <= MAX_ROUND:
-        raise _refused(ctx, task, "the evaluation's round must follow its point's")
-    fit_args = {k: v for k, v in args.items() if k not in evaluation.derived}
-    point = PathPoint(evaluation.of, request_digest(fit_args), sites, round_, beta, beta)
+        raise _refused(ctx, task, "the evaluation's round must follow its fit's")
+    relayed = path["previous"].get("replies") if isinstance(path["previous"], dict) else None
+    if ctx.name not in sites and not (
+        isinstance(relayed, dict)
+        and all(isinstance(r, dict) and r.get("verified") is True for r in relayed.values())
+    ):
+        raise _refused(
+            ctx, task, "a model fitted elsewhere is evaluated only when every site verified it"
+        )
+    point = PathPoint(of, request_digest(fit_args), sites, round_, beta, beta)
     last = _evaluated(ctx, task, path["previous"], point, pin)
     if not np.array_equal(last["beta"], beta):
-        raise _refused(ctx, task, "the coefficients are not those of the relayed point")
+        raise _refused(ctx, task, "the evaluated point is not the fit's relayed last point")
+    return last
+
+
+def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
+    """An evaluation whose inputs derive from the sums at the fit's last point (the
+    Fine–Gray robust variance's ``hazard`` and ``means``): the request relays that point
+    (:func:`_relayed_last_point`), and the inputs must be those the summed replies give
+    (:data:`fedstats.contract.path_rules.RELAYED_EVALUATIONS`)."""
+    evaluation = RELAYED_EVALUATIONS[task]
+    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
+    fit_args = {k: v for k, v in args.items() if k not in evaluation.derived}
+    last = _relayed_last_point(
+        ctx, task, args.get(PATH_KEY), pin, of=evaluation.of, fit_args=fit_args, beta=beta
+    )
     try:
         derived = evaluation.derive({f: summed(last["replies"], f) for f in evaluation.fields})
         agrees = all(
@@ -356,86 +394,45 @@ def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
 def _check_evidenced_evaluation(
     ctx: SiteContext, task: str, args: dict[str, Any], pin: Any
 ) -> None:
-    """An evaluation of a fitted model at its last point, relayed with every site's signed
-    reply there and the fit's task and arguments: the signatures are checked over them (a
-    site outside the fit only when every site of the fit says it verified the point), and
-    the coefficients must be that point."""
+    """An evaluation of a fitted model at its last point, relayed with the fit's task and
+    arguments (:func:`_relayed_last_point`; held-out sites of the study may ask too): the
+    design evaluated must be the fit's."""
     path = args[PATH_KEY]
     fit = path.get(FIT_KEY) if isinstance(path, dict) else None
     if not (
-        isinstance(path, dict)
-        and set(path) - {"base"} == {"sites", "round", "previous", FIT_KEY}
-        and isinstance(fit, dict)
+        isinstance(fit, dict)
         and set(fit) == {"task", "args"}
         and fit["task"] in PATH_RULES
         and isinstance(fit["args"], dict)
     ):
         raise _refused(ctx, task, "an evaluation relays its fit's last point and the fit")
-    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
-    sites = _sites(ctx, task, path.get("sites"), pin, member=False)
-    round_ = path.get("round")
-    if type(round_) is not int or not 2 <= round_ <= MAX_ROUND:
-        raise _refused(ctx, task, "the evaluation's round must follow its fit's")
-    relayed = path["previous"].get("replies") if isinstance(path["previous"], dict) else None
-    if ctx.name not in sites and not (
-        isinstance(relayed, dict)
-        and all(isinstance(r, dict) and r.get("verified") is True for r in relayed.values())
-    ):
-        raise _refused(
-            ctx, task, "a model fitted elsewhere is evaluated only when every site verified it"
-        )
     if design_digest(fit["args"].get("design")) != design_digest(args.get("design")):
         raise _refused(ctx, task, "the evaluated design is not the fit's")
-    point = PathPoint(fit["task"], request_digest(fit["args"]), sites, round_, beta, beta)
-    last = _evaluated(ctx, task, path["previous"], point, pin)
-    if not np.array_equal(last["beta"], beta):
-        raise _refused(ctx, task, "the coefficients are not the fit's relayed last point")
+    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
+    _relayed_last_point(ctx, task, path, pin, of=fit["task"], fit_args=fit["args"], beta=beta,
+                        extra=frozenset({FIT_KEY}), outsiders=True)  # fmt: skip
 
 
 def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
     """An evaluation of a trained network at the network the training path's last round
-    leads to (:data:`fedstats.contract.path_rules.TRAINED_EVALUATIONS`): the relayed round's
-    signatures are checked over the relayed training request, and the FedAvg step from its
-    replies must give the weights evaluated."""
+    leads to (:data:`fedstats.contract.path_rules.TRAINED_EVALUATIONS`): that round is
+    relayed with the training request (:func:`_relayed_last_point`), and the FedAvg step from
+    its replies must give the weights evaluated."""
     training_task = TRAINED_EVALUATIONS[task]
     rule = PATH_RULES[training_task]
     path = args.get(PATH_KEY)
-    if not (
-        isinstance(path, dict)
-        and set(path) - {"base"} == {"sites", "round", "previous", TRAINING_KEY}
-        and isinstance(path[TRAINING_KEY], dict)
-    ):
+    training = path.get(TRAINING_KEY) if isinstance(path, dict) else None
+    previous = path.get("previous") if isinstance(path, dict) else None
+    if not (isinstance(training, dict) and isinstance(previous, dict)):
         raise _refused(
             ctx, task, "a trained network is evaluated only with its training's last round relayed"
         )
-    training = path[TRAINING_KEY]
-    weights = rule.point({"weights": args.get("weights")})
-    evaluated = _point(ctx, task, weights, None, "the evaluated network")
-    sites = _sites(ctx, task, path.get("sites"), pin, member=False)
-    round_ = path.get("round")
-    if type(round_) is not int or not 2 <= round_ <= MAX_ROUND:
-        raise _refused(ctx, task, "the evaluation's round must follow its training's")
-    relayed = path["previous"].get("replies") if isinstance(path["previous"], dict) else None
-    if ctx.name not in sites and not (
-        isinstance(relayed, dict)
-        and all(isinstance(r, dict) and r.get("verified") is True for r in relayed.values())
-    ):
-        raise _refused(
-            ctx, task, "a network trained elsewhere is evaluated only when every site verified it"
-        )
-    previous = path["previous"]
-    last_point = _point(
-        ctx,
-        task,
-        previous.get("beta") if isinstance(previous, dict) else None,
-        None,
-        "the training's last point",
-    )
-    point = PathPoint(training_task, request_digest(training), sites, round_, last_point,
-                      last_point)  # fmt: skip
-    last = _evaluated(ctx, task, path["previous"], point, pin)
-    if not np.array_equal(last["beta"], last_point):
-        raise _refused(ctx, task, "the relayed round is not the training's last point")
+    evaluated = _point(ctx, task, rule.point({"weights": args.get("weights")}), None,
+                       "the evaluated network")  # fmt: skip
+    last_point = _point(ctx, task, previous.get("beta"), None, "the training's last point")
+    last = _relayed_last_point(ctx, task, path, pin, of=training_task, fit_args=training,
+                               beta=last_point, extra=frozenset({TRAINING_KEY}),
+                               outsiders=True)  # fmt: skip
     try:
         derived = rule.next_point(last["beta"], last["replies"], training)
         agrees = derived is not None and rule.close(
@@ -585,18 +582,7 @@ _REMEMBERED = "verified path points"
 
 def signature(ctx: SiteContext, point: PathPoint, payload: dict[str, Any]) -> str:
     """This site's signature over its reply at a verified point."""
-    return ctx.secure_aggregation.sign_advert(
-        statement(
-            task=point.task,
-            request=point.request,
-            sites=point.sites,
-            round=point.round,
-            beta=point.beta,
-            base=point.base,
-            reply=payload,
-            verified=ctx.verified_paths,
-        )
-    )
+    return ctx.secure_aggregation.sign_advert(point.statement(payload, ctx.verified_paths))
 
 
 def _sites(
