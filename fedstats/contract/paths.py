@@ -254,6 +254,11 @@ class DampedNewtonPath(NewtonPath):
         return self.halving(requested, base, replies, args) is not None
 
 
+MAX_SERVER_LR = 10.0
+"""The largest server learning rate an exact training path may step with (FedAvg's is 1): a
+coordinator choosing it huge would scale the honest updates into a network of its own."""
+
+
 @dataclass(frozen=True)
 class FedAvgPath(NewtonPath):
     """Exact rounds of federated averaging (McMahan et al., AISTATS 2017; FedProx, Li et al.,
@@ -263,8 +268,8 @@ class FedAvgPath(NewtonPath):
     (:attr:`seeded_start`); round ``t`` is ``x + eta_s sum_k (n_k / N) Delta_k`` (the
     request's ``server_lr``, FedAvg's server step) and ``c + sum_k Delta c_k / K``, from the
     round ``t - 1`` updates of all ``K`` sites, each weighted by the rows ``n_k`` its reply
-    says it trained on. Adaptive server optimisers (FedAdam, FedYogi) carry state no site
-    re-derives: no point follows under them."""
+    says it trained on, ``0 < eta_s <=`` :data:`MAX_SERVER_LR`. Adaptive server optimisers
+    (FedAdam, FedYogi) carry state no site re-derives: no point follows under them."""
 
     seeded_start: bool = True
 
@@ -294,7 +299,9 @@ class FedAvgPath(NewtonPath):
         scaffold = args.get("algorithm") == "scaffold"
         lr = args.get("server_lr")
         if args.get("server_optimizer") is not None or not (
-            isinstance(lr, int | float) and not isinstance(lr, bool) and np.isfinite(lr) and lr > 0
+            isinstance(lr, int | float)
+            and not isinstance(lr, bool)
+            and 0 < lr <= MAX_SERVER_LR  # not nan either
         ):
             return None
         n_params = len(beta) // 2 if scaffold else len(beta)

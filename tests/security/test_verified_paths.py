@@ -964,3 +964,49 @@ def test_an_exact_fit_over_secure_aggregation_is_refused_by_verifying_sites(fram
     plain = MODEL.fit(open_fed)
     hidden = MODEL.fit(open_fed, secure_aggregation=fedstats.SecureAggregation())
     np.testing.assert_allclose(hidden.params, plain.params, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"gamma": -1.0}, {"gamma": float("nan")}, {"gamma": "1"}, {"gamma": True},
+     {"likelihood": "yes"}, {"likelihood": 1}],
+)  # fmt: skip
+def test_a_fair_requests_penalty_fields_are_checked_before_any_row_is_read(
+    frames, monkeypatch, fields
+):
+    """``gamma`` and ``likelihood``, as a malicious coordinator could send them: refused as
+    malformed before the design is built; a crafted point on the path is refused (rule
+    ``path``) before it too."""
+    import fedstats.site.handlers.fairness as fairness_site
+
+    read: list[str] = []
+    real = fairness_site.site_design
+    monkeypatch.setattr(fairness_site, "site_design",
+                        lambda *a, **k: read.append("rows") or real(*a, **k))  # fmt: skip
+    fed = federation(frames)
+    wire = design(fed)
+    zero = np.zeros(len(wire["columns"]))
+    args = {"design": wire, "beta": zero, **FAIR_GROUPS, "auc": False, "likelihood": True,
+            "gamma": 1.0, **fields}  # fmt: skip
+    relay = PathRelay(fed)
+    with pytest.raises(fedstats.errors.MalformedRequestError):
+        fed.request("fairness.summaries", relay.arguments(args, zero, zero), analysis="a")
+    huge = zero.copy()
+    huge[1] = 1e6
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fed.request("fairness.summaries", {**args, "gamma": 1.0, "likelihood": True,
+                                           "beta": huge}, analysis="a")  # fmt: skip
+    assert refused.value.rule == "path"
+    assert read == []
+
+
+@pytest.mark.parametrize("ties", ["exact", 1, None])
+def test_a_fine_gray_requests_ties_are_checked(competing, ties):
+    """``ties`` binds the Fine–Gray objective a site re-derives: anything but Breslow or
+    Efron is malformed."""
+    fed = federation(competing)
+    wire = FG_MODEL.agree(fed, "agree").to_wire()
+    args = {"design": wire, "cause": 1, "grid": FG_GRID, "ties": ties, "beta": np.zeros(1),
+            "censoring": np.ones(len(FG_GRID))}  # fmt: skip
+    with pytest.raises(fedstats.errors.MalformedRequestError, match="ties"):
+        fed.request("fine_gray.grid_summaries", args, analysis="a")

@@ -17,6 +17,7 @@ import pytest
 
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.paths import MAX_SERVER_LR
 from fedstats.deep import FederatedTrainer
 from fedstats.deep.training.server_optimizers import ServerOptimizer
 
@@ -152,3 +153,45 @@ def test_a_network_is_evaluated_only_where_its_training_ended():
     moved = {**message, "args": {**message["args"], "weights": weights}}
     reply = codec.decode(fed2.silos[site].handle(codec.encode(moved)))
     assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
+
+
+def test_every_training_field_a_coordinator_sets_is_bound_or_refused(monkeypatch):
+    """The fields an exact training path adds, sent as a malicious coordinator would: round 2
+    replayed with another server learning rate or an adaptive server optimiser (not what the
+    relayed replies were signed under), a training whose server learning rate exceeds the
+    cap (its round 2 follows no rule), round 1 with an ``init_seed`` that is not a seed,
+    and a ``client_level`` flag at a site that does not trust the coordinator: each refused,
+    rule ``path``, and no row is read for any of them."""
+    fed, sent = recorded(FRAMES)
+    trainer(rounds=2).fit(fed, evaluation=False)
+    first, second = (codec.decode(r) for s, r in sent
+                     if s == "a" and codec.decode(r)["task"] == "deep.train")  # fmt: skip
+    read: list[str] = []
+    import fedstats.deep.site.tasks as site_tasks
+
+    real = site_tasks.site_tensors
+    monkeypatch.setattr(
+        site_tasks, "site_tensors", lambda *a, **k: read.append("rows") or real(*a, **k)
+    )
+
+    def refused(message: dict) -> None:
+        reply = codec.decode(fed.silos["a"].handle(codec.encode(message)))
+        assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path", reply
+
+    def changed(message: dict, **fields) -> dict:
+        return {**message, "args": {**message["args"], **fields}}
+
+    refused(changed(second, server_lr=2.0))
+    refused(changed(second, server_optimizer="adam"))
+    refused(changed(second, client_level=True))
+    for seed in ("7", -1, 2**63, True, None):
+        refused(changed(first, init_seed=seed))
+    assert read == []
+    assert codec.decode(fed.silos["a"].handle(codec.encode(first)))["status"] == "ok"
+    assert read == ["rows"]  # the honest round reads them: the patch sees a read
+    with pytest.raises(fedstats.DisclosureError) as info:
+        trainer(server_lr=MAX_SERVER_LR * 2).fit(
+            fedstats.Federation.in_process(FRAMES), evaluation=False
+        )
+    assert info.value.rule == "path"
+    trainer(server_lr=MAX_SERVER_LR).fit(fedstats.Federation.in_process(FRAMES), evaluation=False)
