@@ -402,6 +402,7 @@ def _check_evidenced_evaluation(
     if not (
         isinstance(fit, dict)
         and set(fit) == {"task", "args"}
+        and isinstance(fit["task"], str)
         and fit["task"] in PATH_RULES
         and isinstance(fit["args"], dict)
     ):

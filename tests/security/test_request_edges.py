@@ -257,3 +257,68 @@ def test_no_field_of_any_task_makes_a_site_fail_internally(honest, data):
     reply = codec.decode(silo.handle(request))
     if reply["status"] == "error":
         assert reply["error"]["type"] != "InternalSiteError", (task, path, value, silo.log[-1])
+
+
+@pytest.fixture(scope="module")
+def path_requests() -> tuple[dict, list[tuple[str, dict]]]:
+    """Requests of honest fits at sites that verify paths (round 1 and later rounds, their
+    relayed signed replies included), and the pins of those sites."""
+    from fedstats.models import fairness
+    from fedstats.secagg.roster import in_process_pins
+
+    pins = in_process_pins(["s0", "s1"])
+    silos = {
+        name: Silo(name, frame(300, i), secure_aggregation=pins[name], verified_paths=True)
+        for i, name in enumerate(pins)
+    }
+    seen: list[tuple[str, dict]] = []
+
+    def recording(silo: Silo):
+        def transport(request: bytes) -> bytes:
+            message = codec.decode(request)
+            if silo.name == "s0" and "path" in message["args"]:
+                seen.append((message["task"], message["args"]))
+            return silo.handle(request)
+
+        return transport
+
+    fed = fedstats.Federation({name: recording(silo) for name, silo in silos.items()})
+    fedstats.LogisticRegression("y ~ age + C(sex)").fit(fed)
+    fedstats.GLM("y ~ age", family="poisson").fit(fed)
+    fedstats.CoxPH("Surv(time, event) ~ age").fit(fed)
+    fedstats.CoxPH("Surv(time, event) ~ age", strata=None, width=1.0, horizon=10.0).fit(fed)
+    fedstats.FineGray("Surv(time, cause) ~ age", cause=1, width=1.0, horizon=10.0).fit(fed)
+    fairness.fit_penalized(fedstats.LogisticRegression("y ~ age"), fed, groups="site", gamma=1.0)
+    return pins, seen
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(data=st.data())
+def test_no_field_of_a_path_request_makes_a_verifying_site_fail_internally(path_requests, data):
+    """Any field of an honest path request (its point, base, round, sites, relayed replies,
+    signatures, the fit's arguments), replaced by any value: refused with a typed error or
+    answered, never an internal failure."""
+    pins, seen = path_requests
+    assert {task for task, _ in seen} >= {
+        "logistic.summaries",
+        "glm.summaries",
+        "cox.summaries",
+        "cox.grid_summaries",
+        "fine_gray.grid_summaries",
+        "fairness.summaries",
+    }
+    task, base = data.draw(st.sampled_from(seen))
+    path = data.draw(st.sampled_from(list(paths(base))))
+    args = replaced(base, path, data.draw(JSON))
+    if not isinstance(args, dict):
+        args = {"value": args}
+    silo = Silo("s0", frame(300, 0), secure_aggregation=pins["s0"], verified_paths=True)
+    try:
+        request = codec.encode({"task": task, "args": args})
+    except fedstats.CodecError:
+        return
+    reply = codec.decode(silo.handle(request))
+    if reply["status"] == "error":
+        assert reply["error"]["type"] != "InternalSiteError", (task, path, silo.log[-1])

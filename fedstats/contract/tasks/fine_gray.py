@@ -34,7 +34,8 @@ def summaries_schema(args: dict[str, Any]) -> dict:
             site=None, task=None, reason="differentially private Fine-Gray fits are not offered yet"
         )
     checked_cause(args)
-    if args.get("ties", "efron") not in TIES:
+    ties = args.get("ties", "efron")
+    if not (isinstance(ties, str) and ties in TIES):
         raise MalformedRequestError(
             site=None, task=None, reason=f"'ties' must be one of {list(TIES)}"
         )
