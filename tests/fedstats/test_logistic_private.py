@@ -297,6 +297,26 @@ def test_client_dp_charges_the_coordinator_ledger(big_sites, tmp_path):
         )
 
 
+def test_sites_that_verify_paths_answer_a_client_level_fit_only_when_they_trust_it(
+    big_sites, tmp_path
+):
+    """A client-level fit's coefficients carry the coordinator's own noise, which no site can
+    re-derive: sites that verify paths refuse its exact rounds (rule ``path``) unless they
+    trust the coordinator with client-level fits (``trusts_client_level``)."""
+    coordinator = accounting.Ledger(tmp_path / "coordinator.ledger")
+    coordinator.set_budget(
+        accounting.Scope(unit="site", owner="coordinator", study="study"), epsilon=10.0, delta=1e-6
+    )
+    privacy = fedstats.ClientDP(
+        epsilon=1.0, rounds=2, gradient_clip=2000.0, hessian_clip=2000.0, bounds=BOUNDS
+    )
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fedstats.LogisticRegression(FORMULA, levels=LEVELS).fit(
+            fedstats.Federation.in_process(big_sites, ledger=coordinator), privacy=privacy
+        )
+    assert refused.value.rule == "path"
+
+
 def test_a_client_level_plan_over_the_coordinators_budget_is_refused_before_any_message(
     big_sites, tmp_path
 ):

@@ -538,18 +538,16 @@ def test_any_path_a_coordinator_sends_is_refused_typed_or_answered_never_a_crash
 # ------------------------------------------------------------------ the compliance report
 
 
-def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(frames, tmp_path):
-    """Section 5 says, per site, whether it verifies paths and how many answers it gave on
-    verified paths (the message inventory records each answer's path)."""
+def fitted_report(frames, folder, *, verified: bool):
+    """The compliance report of one exact logistic fit on ``frames``, and the fit."""
     from reports import build_report
     from reports.recorder import StudyRecorder
-    from reports.render import render_html
     from reports.study import Study
 
-    fed = federation(frames)
+    fed = federation(frames, verified=verified)
     result = MODEL.fit(fed)
-    recorder = StudyRecorder(tmp_path / "study", study="paths")
-    spec = tmp_path / "spec.toml"
+    recorder = StudyRecorder(folder / "study", study="paths")
+    spec = folder / "spec.toml"
     spec.write_text('[study]\nname = "paths"\n', encoding="utf-8")
     recorder.record_spec(spec)
     recorder.record_configuration(
@@ -557,7 +555,15 @@ def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(f
     )
     recorder.record_fit("exact", result, description="exact logistic regression")
     recorder.record_inventory(fed.inventory)
-    report = build_report(Study.load(recorder.finish()))
+    return build_report(Study.load(recorder.finish())), result
+
+
+def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(frames, tmp_path):
+    """Section 5 says, per site, whether it verifies paths and how many answers it gave on
+    verified paths (the message inventory records each answer's path)."""
+    from reports.render import render_html
+
+    report, result = fitted_report(frames, tmp_path, verified=True)
     rules = {r.site: r for r in report.site_rules}
     for site in SITES:
         assert rules[site].verifies_paths
@@ -569,22 +575,7 @@ def test_the_report_names_each_site_that_verifies_paths_and_counts_its_answers(f
 def test_a_site_that_does_not_verify_paths_is_a_warning_on_page_one(frames, tmp_path):
     """The verdict (page 1) names each site that answered exact fits without verifying
     their paths; section 5 says "no" for it."""
-    from reports import build_report
-    from reports.recorder import StudyRecorder
-    from reports.study import Study
-
-    fed = federation(frames, verified=False)
-    result = MODEL.fit(fed)
-    recorder = StudyRecorder(tmp_path / "study", study="paths")
-    spec = tmp_path / "spec.toml"
-    spec.write_text('[study]\nname = "paths"\n', encoding="utf-8")
-    recorder.record_spec(spec)
-    recorder.record_configuration(
-        {"study": "paths", "noise_seed": None, "site_paths": sorted(fed.path_sites)}
-    )
-    recorder.record_fit("exact", result, description="exact logistic regression")
-    recorder.record_inventory(fed.inventory)
-    report = build_report(Study.load(recorder.finish()))
+    report, _ = fitted_report(frames, tmp_path, verified=False)
     assert not any(r.verifies_paths for r in report.site_rules)
     assert report.verdict.text.count("WARNING: cleveland and hungary did not verify paths") == 1
 
