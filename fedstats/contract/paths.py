@@ -444,7 +444,8 @@ def warm_start_digest(args: Mapping[str, Any], argument: str) -> str:
 def reply_digest(reply: Mapping[str, Any]) -> str:
     """SHA-256 of a reply's canonical bytes: each field in sorted order as its name, a type tag
     and its value (a number as little-endian float64 or int64, a flag as one byte, text as
-    UTF-8, an array as its dtype, shape and C-order bytes), every part length-prefixed, so two
+    UTF-8, an array as its dtype, shape and C-order bytes; an integer outside int64, which no
+    honest reply holds, as its decimal text), every part length-prefixed, so two
     replies share a digest only when every field is equal in type and value. Nested values
     (never in a path task's reply) are hashed through the codec."""
     h = hashlib.sha256()
@@ -459,7 +460,11 @@ def reply_digest(reply: Mapping[str, Any]) -> str:
         if isinstance(value, bool | np.bool_):
             part(b"b" + bytes([bool(value)]))
         elif isinstance(value, int | np.integer):
-            part(b"i" + int(value).to_bytes(8, "little", signed=True))
+            number = int(value)
+            if -(2**63) <= number < 2**63:
+                part(b"i" + number.to_bytes(8, "little", signed=True))
+            else:
+                part(b"I" + str(number).encode())
         elif isinstance(value, float | np.floating):
             part(b"f" + np.float64(value).tobytes())
         elif isinstance(value, str):

@@ -322,3 +322,23 @@ def test_no_field_of_a_path_request_makes_a_verifying_site_fail_internally(path_
     reply = codec.decode(silo.handle(request))
     if reply["status"] == "error":
         assert reply["error"]["type"] != "InternalSiteError", (task, path, silo.log[-1])
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64, -(2**63) - 1, [2**64, 1.0], {"x": 2**64}])
+@pytest.mark.parametrize("field", ["gradient", "loglik", "all_extreme"])
+def test_a_relayed_reply_holding_an_integer_beyond_int64_is_refused_not_failed(
+    path_requests, field, value
+):
+    """A relayed reply's field replaced by an integer no float64 or int64 holds (the codec
+    carries any JSON integer): the site hashes it like any other value, the signature no longer
+    matches, and the request is refused on its path."""
+    pins, seen = path_requests
+    task, base = next(
+        (t, a) for t, a in seen if t == "logistic.summaries" and "previous" in a["path"]
+    )
+    args = replaced(base, ("path", "previous", "replies", "s0", "reply", field), value)
+    silo = Silo("s0", frame(300, 0), secure_aggregation=pins["s0"], verified_paths=True)
+    reply = codec.decode(silo.handle(codec.encode({"task": task, "args": args})))
+    assert reply["status"] == "error"
+    assert reply["error"]["type"] != "InternalSiteError", silo.log[-1]
+    assert silo.log[-1].reason == "path", silo.log[-1]
