@@ -41,10 +41,13 @@ def resolve_path(value: object, info: ValidationInfo) -> object:
 
     For ``field_validator(..., mode="before")``: the folder is the ``base``
     in the validation context (:func:`load_toml_model` sets it); anything
-    that is not a string or path is left for the field's own validation.
+    that is not a string or path is left for the field's own validation; a path holding a NUL
+    character is refused.
     """
     if not isinstance(value, str | Path):
         return value
+    if "\x00" in str(value):  # no file system takes it: a typed error naming the field
+        raise ValueError("a path cannot contain a NUL character")
     path = Path(value)
     base = (info.context or {}).get("base")
     return path if path.is_absolute() or base is None else Path(base) / path

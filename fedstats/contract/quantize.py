@@ -87,4 +87,5 @@ def dequantize(q: Quantized) -> np.ndarray:
     codes = planes.astype(np.uint32) @ weights
     if q.scale == 0.0:
         return np.zeros(q.length)
-    return codes * (2 * q.scale / levels) - q.scale
+    # on [-1, 1] first, then scaled: 2 M / L underflows for a subnormal M
+    return (codes * (2.0 / levels) - 1.0) * q.scale

@@ -29,7 +29,7 @@ import pandas as pd
 import pytest
 import tomli_w
 import typer
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -161,6 +161,7 @@ TOML_VALUES = st.recursive(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(field=st.sampled_from(FIELDS), value=TOML_VALUES)
+@example(field=("site", "workdir"), value="\x00")  # a NUL in a path: no file system takes it
 def test_arbitrary_values_in_site_toml_give_a_configuration_error_naming_the_field(
     tmp_path: Path, field: tuple[str, str], value: Any
 ) -> None:
