@@ -75,7 +75,10 @@ def decode(data: bytes) -> Any:
         raise CodecError("message header must hold exactly the keys 'v' and 'b'")
     body = memoryview(data)[start + header_len :]
     arrays = _read_arrays(header["b"], body)
-    return _from_tree(header["v"], arrays, path="message", depth=0)
+    try:
+        return _built(header["v"], arrays, 0)
+    except _Malformed:  # read again, naming where the message is malformed
+        return _from_tree(header["v"], arrays, path="message", depth=0)
 
 
 def header_length(data: bytes | bytearray | memoryview) -> int | None:
@@ -180,6 +183,39 @@ def _read_arrays(table: Any, body: memoryview) -> list[np.ndarray]:
     if expected_offset != len(body):
         raise CodecError(f"{len(body) - expected_offset} trailing byte(s) after the last array")
     return arrays
+
+
+class _Malformed(Exception):
+    """Raised by :func:`_built` at anything :func:`_from_tree` would refuse."""
+
+
+_SCALARS = (str, float, int, bool, type(None))
+
+
+def _built(node: Any, arrays: list[np.ndarray], depth: int) -> Any:
+    """:func:`_from_tree` without building the path of every node (JSON gives exact types):
+    the common case, a well-formed message; anything else raises :class:`_Malformed`, and the
+    message is read again by :func:`_from_tree` for its error."""
+    if depth > MAX_DEPTH:
+        raise _Malformed
+    kind = type(node)
+    if kind in _SCALARS:
+        return node
+    if kind is list:
+        return [_built(item, arrays, depth + 1) for item in node]
+    if kind is not dict:
+        raise _Malformed
+    if _ARRAY_KEY in node:
+        index = node[_ARRAY_KEY]
+        if len(node) != 1 or type(index) is not int or not 0 <= index < len(arrays):
+            raise _Malformed
+        return arrays[index]
+    out = {}
+    for key, value in node.items():
+        if key.startswith("$"):
+            raise _Malformed
+        out[key] = _built(value, arrays, depth + 1)
+    return out
 
 
 def _from_tree(node: Any, arrays: list[np.ndarray], path: str, depth: int) -> Any:

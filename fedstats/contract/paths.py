@@ -74,6 +74,9 @@ class NewtonPath:
     halved."""
 
     damped: bool = False
+    sums_replies: bool = True
+    """The step reads only the sum over sites of each reply field, so a site can re-derive it
+    from the total of masked replies inside secure aggregation."""
     seeded_start: bool = False
     """Round 1 starts at a network drawn from the request's ``init_seed``, which only the
     site's deep task can rebuild (it checks it before it trains), not at :meth:`start`."""
@@ -272,6 +275,7 @@ class FedAvgPath(NewtonPath):
     (FedAdam, FedYogi) carry state no site re-derives: no point follows under them."""
 
     seeded_start: bool = True
+    sums_replies: bool = False  # each site's update is weighted by its own rows
 
     def point(self, args: Mapping[str, Any]) -> Any:
         weights, control = args.get("weights"), args.get("control")
@@ -428,11 +432,18 @@ network's ``weights`` and SCAFFOLD's ``control`` variate), a training round's ba
 ``seed``, and the path itself."""
 
 
+SECURE_BLOCK = "secagg"
+"""A masked request's secure-aggregation block (its session's sealed shares): new every round,
+so not part of what a path's replies are bound to; a masked reply signs its session itself
+(:data:`fedstats.contract.secure_aggregation.MASK_FACTS`)."""
+
+
 def request_digest(args: Mapping[str, Any]) -> str:
-    """The digest of a request's arguments but those of :data:`POINT_ARGUMENTS`, as the codec
-    writes them: the design, family, ties, grid, penalty, network... every reply of a path is
-    bound to."""
-    return digest(codec.encode({k: v for k, v in args.items() if k not in POINT_ARGUMENTS}))
+    """The digest of a request's arguments but those of :data:`POINT_ARGUMENTS` and its
+    secure-aggregation block, as the codec writes them: the design, family, ties, grid,
+    penalty, network... every reply of a path is bound to."""
+    dropped = (*POINT_ARGUMENTS, SECURE_BLOCK)
+    return digest(codec.encode({k: v for k, v in args.items() if k not in dropped}))
 
 
 def warm_start_digest(args: Mapping[str, Any], argument: str) -> str:
@@ -530,6 +541,9 @@ class Evaluated:
     round: int
     base: np.ndarray
     replies: Mapping[str, SignedReply]
+    seeds: Mapping[str, str] | None = None
+    """Inside secure aggregation: each site's self-mask seed (hex), rebuilt by the coordinator
+    when it unmasked the round, relayed beside the signed masked replies."""
 
     @property
     def is_base(self) -> bool:
@@ -541,6 +555,8 @@ class Evaluated:
         if not self.is_base:
             wire["base"] = self.base
         wire["replies"] = {s: r.to_wire() for s, r in sorted(self.replies.items())}
+        if self.seeds is not None:
+            wire["seeds"] = dict(sorted(self.seeds.items()))
         return wire
 
 

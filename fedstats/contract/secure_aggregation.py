@@ -11,6 +11,8 @@ replaces a reply's numeric fields (:func:`masked_schema`, :func:`flatten`,
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -137,6 +139,40 @@ def unflatten(vector: np.ndarray, plain: ReplySchema) -> dict[str, Any]:
         out[name] = float(chunk[0]) if isinstance(kind, Number) else chunk.reshape(kind.shape)
         at += size
     return out
+
+
+MASK_FACTS = ("session", "fraction_bits", "seed_commitment")
+"""What a site that verifies paths signs beside its masked reply on a path
+(:mod:`fedstats.site.verified_paths`): the session, its fixed-point precision, and a commitment
+to its self-mask seed ``b_u`` (:func:`seed_commitment`). The next round relays the signed
+masked replies with the seeds the coordinator rebuilt, so every site recomputes the total
+(:func:`unmasked_total`) and the step from it, and a seed that is not the committed one is
+refused."""
+
+
+def seed_commitment(session: str, site: str, seed: bytes) -> str:
+    """SHA-256 of a site's self-mask seed ``b_u``, bound to the session and the site: the seed
+    is random (256 bits), so the commitment hides it until the unmasking reveals it, and no
+    other seed has the same commitment."""
+    h = hashlib.sha256(b"fedstats self-mask seed v1")
+    for part in (session.encode(), site.encode(), seed):
+        h.update(len(part).to_bytes(8, "little"))
+        h.update(part)
+    return h.hexdigest()
+
+
+def unmasked_total(masked: Mapping[str, np.ndarray], seeds: Mapping[str, bytes]) -> np.ndarray:
+    """``sum_u y_u - sum_u PRG(b_u)`` in ``Z_(2^64)``: the sum of the survivors' encoded
+    replies once every survivor's self-mask is removed. The pairwise masks cancel in the sum
+    when no site that shared keys dropped out (each pair's mask is added by one site and
+    subtracted by the other; Bonawitz et al., CCS 2017, §4)."""
+    sites = list(masked)
+    total = np.asarray(masked[sites[0]], dtype=np.uint64).copy()
+    for site in sites[1:]:
+        total = total + np.asarray(masked[site], dtype=np.uint64)
+    for site in sites:
+        total = total - crypto.mask(seeds[site], len(total))
+    return total
 
 
 def unmask_schema(args: dict[str, Any]) -> ReplySchema:

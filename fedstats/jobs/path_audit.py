@@ -17,6 +17,7 @@ of a path the site itself verified, and lists every problem found.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,8 @@ from fedstats.errors import CodecError, DisclosureError, StudyConfigurationError
 from fedstats.jobs.site_config import SiteConfig
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest
 from fedstats.secagg.roster import load_roster_pin
-from fedstats.site.task import SiteContext
+from fedstats.site.registry import REGISTRY
+from fedstats.site.task import SiteContext, plain_schema
 from fedstats.site.verified_paths import audited, remember, verified_point
 
 ARCHIVE_DIR = "paths"
@@ -100,6 +102,7 @@ def audit_site(config: SiteConfig) -> PathAudit:
         policy=config.disclosure.policy(),
         secure_aggregation=pin,
         verified_paths=True,
+        reply_schema=partial(plain_schema, REGISTRY),
     )
     journal = SiteJournal(config.workdir / JOURNAL_FILE)
     records = journal.records()
@@ -114,7 +117,6 @@ def audit_site(config: SiteConfig) -> PathAudit:
                           fits, audit)  # fmt: skip
         if problem:
             audit.problems.append(f"request {record['seq']} ({record.get('task')}): {problem}")
-    audit.fits = list(fits.values())
     return audit
 
 
@@ -151,15 +153,21 @@ def _replay(
     if point is None:
         audit.evaluations += 1
         return None
-    signed = point.statement(envelope.get("result") or {}, verified=True)
+    facts = envelope.get("mask")  # a masked reply is signed with its session's facts
+    result = envelope.get("result") or {}
+    signed = point.statement(
+        {**result, **facts} if isinstance(facts, dict) else result, verified=True
+    )
     if not context.secure_aggregation.verify_advert(
         context.name, signed, str(envelope.get("signature", ""))
     ):
         return "the archived reply does not carry this site's signature over that point"
     remember(context, args, point)
-    fit = fits.setdefault(
-        (point.task, point.request), FitPath(point.task, point.request, point.sites)
-    )
+    key = (point.task, point.request)
+    if key not in fits or point.round == 1:  # round 1: a fit (or a retry of it) begins
+        fits[key] = FitPath(point.task, point.request, point.sites)
+        audit.fits.append(fits[key])
+    fit = fits[key]
     fit.answers += 1
     fit.rounds = max(fit.rounds, point.round)
     fit.last_point = point_digest(point.beta)

@@ -355,7 +355,7 @@ class CoxPH:
         own sums. Each request carries its path (:mod:`fedstats.contract.paths`) and the
         ridge, which the sites' path rule applies as this fit does."""
         p = len(design["columns"])
-        path = PathRelay(federation, enabled=secure_aggregation is None)
+        path = PathRelay(federation)
         last["path"] = path
 
         def evaluate(
@@ -458,7 +458,9 @@ class CoxPH:
         last["request"] = (GRID_TASK, args)
         fields = WeightedGridSums.__dataclass_fields__
         if secure is not None:
-            total = summed_replies(federation, GRID_TASK, args, analysis=analysis, secure=secure)
+            total = summed_replies(federation, GRID_TASK, path.arguments(args, beta, base),
+                                   analysis=analysis, secure=secure)  # fmt: skip
+            path.answered(beta, base)
             sums = WeightedGridSums(**{f: total[f] for f in fields})
             return sums, {"all sites": round(total["truncated"])}
         replies = federation.request(GRID_TASK, path.arguments(args, beta, base), analysis=analysis)

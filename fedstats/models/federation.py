@@ -130,6 +130,10 @@ class Federation:
         """The sites that answer exact iterative fits only on verified paths, as their
         fingerprints say (``None``: not asked yet; the coordinator then relays every path)."""
         self.signed_replies: dict[str, SignedReply] = {}
+        """The signed replies of the last request on a verified path, by site (masked ones carry
+        the session facts they were signed with)."""
+        self.mask_seeds: dict[str, str] = {}
+        """The self-mask seeds (hex) rebuilt when the last masked path round was unmasked."""
         """The last request's replies that their sites signed (a point of a verified path),
         by site: the next round relays them (:mod:`fedstats.contract.paths`)."""
 
@@ -237,7 +241,7 @@ class Federation:
         self._dispatch(targets, request_bytes)
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, FedstatsError] = {}
-        self.signed_replies = {}
+        self.signed_replies, self.mask_seeds = {}, {}
         for site in targets:
             sent_at = datetime.now(UTC)
             start = time.perf_counter()
@@ -328,7 +332,9 @@ class Federation:
             raise InvalidReplyError(f"site {site!r}, task {task!r}: reply has no result mapping")
         if isinstance(message.get("signature"), str):
             verified = message.get("verified") is True
-            self.signed_replies[site] = SignedReply(result, message["signature"], verified)
+            facts = message.get("mask")
+            signed = {**result, **facts} if isinstance(facts, dict) else result
+            self.signed_replies[site] = SignedReply(signed, message["signature"], verified)
         return "ok", result
 
 

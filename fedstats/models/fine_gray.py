@@ -173,7 +173,7 @@ class FineGray:
         names, design = list(spec.columns), spec.to_wire()
         p = len(names)
 
-        path = PathRelay(federation, enabled=secure_aggregation is None)
+        path = PathRelay(federation)
         fixed = {"design": design, "cause": self.cause, "grid": self.grid, "ties": self.ties}
 
         def request(

@@ -182,7 +182,7 @@ class GLM:
         names = list(spec.columns)
         design = spec.to_wire()
 
-        path = PathRelay(federation, enabled=secure_aggregation is None)
+        path = PathRelay(federation)
 
         def evaluate(beta: np.ndarray, base: np.ndarray) -> Evaluation:
             """The sums at ``beta``, a point stepped from ``base`` (contract.paths)."""

@@ -184,7 +184,7 @@ class LogisticRegression:
         separation = QuasiSeparation()
         previous = np.inf
         rounds = 0
-        path = PathRelay(federation, enabled=secure_aggregation is None)
+        path = PathRelay(federation)
         for rounds in range(1, self.maxiter + 1):
             sums = summed_replies(
                 federation,

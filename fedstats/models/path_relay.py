@@ -30,10 +30,11 @@ from fedstats.models.federation import Federation
 
 class PathRelay:
     """The path of one iterative exact fit over ``federation``; it adds nothing when
-    ``enabled`` is false (inside secure aggregation, whose masked replies cannot be
-    re-derived from) or when no site of the federation verifies paths (their fingerprints
+    ``enabled`` is false or when no site of the federation verifies paths (their fingerprints
     say so: :attr:`fedstats.models.federation.Federation.path_sites`), sparing every round
-    the relayed replies."""
+    the relayed replies. Inside secure aggregation the relayed replies are the signed masked
+    ones with the self-mask seeds the coordinator rebuilt (:attr:`Evaluated.seeds`): every
+    site recomputes their total, as the coordinator did."""
 
     def __init__(self, federation: Federation, *, enabled: bool = True) -> None:
         self.federation = federation
@@ -65,8 +66,9 @@ class PathRelay:
         replies = dict(self.federation.signed_replies)
         if set(replies) != set(self.sites):
             return
+        seeds = dict(self.federation.mask_seeds) or None  # a masked round: its seeds too
         point = Evaluated(np.array(beta, dtype=np.float64), self.round,
-                          np.array(base, dtype=np.float64), replies)  # fmt: skip
+                          np.array(base, dtype=np.float64), replies, seeds)  # fmt: skip
         self.last = point
         self._answered[point_digest(point.beta)] = point
 

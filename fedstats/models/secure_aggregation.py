@@ -106,15 +106,21 @@ def secure_sum(
 ) -> SecureSum:
     """The sum over sites of ``task``'s reply to ``args``, by one secure-aggregation session.
 
-    An exact round of an iterative fit is refused before anything is sent when a site of the
-    federation verifies paths: it could not re-derive the next point from masked replies
-    (:mod:`fedstats.site.verified_paths`), and would refuse the round."""
+    On a verified path (:mod:`fedstats.site.verified_paths`) the masked replies are signed
+    beside a commitment to each site's self-mask seed; they stay in
+    :attr:`~fedstats.models.federation.Federation.signed_replies`, and the seeds rebuilt here in
+    :attr:`~fedstats.models.federation.Federation.mask_seeds`, for the next round to relay
+    (:class:`fedstats.models.path_relay.PathRelay`). An exact training round, whose step
+    weighs each site's reply, is refused before anything is sent when a site verifies paths:
+    no site could re-derive it from the sum."""
+    rule = PATH_RULES.get(task)
     verifying = sorted(federation.path_sites or ())
-    if task in PATH_RULES and args.get("dp") is None and verifying:
+    if rule is not None and not rule.sums_replies and args.get("dp") is None and verifying:
         raise StudyConfigurationError(
             f"sites {verifying} verify paths: an exact {task} round cannot be re-derived from "
-            "masked replies, so it is not asked inside secure aggregation; fit in the clear "
-            "(each site checks every step) or privately (RecordDP) with secure aggregation"
+            "the sum of masked replies (its step weighs each site's reply), so it is not asked "
+            "inside secure aggregation; train in the clear (each site checks every step) or "
+            "privately with secure aggregation"
         )
     sites = list(federation.sites)
     threshold = options.threshold_for(len(sites))
@@ -159,6 +165,7 @@ def secure_sum(
         task, {**args, "secagg": block}, analysis=analysis, sites=u2
     )
     u3 = keep(masked, failures, "masked replies")
+    signed = dict(federation.signed_replies)  # the masked replies' signatures, for the relay
     gone = [s for s in u2 if s not in u3]
     revealed, failures = federation.gather(
         wire.UNMASK_TASK,
@@ -168,16 +175,15 @@ def secure_sum(
     )
     u4 = keep(revealed, failures, "unmasking")
 
-    total = np.asarray(masked[u3[0]][wire.MASKED_FIELD], dtype=np.uint64).copy()
-    for s in u3[1:]:
-        total = total + np.asarray(masked[s][wire.MASKED_FIELD], dtype=np.uint64)
-    length = len(total)
     points = {s: sites.index(s) + 1 for s in sites}
-    for i, survivor in enumerate(u3):
-        seed = _rebuild(
+    seeds = {
+        survivor: _rebuild(
             {points[h]: revealed[h]["seed_shares"][i] for h in u4}, threshold, survivor, "seed"
         )
-        total = total - crypto.mask(seed, length)
+        for i, survivor in enumerate(u3)
+    }
+    total = wire.unmasked_total({s: masked[s][wire.MASKED_FIELD] for s in u3}, seeds)
+    length = len(total)
     for j, lost in enumerate(gone):
         raw = _rebuild(
             {points[h]: revealed[h]["key_shares"][j] for h in u4}, threshold, lost, "masking key"
@@ -192,6 +198,8 @@ def secure_sum(
     plain = task_def.schema(dict(args))
     values = ring.decode(total, options.fraction_bits)
     public = {s: {k: v for k, v in masked[s].items() if k in DP_REPLY_FIELDS} for s in u3}
+    federation.signed_replies = signed
+    federation.mask_seeds = {s: seed.hex() for s, seed in seeds.items()} if signed else {}
     return SecureSum(
         total=wire.unflatten(values, plain),
         survivors=tuple(u3),

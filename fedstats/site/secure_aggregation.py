@@ -62,6 +62,7 @@ from fedstats.contract.secure_aggregation import (
     MaskBlock,
     check_threshold,
     flatten,
+    seed_commitment,
 )
 from fedstats.errors import DisclosureError, MalformedRequestError, StudyConfigurationError
 from fedstats.schema import ReplySchema
@@ -367,6 +368,17 @@ def mask_reply(
         pair = crypto.mask(seed, length)
         total = total + pair if me < state.point(other) else total - pair
     return {MASKED_FIELD: total}
+
+
+def mask_facts(state: SiteSession) -> dict[str, Any]:
+    """What a site signs beside its masked reply on a verified path
+    (:data:`fedstats.contract.secure_aggregation.MASK_FACTS`): the session, its precision and
+    the commitment to the self-mask seed the unmasking will reveal."""
+    return {
+        "session": state.session,
+        "fraction_bits": state.fraction_bits,
+        "seed_commitment": seed_commitment(state.session, state.me, state.self_seed),
+    }
 
 
 # --- round 4: unmask ---------------------------------------------------------------------

@@ -14,6 +14,7 @@ import logging
 import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,20 @@ from fedstats.site.private_release import (
 from fedstats.site.private_rows import check_private_request
 from fedstats.site.protocol import Protocol
 from fedstats.site.resource_limits import RequestLimits
-from fedstats.site.secure_aggregation import SiteSession, mask_reply, noise_multipliers, open_shares
-from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply
-from fedstats.site.verified_paths import remember, signature, verified_point
+from fedstats.site.secure_aggregation import (
+    SiteSession,
+    mask_facts,
+    mask_reply,
+    noise_multipliers,
+    open_shares,
+)
+from fedstats.site.task import SiteContext, Task, TaskRegistry, TaskReply, plain_schema
+from fedstats.site.verified_paths import (
+    check_masked_round,
+    remember,
+    signature,
+    verified_point,
+)
 from studyfiles.names import name_problem
 
 log = logging.getLogger(__name__)
@@ -173,6 +185,7 @@ class Silo:
             guard=DifferencingGuard(self.policy, frame, path=guard_path),
             verified_paths=verified_paths,
             trusts_client_level=trusts_client_level,
+            reply_schema=partial(plain_schema, registry),
         )
         self.ledger = ledger
         self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)
@@ -230,6 +243,8 @@ class Silo:
             context.deadline = self.limits.deadline()
             context.exact = dp is None
             session = None if secure is None else open_shares(context, secure, task_name)
+            if point is not None and session is not None:
+                check_masked_round(context, task_name, point, (session.sites, session.senders))
             if dp is None:
                 reply, noise, facts = task.handler(context, args), None, {}
             elif task.private_training is not None:
@@ -250,7 +265,11 @@ class Silo:
             )
             envelope = {"status": "ok", "result": payload}
             if point is not None:  # the next round's sites check this reply by its signature
-                envelope["signature"] = signature(context, point, payload)
+                signed = payload
+                if session is not None:  # masked: signed with its session and seed commitment
+                    envelope["mask"] = mask_facts(session)
+                    signed = {**payload, **envelope["mask"]}
+                envelope["signature"] = signature(context, point, signed)
                 envelope["verified"] = context.verified_paths
                 remember(context, args, point)
             out = codec.encode(envelope)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from fedstats.contract.dp_request import NoisyGroup
 from fedstats.contract.task_spec import TaskSpec, imported_family
-from fedstats.errors import ExtraNotInstalledError, StudyConfigurationError
+from fedstats.errors import ExtraNotInstalledError, FedstatsError, StudyConfigurationError
 from fedstats.schema import ReplySchema
 from fedstats.site.disclosure import DisclosurePolicy
 
@@ -54,6 +54,10 @@ class SiteContext:
     answered off any verified path: their coefficients carry the coordinator's own noise,
     which no site can re-derive, so the site trusts the coordinator, as client-level DP
     does (McMahan et al., ICLR 2018)."""
+    reply_schema: Any = None
+    """``(task, args) -> ReplySchema | None``: a task's plain reply schema from the site's
+    registry (:func:`plain_schema`), which lays out the masked replies a path
+    relays from inside secure aggregation."""
     path_round: int | None = None
     """The round of the verified path the current request lies on (set by the silo before
     the handler runs; ``None`` off a verified path): a deep task checks round 1's seeded
@@ -222,3 +226,13 @@ class TaskRegistry:
     def names(self) -> list[str]:
         """Every task name, those of extras included whether installed or not."""
         return sorted([*self._tasks, *self._optional])
+
+
+def plain_schema(registry: Any, name: str, args: dict[str, Any]) -> ReplySchema | None:
+    """The plain reply schema of task ``name`` for ``args`` in ``registry`` (``None`` for a task
+    it does not know or arguments the task cannot lay out)."""
+    try:
+        task = registry.get(name)
+        return None if task is None else task.schema(args)
+    except (FedstatsError, KeyError, TypeError, ValueError, IndexError, AttributeError):
+        return None

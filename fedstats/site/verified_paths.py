@@ -19,15 +19,25 @@ take.
 Switched on per site (``Silo(verified_paths=True)``, which needs the pinned
 roster and signing key of :class:`~fedstats.secagg.roster.RosterPin`); a site with a
 pinned key that does not verify still signs its replies, so a fit can cross sites of
-both kinds (each verifying site checks its own signature at the previous point). A
-verifying site refuses exact requests of these tasks inside secure aggregation (their
-replies are masked, so no site can re-derive the step from them); private requests are
-answered off any path (their noise is charged, whatever the point), and so are tasks
-without a rule.
+both kinds (each verifying site checks its own signature at the previous point).
+
+Inside secure aggregation (Bonawitz et al., CCS 2017) a site signs its masked reply ``y_u``
+with the session and a commitment to its self-mask seed ``b_u``
+(:data:`fedstats.contract.secure_aggregation.MASK_FACTS`), and answers only when every site
+of the path shared keys in the session, so the pairwise masks cancel in the total. The next
+round relays the signed masked replies with the seeds the coordinator rebuilt when it
+unmasked; the site checks each seed against its commitment and recomputes the total
+``sum_u y_u - sum_u PRG(b_u)`` (:func:`fedstats.contract.secure_aggregation.unmasked_total`),
+which is what the coordinator stepped from. The relay shows a site nothing the coordinator
+did not see (``y_u`` and ``b_u`` still hide ``x_u`` behind the pairwise masks). A training
+round, whose step weighs each site's update by its rows, cannot be re-derived from the sum
+and is refused inside secure aggregation. Private requests are answered off any path (their
+noise is charged, whatever the point), and so are tasks without a rule.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +66,17 @@ from fedstats.contract.paths import (
     summed,
     warm_start_digest,
 )
-from fedstats.errors import DisclosureError
+from fedstats.contract.secure_aggregation import (
+    MASK_FACTS,
+    MASKED_FIELD,
+    masked_length,
+    seed_commitment,
+    unflatten,
+    unmasked_total,
+)
+from fedstats.errors import DisclosureError, MalformedRequestError, StudyConfigurationError
+from fedstats.schema import ReplySchema
+from fedstats.secagg import ring, shamir
 from fedstats.site.task import SiteContext
 
 EVALUATION_TASKS = frozenset({"cox.robust", "cox.concordance"})
@@ -108,7 +128,11 @@ class PathPoint:
 
 
 def verified_point(
-    ctx: SiteContext, task: str, args: dict[str, Any], *, secure: bool
+    ctx: SiteContext,
+    task: str,
+    args: dict[str, Any],
+    *,
+    secure: bool,
 ) -> PathPoint | None:
     """The request's point once verified (``None`` when no path rule applies to it).
 
@@ -121,15 +145,17 @@ def verified_point(
     if pin is None or args.get("dp") is not None:
         return None
     if secure:
-        if ctx.verified_paths and (rule is not None or audited(task, args)):
+        if not ctx.verified_paths:
+            return None
+        if rule is not None and not rule.sums_replies:
             raise _refused(
                 ctx,
                 task,
-                "an exact round inside secure aggregation cannot be re-derived from masked "
-                "replies: this site answers exact iterative fits and their evaluations in the "
-                "clear on verified paths, or privately (with dp) inside secure aggregation",
+                "an exact training round inside secure aggregation cannot be re-derived from "
+                "the sum of masked updates (each update is weighed by its site's rows): this "
+                "site trains in the clear on verified paths, or privately inside secure "
+                "aggregation",
             )
-        return None
     if ctx.trusts_client_level and (
         args.get("clip") is not None or args.get(CLIENT_LEVEL_KEY) is True
     ):
@@ -193,14 +219,15 @@ def verified_point(
         raise _refused(ctx, task, "a later round carries the previous point and its replies")
     if _prelude(rule) and round_ == 2:
         return _after_prelude(ctx, task, args, path, point, pin)
-    previous = _evaluated(ctx, task, path["previous"], point, pin)
+    layout = _layout(ctx, task, args)
+    previous = _evaluated(ctx, task, path["previous"], point, pin, layout=layout)
     if _prelude(rule) and previous["round"] < 2:
         raise _refused(ctx, task, "a Fine-Gray path's Newton rounds follow its second round")
     accepted = None
     if not np.array_equal(previous["beta"], previous["base"]):  # the previous was a trial
         if "accepted" not in path:
             raise _refused(ctx, task, "a trial's base must come with its replies")
-        accepted = _evaluated(ctx, task, path["accepted"], point, pin)
+        accepted = _evaluated(ctx, task, path["accepted"], point, pin, layout=layout)
         if not np.array_equal(accepted["beta"], previous["base"]):
             raise _refused(ctx, task, "the relayed base is not the previous point's base")
     elif "accepted" in path:
@@ -290,7 +317,12 @@ def _all_ones(values: Any) -> bool:
 
 
 def _after_prelude(
-    ctx: SiteContext, task: str, args: dict[str, Any], path: dict, point: PathPoint, pin: Any
+    ctx: SiteContext,
+    task: str,
+    args: dict[str, Any],
+    path: dict,
+    point: PathPoint,
+    pin: Any,
 ) -> PathPoint:
     """Round 2 of a Fine–Gray path: at the start again, with the censoring curve the relayed
     round-1 counts give (each reply signed over round 1's request, every weight 1)."""
@@ -301,7 +333,8 @@ def _after_prelude(
         raise _refused(ctx, task, "round 2 of a Fine-Gray path relays round 1's replies")
     ones = np.ones(len(censoring), dtype=np.float64)
     first = _evaluated(ctx, task, path["previous"], point, pin,
-                       request=request_digest({**args, "censoring": ones}))  # fmt: skip
+                       request=request_digest({**args, "censoring": ones}),
+                       layout=_layout(ctx, task, args))  # fmt: skip
     start = np.zeros(len(point.beta))
     if not (
         first["round"] == 1
@@ -358,7 +391,8 @@ def _relayed_last_point(
             ctx, task, "a model fitted elsewhere is evaluated only when every site verified it"
         )
     point = PathPoint(of, request_digest(fit_args), sites, round_, beta, beta)
-    last = _evaluated(ctx, task, path["previous"], point, pin)
+    layout = _layout(ctx, of, {**fit_args, "beta": beta})
+    last = _evaluated(ctx, task, path["previous"], point, pin, layout=layout)
     if not np.array_equal(last["beta"], beta):
         raise _refused(ctx, task, "the evaluated point is not the fit's relayed last point")
     return last
@@ -454,11 +488,15 @@ def _evaluated(
     point: PathPoint,
     pin: Any,
     request: str | None = None,
+    layout: Callable[[], ReplySchema | None] | None = None,
 ) -> dict[str, Any]:
     """A relayed evaluated point (:class:`fedstats.contract.paths.Evaluated`), every reply
     checked against its site's pinned key (signed over ``request``, by default the point's
-    own); this site's own reply must say it verified."""
-    if not (isinstance(wire, dict) and set(wire) - {"base"} == {"beta", "round", "replies"}):
+    own); this site's own reply must say it verified. Masked replies (relayed with their
+    ``seeds``) become one reply, their total (:func:`_unmasked`), laid out by ``layout()``."""
+    if not (
+        isinstance(wire, dict) and set(wire) - {"base", "seeds"} == {"beta", "round", "replies"}
+    ):
         raise _refused(ctx, task, "a relayed point is malformed")
     beta = _point(ctx, task, wire["beta"], point.beta.shape, "a relayed point")
     base = (
@@ -504,7 +542,83 @@ def _evaluated(
                 "pins for it at that point",
             )
         out[site] = signed["reply"]
+    if "seeds" in wire:
+        plain = None if layout is None else layout()
+        out = {SECURE_TOTAL: _unmasked(ctx, task, out, wire["seeds"], plain)}
     return {"beta": beta, "round": at, "base": base, "replies": out}
+
+
+def _layout(ctx: SiteContext, task: str, args: dict[str, Any]) -> Callable[[], ReplySchema | None]:
+    """The plain reply schema of ``task`` at ``args``, asked only when masked replies are
+    relayed (:attr:`fedstats.site.task.SiteContext.reply_schema`)."""
+    return lambda: None if ctx.reply_schema is None else ctx.reply_schema(task, args)
+
+
+SECURE_TOTAL = "total of the masked replies"
+"""The one reply a masked relayed point becomes: the total every rule sums."""
+
+
+def _unmasked(
+    ctx: SiteContext,
+    task: str,
+    replies: dict[str, Any],
+    seeds: Any,
+    plain: ReplySchema | None,
+) -> dict[str, Any]:
+    """The total of signed masked replies: each relayed seed must be the one its site
+    committed to, every reply of one session and precision, and then
+    ``sum_u y_u - sum_u PRG(b_u)`` decodes to the summed fields ``plain`` lays out."""
+    if plain is None:
+        raise _refused(ctx, task, "masked replies are relayed only to the rounds of their fit")
+    if not (
+        isinstance(seeds, dict)
+        and sorted(seeds) == sorted(replies)
+        and all(isinstance(v, str) and len(v) == 2 * shamir.SECRET_BYTES for v in seeds.values())
+    ):
+        raise _refused(ctx, task, "the relayed seeds must be every site's self-mask seed (hex)")
+    try:
+        raw = {site: bytes.fromhex(seeds[site]) for site in replies}
+        length = masked_length(plain)
+    except (ValueError, MalformedRequestError):
+        raise _refused(
+            ctx, task, "the relayed seeds or the task's fields cannot be unmasked"
+        ) from None
+    for site, reply in replies.items():
+        vector = reply.get(MASKED_FIELD)
+        if not (
+            set(reply) == {MASKED_FIELD, *MASK_FACTS}
+            and isinstance(reply["session"], str)
+            and type(reply["fraction_bits"]) is int
+            and isinstance(vector, np.ndarray)
+            and vector.dtype == np.uint64
+            and vector.shape == (length,)
+        ):
+            raise _refused(ctx, task, f"the relayed reply of {site!r} is not a masked reply")
+        if reply["seed_commitment"] != seed_commitment(reply["session"], site, raw[site]):
+            raise _refused(ctx, task, f"the seed relayed for {site!r} is not the one it signed")
+    facts = {(r["session"], r["fraction_bits"]) for r in replies.values()}
+    if len(facts) != 1:
+        raise _refused(ctx, task, "the relayed masked replies come from different sessions")
+    ((_, bits),) = facts
+    try:
+        ring.check_fraction_bits(bits)
+    except StudyConfigurationError:
+        raise _refused(ctx, task, "the relayed masked replies name no valid precision") from None
+    total = unmasked_total({s: r[MASKED_FIELD] for s, r in replies.items()}, raw)
+    return unflatten(ring.decode(total, bits), plain)
+
+
+def check_masked_round(ctx: SiteContext, task: str, point: PathPoint, sites: Any) -> None:
+    """A round of a path inside secure aggregation: ``sites`` (those whose keys this site
+    masked its reply with, and the session's) must be the path's, so that the pairwise masks
+    cancel in the total every site recomputes next round."""
+    if any(set(group) != set(point.sites) for group in sites):
+        raise _refused(
+            ctx,
+            task,
+            "a masked round of a path needs every site of the path, and only those, in its "
+            "secure-aggregation session (the pairwise masks must cancel in the total)",
+        )
 
 
 def _point(ctx: SiteContext, task: str, value: Any, shape: Any, what: str) -> np.ndarray:

@@ -371,9 +371,7 @@ def test_status_codes_are_read_or_refused_with_the_count_of_bad_values(values):
 
 def test_secure_aggregation_gives_the_same_curves_and_fit():
     frame = synthetic(seed=15)
-    fed = fedstats.Federation.in_process(
-        split(frame, np.arange(len(frame)) % 3), disclosure=OPEN, verified_paths=False
-    )  # exact sums over secure aggregation: sites that do not verify paths
+    fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
     grid = np.sort(frame["t"].unique())
     model = fedstats.CumulativeIncidence("t", "status", cause=2, group="arm", grid=grid)
     clear, hidden = model.fit(fed), model.fit(fed, secure_aggregation=fedstats.SecureAggregation())

@@ -326,9 +326,7 @@ def test_secure_aggregation_gives_the_fit_in_the_clear(family):
         fedstats.Federation.in_process(split(data, 4))
     )
     secure = fedstats.GLM(formula, family=family, weights="w").fit(
-        fedstats.Federation.in_process(
-            split(data, 4), verified_paths=False
-        ),  # exact sums over secure aggregation: sites that do not verify paths
+        fedstats.Federation.in_process(split(data, 4)),  # each masked round's path verified
         secure_aggregation=fedstats.SecureAggregation(),
     )
     assert np.max(np.abs(secure.params - clear.params)) < 1e-9

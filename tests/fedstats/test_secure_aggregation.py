@@ -66,8 +66,8 @@ class Flaky:
 
 
 def flaky_federation(n_sites: int, failing: dict[str, str]) -> fedstats.Federation:
-    # exact sums over secure aggregation: sites that do not verify paths (a verifying site
-    # refuses them: tests/security/test_verified_paths.py)
+    # raw secure sums at beta = 0 with no path (as the protocol tests send them): sites that do
+    # not verify paths; verified masked rounds: tests/security/test_verified_paths.py
     base = fedstats.Federation.in_process(frames(n_sites), verified_paths=False)
     transports = {s: Flaky(silo.handle, failing.get(s)) for s, silo in base.silos.items()}
     fed = fedstats.Federation(transports)
@@ -229,7 +229,7 @@ def test_a_site_never_reveals_both_shares_of_one_site_nor_unmasks_twice():
 def test_a_tampered_share_or_a_reused_session_is_refused():
     fed = fedstats.Federation.in_process(
         frames(3), verified_paths=False
-    )  # exact sums over secure aggregation: sites that do not verify paths
+    )  # raw masked requests at beta = 0 with no path: sites that do not verify paths
     args = summaries_args(fed)
     silo = fed.silos["site0"]
     session = "f" * 32
@@ -455,9 +455,7 @@ def test_exact_logistic_and_cox_fits_over_secure_aggregation_equal_the_pooled_re
     from lifelines.datasets import load_rossi
 
     data = frames(4, n=300)
-    fed = fedstats.Federation.in_process(
-        data, verified_paths=False
-    )  # exact sums over secure aggregation: sites that do not verify paths
+    fed = fedstats.Federation.in_process(data)  # sites verify every masked round's path
     secure = fedstats.LogisticRegression("y ~ x1 + x2").fit(
         fed, secure_aggregation=SecureAggregation()
     )
@@ -479,7 +477,7 @@ def test_exact_logistic_and_cox_fits_over_secure_aggregation_equal_the_pooled_re
     formula = "Surv(week, arrest) ~ " + " + ".join(covariates)
     # three sites of 144: every cell of arrest x 'mar' and x 'race' holds 0 or at least 3 men,
     # so the default rules answer (four sites of 108 hold cells of 1-2, rule cross-cells)
-    secure_fed = fedstats.Federation.in_process(parts, verified_paths=False)  # as above
+    secure_fed = fedstats.Federation.in_process(parts)
     cox = fedstats.CoxPH(formula, strata="site").fit(
         secure_fed, secure_aggregation=SecureAggregation(threshold=3)
     )
@@ -504,7 +502,7 @@ def test_exact_logistic_and_cox_fits_over_secure_aggregation_equal_the_pooled_re
             fedstats.Federation.in_process(parts, disclosure=policy)
         )
         hidden = fedstats.CoxPH(formula, **options).fit(
-            fedstats.Federation.in_process(parts, disclosure=policy, verified_paths=False),
+            fedstats.Federation.in_process(parts, disclosure=policy),
             secure_aggregation=SecureAggregation(),
         )
         np.testing.assert_allclose(hidden.params.to_numpy(), clear.params.to_numpy(), atol=1e-7)

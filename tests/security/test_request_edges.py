@@ -289,6 +289,11 @@ def path_requests() -> tuple[dict, list[tuple[str, dict]]]:
     fedstats.CoxPH("Surv(time, event) ~ age", strata=None, width=1.0, horizon=10.0).fit(fed)
     fedstats.FineGray("Surv(time, cause) ~ age", cause=1, width=1.0, horizon=10.0).fit(fed)
     fairness.fit_penalized(fedstats.LogisticRegression("y ~ age"), fed, groups="site", gamma=1.0)
+    secure = fedstats.SecureAggregation()  # masked rounds: signed masked replies and seeds
+    fedstats.LogisticRegression("y ~ age + C(sex)").fit(fed, secure_aggregation=secure)
+    fedstats.CoxPH("Surv(time, event) ~ age", strata=None, width=1.0, horizon=10.0).fit(
+        fed, secure_aggregation=secure
+    )
     return pins, seen
 
 
@@ -298,7 +303,8 @@ def path_requests() -> tuple[dict, list[tuple[str, dict]]]:
 @given(data=st.data())
 def test_no_field_of_a_path_request_makes_a_verifying_site_fail_internally(path_requests, data):
     """Any field of an honest path request (its point, base, round, sites, relayed replies,
-    signatures, the fit's arguments), replaced by any value: refused with a typed error or
+    signatures, the fit's arguments; inside secure aggregation the relayed masked replies,
+    their session facts and seeds), replaced by any value: refused with a typed error or
     answered, never an internal failure."""
     pins, seen = path_requests
     assert {task for task, _ in seen} >= {
@@ -309,6 +315,7 @@ def test_no_field_of_a_path_request_makes_a_verifying_site_fail_internally(path_
         "fine_gray.grid_summaries",
         "fairness.summaries",
     }
+    assert any("seeds" in args["path"].get("previous", {}) for _, args in seen)
     task, base = data.draw(st.sampled_from(seen))
     path = data.draw(st.sampled_from(list(paths(base))))
     args = replaced(base, path, data.draw(JSON))

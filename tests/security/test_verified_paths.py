@@ -846,8 +846,9 @@ def served_sites(frames, folder) -> dict:
 
 def test_a_site_re_derives_every_answer_on_its_paths_from_its_own_records(frames, tmp_path):
     """``fedstats site verify`` replays the archived requests with the pinned roster alone:
-    every answer of an honest fit verifies again, and the last point is the released
-    coefficients'; an archived request changed afterwards is a problem (exit code 6)."""
+    every answer of an honest fit verifies again (in the clear and inside secure aggregation,
+    whose masked answers are signed with their session's facts), and the last point is the
+    released coefficients'; an archived request changed afterwards is a problem (exit 6)."""
     from typer.testing import CliRunner
 
     from fedstats.cli.main import app
@@ -861,19 +862,22 @@ def test_a_site_re_derives_every_answer_on_its_paths_from_its_own_records(frames
         fed = fedstats.Federation({s: service.answer for s, service in services.items()},
                                   study="audit-study")  # fmt: skip
         result = MODEL.fit(fed)
+        hidden = MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
     finally:
         for service in services.values():
             service.close()
     for path in configs.values():
         audit = audit_site(load_site_config(path))
         assert audit.ok, audit.problems
-        [fit] = audit.fits
-        assert fit.task == "logistic.summaries" and fit.answers == result.iterations
-        assert fit.rounds == result.iterations and len(fit.last_point) == 64
+        clear, masked = audit.fits  # the masked fit's answers verify again from its relays
+        for fit, fitted in ((clear, result), (masked, hidden)):
+            assert fit.task == "logistic.summaries" and fit.answers == fitted.iterations
+            assert fit.rounds == fitted.iterations and len(fit.last_point) == 64
     runner = CliRunner()
     shown = runner.invoke(app, ["site", "verify", "--config", str(configs["cleveland"])])
     assert shown.exit_code == 0, shown.output
-    assert f"{result.iterations} answers on 1 verified paths" in shown.output
+    answers = result.iterations + hidden.iterations
+    assert f"{answers} answers on 2 verified paths" in shown.output
     archived = sorted((tmp_path / "cleveland" / "work" / ARCHIVE_DIR).glob("*.request"))
     archived[-1].write_bytes(archived[-1].read_bytes()[:-1] + b"\0")
     changed = runner.invoke(app, ["site", "verify", "--config", str(configs["cleveland"])])
@@ -934,27 +938,150 @@ def test_the_counting_process_cox_fit_is_on_its_path_and_crafted_points_are_refu
     refused_by_path_on(fed, "cox.summaries", relay.arguments({**args, "beta": huge}, huge, zero))
 
 
-def test_an_exact_fit_over_secure_aggregation_is_refused_by_verifying_sites(frames):
-    """Masked replies hide each site's sums, so no site could re-derive the next point from
-    them: the coordinator does not ask an exact round inside secure aggregation of sites that
-    verify paths, and a site asked anyway (a raw masked request) refuses it, rule ``path``;
-    sites that do not verify still answer it."""
-    from fedstats.models.secure_aggregation import secure_sum
+# ------------------------------------------------ inside secure aggregation
 
-    fed = federation(frames)
-    with pytest.raises(fedstats.StudyConfigurationError, match="verify paths"):
-        MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
-    fed.path_sites = set()  # a coordinator that does not look asks anyway: the sites refuse
-    wire = design(fed)
-    args = {"design": wire, "beta": np.zeros(len(wire["columns"]))}
-    with pytest.raises(fedstats.FedstatsError) as refused:
-        secure_sum(fed, "logistic.summaries", args, analysis="s",
-                   options=fedstats.SecureAggregation())  # fmt: skip
-    assert "re-derived from masked" in str(refused.value)
-    open_fed = federation(frames, verified=False)
-    plain = MODEL.fit(open_fed)
-    hidden = MODEL.fit(open_fed, secure_aggregation=fedstats.SecureAggregation())
+
+class Tampering:
+    """A coordinator that rewrites the arguments of masked path requests (``secagg`` with a
+    ``path``) before each site sees them, with ``change(args)``."""
+
+    def __init__(self, handle, change) -> None:
+        self.handle, self.change = handle, change
+
+    def __call__(self, request: bytes) -> bytes:
+        message = codec.decode(request)
+        args = message["args"]
+        if "secagg" in args and "path" in args:
+            message["args"] = self.change(args)
+            request = codec.encode(message)
+        return self.handle(request)
+
+
+def tampered(base: fedstats.Federation, change) -> fedstats.Federation:
+    fed = fedstats.Federation({s: Tampering(silo.handle, change)
+                               for s, silo in base.silos.items()})  # fmt: skip
+    fed.silos, fed.path_sites = base.silos, base.path_sites
+    return fed
+
+
+def path_refusals(fed: fedstats.Federation) -> list[str]:
+    return [e.detail for silo in fed.silos.values() for e in silo.log if e.reason == "path"]
+
+
+def three_sites(seed: int = 3) -> dict[str, pd.DataFrame]:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for i in range(3):
+        x = rng.normal(size=150)
+        y = (rng.random(150) < 1 / (1 + np.exp(-(0.8 * x - 0.3)))).astype(int)
+        out[f"s{i}"] = pd.DataFrame({"x": x, "y": y})
+    return out
+
+
+def test_an_exact_fit_over_secure_aggregation_is_verified_at_every_masked_round(frames):
+    """Each masked round's path is checked: the sites sign their masked replies with the
+    session and a commitment to their self-mask seed, the next round relays them with the
+    seeds the coordinator rebuilt, and every site recomputes the total and the step. The fit
+    equals the clear one to fixed-point precision, every answer on a verified path."""
+    seen: list[dict] = []
+
+    def record(args):
+        seen.append(args["path"])
+        return args
+
+    fed = tampered(federation(frames), record)
+    hidden = MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    plain = MODEL.fit(federation(frames))
     np.testing.assert_allclose(hidden.params, plain.params, atol=1e-6)
+    assert hidden.iterations == plain.iterations
+    answers = [r for r in fed.inventory.records() if r.task == "logistic.summaries"]
+    assert answers and {r.path for r in answers} == {"verified"}
+    later = [path for path in seen if path["round"] > 1]
+    assert later and all(set(path["previous"]["seeds"]) == set(SITES) for path in later)
+    assert all(
+        "masked" in r["reply"] for path in later for r in path["previous"]["replies"].values()
+    )
+    assert not path_refusals(fed)
+
+
+@pytest.mark.parametrize("at_round", [1, 3])
+def test_a_crafted_point_inside_secure_aggregation_is_refused(frames, at_round):
+    """The half-space attack wrapped in a secure session (a huge coefficient vector at round 1
+    or 3): every site refuses it, rule ``path``, and nothing is unmasked."""
+
+    def craft(args):
+        if args["path"]["round"] == at_round:
+            args = {**args, "beta": args["beta"] + 1e6 * np.eye(len(args["beta"]))[1]}
+        return args
+
+    fed = tampered(federation(frames), craft)
+    with pytest.raises(fedstats.SecureAggregationAborted, match=r"path|coefficients|start"):
+        MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    assert len(path_refusals(fed)) == len(SITES)
+
+
+def test_a_relayed_seed_other_than_the_committed_one_is_refused(frames):
+    """A coordinator that relays another self-mask seed (to move the total the sites
+    recompute) is refused: the seed must be the one its site committed to in its signed
+    masked reply."""
+
+    def swap(args):
+        previous = args["path"].get("previous")
+        if previous is not None and "seeds" in previous:
+            seeds = {**previous["seeds"], SITES[0]: "ab" * 32}
+            path = {**args["path"], "previous": {**previous, "seeds": seeds}}
+            args = {**args, "path": path}
+        return args
+
+    fed = tampered(federation(frames), swap)
+    with pytest.raises(fedstats.SecureAggregationAborted):
+        MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    refusals = path_refusals(fed)
+    assert len(refusals) == len(SITES)
+    assert all("is not the one it signed" in why for why in refusals)
+
+
+def test_a_tampered_masked_vector_is_refused(frames):
+    """One entry of a relayed masked reply moved by one (a coordinator steering the total):
+    the site's signature no longer covers it, rule ``path``."""
+
+    def nudge(args):
+        previous = args["path"].get("previous")
+        if previous is not None and "seeds" in previous:
+            signed = previous["replies"][SITES[1]]
+            vector = signed["reply"]["masked"].copy()
+            vector[0] += np.uint64(1)
+            moved = {**signed, "reply": {**signed["reply"], "masked": vector}}
+            replies = {**previous["replies"], SITES[1]: moved}
+            args = {**args, "path": {**args["path"], "previous": {**previous, "replies": replies}}}
+        return args
+
+    fed = tampered(federation(frames), nudge)
+    with pytest.raises(fedstats.SecureAggregationAborted):
+        MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    refusals = path_refusals(fed)
+    assert len(refusals) == len(SITES) and all("not signed" in why for why in refusals)
+
+
+def test_a_masked_round_leaving_a_site_out_of_its_session_is_refused():
+    """A coordinator that leaves one site's shares out of a masked round (so its pairwise
+    masks would not cancel, and the total the others recompute would be off by masks it
+    could know): the sites refuse the round, rule ``path``, before they mask anything."""
+    base = fedstats.Federation.in_process(three_sites())
+
+    def leave_out(args):
+        block = args["secagg"]
+        sealed = {s: v for s, v in block["sealed"].items() if s != "s2"}
+        return {**args, "secagg": {**block, "sealed": sealed}}
+
+    fed = tampered(base, leave_out)
+    with pytest.raises(fedstats.SecureAggregationAborted):
+        fedstats.LogisticRegression("y ~ x").fit(
+            fed, secure_aggregation=fedstats.SecureAggregation(threshold=2)
+        )
+    refusals = [d for silo in ("s0", "s1") for e in base.silos[silo].log
+                if e.reason == "path" for d in [e.detail]]  # fmt: skip
+    assert len(refusals) == 2 and all("pairwise masks must cancel" in d for d in refusals)
 
 
 @pytest.mark.parametrize(

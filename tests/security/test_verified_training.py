@@ -130,6 +130,28 @@ def test_a_shifted_network_or_another_seed_is_refused_through_raw_requests():
     assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
 
 
+def test_an_exact_training_round_inside_secure_aggregation_is_not_asked_and_is_refused():
+    """FedAvg's step weighs each site's update by its own rows, so no site can re-derive it
+    from the sum of masked updates: the coordinator does not ask an exact training round
+    inside secure aggregation of verifying sites, and a site asked anyway (an honest round's
+    request wrapped in a session) refuses it, rule ``path``, before any session state is
+    read."""
+    from fedstats.contract.path_rules import PATH_RULES
+
+    assert not PATH_RULES["deep.train"].sums_replies
+    with pytest.raises(fedstats.StudyConfigurationError, match="cannot be re-derived"):
+        trainer(rounds=1).fit(fedstats.Federation.in_process(FRAMES), evaluation=False,
+                              secure_aggregation=fedstats.SecureAggregation())  # fmt: skip
+    fed, sent = recorded(FRAMES)
+    trainer(rounds=1).fit(fed, evaluation=False)
+    first = next(codec.decode(r) for s, r in sent
+                 if s == "a" and codec.decode(r)["task"] == "deep.train")  # fmt: skip
+    wrapped = {**first, "args": {**first["args"], "secagg": {"session": "f" * 32, "sealed": {}}}}
+    reply = codec.decode(fed.silos["a"].handle(codec.encode(wrapped)))
+    assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
+    assert "sum of masked updates" in fed.silos["a"].log[-1].detail
+
+
 def test_a_network_is_evaluated_only_where_its_training_ended():
     """``fit`` evaluates the final network with the last round relayed: answered. The same
     network moved by 1e-3, or any network without its training's last round (the public
