@@ -39,10 +39,13 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract import codec
+from fedstats.contract.aggregation import RULE_KEY
+from fedstats.contract.aggregation import from_wire as aggregation_rule
 from fedstats.contract.fairness import PARITY_FIELDS, penalised, penalty_weight
 from fedstats.contract.newton import MAX_HALVINGS, inverse_information, newton_step
 from fedstats.contract.quantize import Quantized, dequantize
 from fedstats.cox_math import GridSums, WeightedGridSums, grid_partial_likelihood
+from fedstats.errors import StudyConfigurationError
 
 TOLERANCE = 1e-6
 """How far, in standard errors, a requested coefficient may lie from the re-derived one."""
@@ -74,15 +77,17 @@ class NewtonPath:
     halved."""
 
     damped: bool = False
-    sums_replies: bool = True
-    """The step reads only the sum over sites of each reply field, so a site can re-derive it
-    from the total of masked replies inside secure aggregation."""
     seeded_start: bool = False
     """Round 1 starts at a network drawn from the request's ``init_seed``, which only the
     site's deep task can rebuild (it checks it before it trains), not at :meth:`start`."""
 
     def start(self, p: int) -> np.ndarray:
         return np.zeros(p)
+
+    def sums_replies(self, args: Mapping[str, Any]) -> bool:
+        """Whether the step reads only the sum over sites of each reply field, so that a site
+        can re-derive it from the total of masked replies inside secure aggregation."""
+        return True
 
     def point(self, args: Mapping[str, Any]) -> Any:
         """The request's point (its coefficients ``beta``)."""
@@ -271,11 +276,19 @@ class FedAvgPath(NewtonPath):
     (:attr:`seeded_start`); round ``t`` is ``x + eta_s sum_k (n_k / N) Delta_k`` (the
     request's ``server_lr``, FedAvg's server step) and ``c + sum_k Delta c_k / K``, from the
     round ``t - 1`` updates of all ``K`` sites, each weighted by the rows ``n_k`` its reply
-    says it trained on, ``0 < eta_s <=`` :data:`MAX_SERVER_LR`. Adaptive server optimisers
-    (FedAdam, FedYogi) carry state no site re-derives: no point follows under them."""
+    says it trained on, ``0 < eta_s <=`` :data:`MAX_SERVER_LR`. A request naming a rule of
+    :mod:`fedstats.contract.aggregation` (its ``aggregator``: coordinate-wise median,
+    trimmed mean, norm bounding) combines the updates by that rule instead. Adaptive server
+    optimisers (FedAdam, FedYogi) carry state no site re-derives: no point follows under
+    them."""
 
     seeded_start: bool = True
-    sums_replies: bool = False  # each site's update is weighted by its own rows
+
+    def sums_replies(self, args: Mapping[str, Any]) -> bool:
+        """Only when every site weighs its own update by its rows (``scale`` is
+        :data:`SELF_WEIGHTED`) and FedAvg's mean combines them: the step is then
+        ``sum_k n_k Delta_k / sum_k n_k``, two sums."""
+        return args.get("scale") == SELF_WEIGHTED and RULE_KEY not in args
 
     def point(self, args: Mapping[str, Any]) -> Any:
         weights, control = args.get("weights"), args.get("control")
@@ -313,15 +326,31 @@ class FedAvgPath(NewtonPath):
         counts = np.array([float(replies[s]["n_obs"]) for s in sites])
         if not (np.isfinite(counts).all() and (counts > 0).all()):
             return None
-        weights = counts / counts.sum()
-        update = np.zeros(n_params)
-        for site, weight in zip(sites, weights, strict=True):
-            update += float(weight) * _update_of(replies[site], n_params, args)
+        if args.get("scale") == SELF_WEIGHTED:  # sum_k n_k Delta_k / sum_k n_k
+            update = summed(replies, "update") / counts.sum()
+            if update.shape != (n_params,):
+                return None
+        elif RULE_KEY in args:  # a rule of the contract: the robust ones ignore the rows
+            try:
+                rule = aggregation_rule(args[RULE_KEY])
+                update = rule([_update_of(replies[s], n_params, args) for s in sites], counts)
+            except (ValueError, StudyConfigurationError):
+                return None
+        else:
+            weights = counts / counts.sum()
+            update = np.zeros(n_params)
+            for site, weight in zip(sites, weights, strict=True):
+                update += float(weight) * _update_of(replies[site], n_params, args)
         derived = [(beta[:n_params].astype(np.float32) + lr * update).astype(np.float32)]
         if scaffold:
-            step = sum(
-                np.asarray(replies[s]["control_update"], dtype=np.float64) for s in sites
-            ) / len(sites)
+            step = sum(np.asarray(replies[s]["control_update"], dtype=np.float64) for s in sites)
+            if args.get("scale") == SELF_WEIGHTED:  # each site sent Delta c_k / K
+                path = args.get(PATH_KEY)
+                k = len(path.get("sites", [])) if isinstance(path, dict) else 0
+                if k < 1 or args.get("control_scale") != 1.0 / k:
+                    return None
+            else:
+                step = step / len(sites)
             derived.append((beta[n_params:].astype(np.float32) + step).astype(np.float32))
         return np.concatenate(derived).astype(np.float64), None
 
@@ -349,6 +378,13 @@ def _update_of(reply: Mapping[str, Any], n_params: int, args: Mapping[str, Any])
     if update.shape != (n_params,):
         raise ValueError("an update of another size than the network")
     return update
+
+
+SELF_WEIGHTED = "rows"
+"""A training round's ``scale`` when each site weighs its own update by its rows ``n_k``
+(and sends ``n_k``): inside secure aggregation the coordinator then learns
+``sum_k n_k Delta_k`` and ``sum_k n_k`` and divides, and no weight of its choosing can single a
+site's update out of the sum."""
 
 
 GRID_FIELDS = tuple(WeightedGridSums.__dataclass_fields__)

@@ -110,17 +110,18 @@ def secure_sum(
     beside a commitment to each site's self-mask seed; they stay in
     :attr:`~fedstats.models.federation.Federation.signed_replies`, and the seeds rebuilt here in
     :attr:`~fedstats.models.federation.Federation.mask_seeds`, for the next round to relay
-    (:class:`fedstats.models.path_relay.PathRelay`). An exact training round, whose step
-    weighs each site's reply, is refused before anything is sent when a site verifies paths:
-    no site could re-derive it from the sum."""
+    (:class:`fedstats.models.path_relay.PathRelay`). An exact training round that does not
+    weigh each update by its own site's rows (``scale`` other than
+    :data:`fedstats.contract.paths.SELF_WEIGHTED`, or a robust rule) is refused before anything
+    is sent when a site verifies paths: no site could re-derive it from the sum."""
     rule = PATH_RULES.get(task)
     verifying = sorted(federation.path_sites or ())
-    if rule is not None and not rule.sums_replies and args.get("dp") is None and verifying:
+    if rule is not None and not rule.sums_replies(args) and args.get("dp") is None and verifying:
         raise StudyConfigurationError(
             f"sites {verifying} verify paths: an exact {task} round cannot be re-derived from "
-            "the sum of masked replies (its step weighs each site's reply), so it is not asked "
-            "inside secure aggregation; train in the clear (each site checks every step) or "
-            "privately with secure aggregation"
+            "the sum of masked replies (its step weighs each site's reply by weights the "
+            "coordinator chose), so it is not asked inside secure aggregation; train every "
+            "site with FedAvg's mean, in the clear, or privately with secure aggregation"
         )
     sites = list(federation.sites)
     threshold = options.threshold_for(len(sites))

@@ -30,9 +30,10 @@ unmasked; the site checks each seed against its commitment and recomputes the to
 ``sum_u y_u - sum_u PRG(b_u)`` (:func:`fedstats.contract.secure_aggregation.unmasked_total`),
 which is what the coordinator stepped from. The relay shows a site nothing the coordinator
 did not see (``y_u`` and ``b_u`` still hide ``x_u`` behind the pairwise masks). A training
-round, whose step weighs each site's update by its rows, cannot be re-derived from the sum
-and is refused inside secure aggregation. Private requests are answered off any path (their
-noise is charged, whatever the point), and so are tasks without a rule.
+round is re-derived from the sum only when each site weighs its own update by its rows
+(:data:`fedstats.contract.paths.SELF_WEIGHTED`); weights of the coordinator's choosing are
+refused inside secure aggregation. Private requests are answered off any path (their noise
+is charged, whatever the point), and so are tasks without a rule.
 """
 
 from __future__ import annotations
@@ -147,14 +148,14 @@ def verified_point(
     if secure:
         if not ctx.verified_paths:
             return None
-        if rule is not None and not rule.sums_replies:
+        if rule is not None and not rule.sums_replies(args):
             raise _refused(
                 ctx,
                 task,
-                "an exact training round inside secure aggregation cannot be re-derived from "
-                "the sum of masked updates (each update is weighed by its site's rows): this "
-                "site trains in the clear on verified paths, or privately inside secure "
-                "aggregation",
+                "an exact training round inside secure aggregation is re-derived from the sum "
+                "of masked updates only when each site weighs its own update by its rows "
+                "(scale 'rows') under FedAvg's mean: this site does not answer one weighed by "
+                "the coordinator",
             )
     if ctx.trusts_client_level and (
         args.get("clip") is not None or args.get(CLIENT_LEVEL_KEY) is True
@@ -469,7 +470,8 @@ def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
                                beta=last_point, extra=frozenset({TRAINING_KEY}),
                                outsiders=True)  # fmt: skip
     try:
-        derived = rule.next_point(last["beta"], last["replies"], training)
+        sites = {PATH_KEY: {"sites": path.get("sites")}}  # SCAFFOLD's 1/K, when self-weighted
+        derived = rule.next_point(last["beta"], last["replies"], {**training, **sites})
         agrees = derived is not None and rule.close(
             evaluated, derived[0][: len(evaluated)], derived[1]
         )

@@ -1,15 +1,20 @@
 """One Byzantine site among five: robust aggregators keep the trained model, the mean does not.
 
-The attacker is simulated at the transport: its silo trains honestly and its encoded
-``deep.train`` reply is decoded, the update multiplied by 1e6 and re-encoded, so the
-coordinator receives exactly the bytes a malicious site would send. The reply checks (one
-schema per task: field names and shapes) accept it — a scaled update has the declared shape
-and is finite — so the aggregator alone decides what it does to the model. The pooled AUC
+The attacker is a site whose ``deep.train`` handler multiplies its honest update by 1e6
+before the site checks, signs and sends it: exactly what a malicious site with its own key
+would send. The reply checks (one schema per task: field names and shapes) accept it — a
+scaled update has the declared shape and is finite — so the aggregator alone decides what it
+does to the model. Every site verifies paths: each round names its combination rule, and
+every site re-derives the next network with it from all five signed updates (the
+attacker's included), so verification takes nothing from a robust rule and adds nothing to
+the mean's collapse. The pooled AUC
 of each final model is computed independently with ``sklearn.metrics.roc_auc_score`` on the
 pooled test rows.
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pandas as pd
@@ -19,10 +24,13 @@ from deep_helpers import BOUNDS
 from sklearn.metrics import roc_auc_score
 
 import fedstats
-from fedstats.contract import codec
 from fedstats.deep import FederatedTrainer
 from fedstats.deep.shared.wire import TRAIN_TASK
 from fedstats.models.aggregation import CoordinateMedian, Mean, TrimmedMean
+from fedstats.secagg.roster import in_process_pins
+from fedstats.site.registry import REGISTRY
+from fedstats.site.silo import Silo
+from fedstats.site.task import TaskRegistry
 
 SITES = ("a", "b", "c", "d", "e")
 ATTACKER = "e"
@@ -40,32 +48,38 @@ TRAIN = {s: informative_frame(160, 10 + i) for i, s in enumerate(SITES)}
 TEST = pd.concat([informative_frame(300, 40 + i) for i in range(len(SITES))], ignore_index=True)
 
 
-def byzantine(handle):
-    """The site's transport, with every ``deep.train`` update multiplied by ``SCALE``."""
+def scaled(handler):
+    """A ``deep.train`` handler whose update is multiplied by ``SCALE`` before the site checks,
+    signs and sends it: a malicious site with its own key (its signature covers what it sent)."""
 
-    def transport(request: bytes) -> bytes:
-        reply_bytes = handle(request)
-        if codec.decode(request)["task"] != TRAIN_TASK:
-            return reply_bytes
-        reply = codec.decode(reply_bytes)
-        if reply["status"] == "ok":
-            update = reply["result"]["update"]
-            reply["result"]["update"] = (update * SCALE).astype(update.dtype)
-        return codec.encode(reply)
+    def handle(context, args):
+        reply = handler(context, args)
+        update = reply.payload["update"]
+        return dataclasses.replace(
+            reply, payload={**reply.payload, "update": (update * SCALE).astype(update.dtype)}
+        )
 
-    return transport
+    return handle
 
 
 def federation(attacked: bool) -> fedstats.Federation:
-    # robust aggregators are the coordinator's own rule: sites that verify paths accept only
-    # FedAvg's weighted mean (fedstats.contract.paths.FedAvgPath), so these sites do not
-    honest = fedstats.Federation.in_process(TRAIN, verified_paths=False)
-    if not attacked:
-        return honest
-    return fedstats.Federation(
-        {s: byzantine(silo.handle) if s == ATTACKER else silo.handle
-         for s, silo in honest.silos.items()}
-    )  # fmt: skip
+    """Five sites that verify paths (each re-derives every round's network with the rule the
+    request names); with ``attacked``, site ``e`` sends and signs a scaled update."""
+    pins = in_process_pins(list(SITES))
+    silos = {}
+    for site in SITES:
+        registry = REGISTRY
+        if attacked and site == ATTACKER:
+            registry = TaskRegistry()
+            for task in REGISTRY.available():
+                if task.name == TRAIN_TASK:
+                    task = dataclasses.replace(task, handler=scaled(task.handler))
+                registry.add(task)
+        silos[site] = Silo(site, TRAIN[site], registry=registry, secure_aggregation=pins[site],
+                           verified_paths=True)  # fmt: skip
+    fed = fedstats.Federation({s: silo.handle for s, silo in silos.items()})
+    fed.silos = silos
+    return fed
 
 
 def train(aggregator, attacked: bool):

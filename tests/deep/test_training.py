@@ -84,9 +84,7 @@ def test_secure_aggregation_gives_the_clear_result_without_showing_updates():
     frames = {s: synthetic_frame(80, i) for i, s in enumerate(["a", "b", "c"])}
     clear = trainer(algorithm="scaffold").fit(fedstats.Federation.in_process(frames),
                                               evaluation=False)  # fmt: skip
-    fed = fedstats.Federation.in_process(
-        frames, verified_paths=False
-    )  # exact sums over secure aggregation: sites that do not verify paths
+    fed = fedstats.Federation.in_process(frames)  # each masked round's network verified
     secure = trainer(algorithm="scaffold").fit(
         fed, secure_aggregation=fedstats.SecureAggregation(), evaluation=False
     )

@@ -130,26 +130,90 @@ def test_a_shifted_network_or_another_seed_is_refused_through_raw_requests():
     assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
 
 
-def test_an_exact_training_round_inside_secure_aggregation_is_not_asked_and_is_refused():
-    """FedAvg's step weighs each site's update by its own rows, so no site can re-derive it
-    from the sum of masked updates: the coordinator does not ask an exact training round
-    inside secure aggregation of verifying sites, and a site asked anyway (an honest round's
-    request wrapped in a session) refuses it, rule ``path``, before any session state is
-    read."""
-    from fedstats.contract.path_rules import PATH_RULES
+@pytest.mark.parametrize("algorithm", ["fedavg", "scaffold"])
+def test_an_exact_training_inside_secure_aggregation_is_verified_at_every_masked_round(
+    algorithm,
+):
+    """Each site weighs its own update by its rows and sends them (``scale`` ``"rows"``), so
+    the coordinator divides ``sum_k n_k Delta_k`` by ``sum_k n_k`` and every site re-derives
+    each round's network from the relayed signed masked replies and seeds: every answer
+    verified, the network the clear training's to fixed-point precision."""
+    clear = trainer(algorithm=algorithm).fit(fedstats.Federation.in_process(FRAMES),
+                                             evaluation=False)  # fmt: skip
+    fed = fedstats.Federation.in_process(FRAMES)
+    secure = trainer(algorithm=algorithm).fit(
+        fed, secure_aggregation=fedstats.SecureAggregation(), evaluation=False
+    )
+    for got, want in zip(secure.weights, clear.weights, strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    answers = [r for r in fed.inventory.records() if r.task == "deep.train"]
+    assert answers and {r.path for r in answers} == {"verified"}
 
-    assert not PATH_RULES["deep.train"].sums_replies
-    with pytest.raises(fedstats.StudyConfigurationError, match="cannot be re-derived"):
-        trainer(rounds=1).fit(fedstats.Federation.in_process(FRAMES), evaluation=False,
-                              secure_aggregation=fedstats.SecureAggregation())  # fmt: skip
+
+def test_weights_of_the_coordinators_choosing_inside_secure_aggregation_are_refused():
+    """A coordinator that weighs the masked updates itself could single one site's update
+    out of the sum (weight 1 for it, 0 for the others): sites that verify paths answer an
+    exact training round inside secure aggregation only self-weighted, and a round-2
+    request replayed with weights of the coordinator's, or with SCAFFOLD's control scale
+    moved, is refused (rule ``path``), before any session state is read. A sampled training,
+    whose weights ``n_k / (N p)`` the coordinator sets, is not asked inside secure aggregation
+    of verifying sites."""
     fed, sent = recorded(FRAMES)
-    trainer(rounds=1).fit(fed, evaluation=False)
-    first = next(codec.decode(r) for s, r in sent
-                 if s == "a" and codec.decode(r)["task"] == "deep.train")  # fmt: skip
-    wrapped = {**first, "args": {**first["args"], "secagg": {"session": "f" * 32, "sealed": {}}}}
-    reply = codec.decode(fed.silos["a"].handle(codec.encode(wrapped)))
-    assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
-    assert "sum of masked updates" in fed.silos["a"].log[-1].detail
+    trainer(rounds=2, algorithm="scaffold").fit(
+        fed, secure_aggregation=fedstats.SecureAggregation(), evaluation=False
+    )
+    masked = [codec.decode(r) for s, r in sent
+              if s == "a" and codec.decode(r)["task"] == "deep.train"]  # fmt: skip
+    second = masked[1]
+    assert second["args"]["scale"] == "rows" and "seeds" in second["args"]["path"]["previous"]
+    silo = fed.silos["a"]
+    for change in ({"scale": {"a": 1.0, "b": 0.0, "c": 0.0}}, {"control_scale": 1.0}):
+        message = {**second, "args": {**second["args"], **change}}
+        reply = codec.decode(silo.handle(codec.encode(message)))
+        assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path", change
+    with pytest.raises(fedstats.StudyConfigurationError, match="cannot be re-derived"):
+        trainer(rounds=1, sample_rate_sites=0.999).fit(
+            fedstats.Federation.in_process(FRAMES), evaluation=False,
+            secure_aggregation=fedstats.SecureAggregation(threshold=2),
+        )  # fmt: skip
+
+
+def test_a_robust_rule_is_re_derived_and_a_rule_swapped_mid_training_is_refused():
+    """A training combined by a rule of the contract (coordinate-wise median, trimmed mean,
+    norm bounding) names it in every round; every site re-derives each network with it (all
+    answers verified, evaluation answered at the final network). Round 2 replayed with its
+    rule swapped for the mean (so the network no longer follows), with a rule the contract
+    does not know, or with a malformed one: refused, rule ``path``. A coordinator's own
+    callable has no wire form: its training is not asked of verifying sites."""
+    from fedstats.contract.aggregation import RULE_KEY
+    from fedstats.models.aggregation import CoordinateMedian, NormBounded, TrimmedMean
+
+    for rule in (CoordinateMedian(), TrimmedMean(0.25), NormBounded(0.5, CoordinateMedian())):
+        fed = fedstats.Federation.in_process(FRAMES)
+        result = trainer(rounds=3, aggregator=rule).fit(fed)
+        answers = [r for r in fed.inventory.records() if r.task == "deep.train"]
+        assert answers and {r.path for r in answers} == {"verified"}, rule
+        assert result.evaluation is not None, rule
+    fed, sent = recorded(FRAMES)
+    trainer(rounds=2, aggregator=CoordinateMedian()).fit(fed, evaluation=False)
+    second = [codec.decode(r) for s, r in sent
+              if s == "a" and codec.decode(r)["task"] == "deep.train"][1]  # fmt: skip
+    silo = fed.silos["a"]
+    assert codec.decode(silo.handle(codec.encode(second)))["status"] == "ok"
+    for swapped in ({"rule": "mean"}, {"rule": "krum"}, {"rule": "trimmed_mean", "beta": 0.9},
+                    {"rule": "median", "extra": 1}, "median", None):  # fmt: skip
+        message = {**second, "args": {**second["args"], RULE_KEY: swapped}}
+        reply = codec.decode(silo.handle(codec.encode(message)))
+        assert reply["status"] == "error", swapped
+        assert reply["error"]["values"]["rule"] == "path", (swapped, reply)
+
+    def own_rule(updates, weights):
+        return np.max(np.stack(updates), axis=0)
+
+    verifying = fedstats.Federation.in_process(FRAMES)
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        trainer(rounds=1, aggregator=own_rule).fit(verifying, evaluation=False)
+    assert refused.value.rule == "path"
 
 
 def test_a_network_is_evaluated_only_where_its_training_ended():

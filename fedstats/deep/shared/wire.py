@@ -19,6 +19,7 @@ import torch
 
 from fedstats.contract.design import DesignSpec
 from fedstats.contract.dp_request import DpRequest
+from fedstats.contract.paths import SELF_WEIGHTED
 from fedstats.contract.task_spec import TaskSpec
 from fedstats.contract.tasks.design import spec_from_args
 from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan
@@ -104,7 +105,9 @@ class TrainRequest:
     seed: int | None
     private: DpSgdPlan | None
     control: np.ndarray | None
-    scale: dict[str, float] | None
+    scale: dict[str, float] | str | None
+    """Each site's weight ``w_k`` (the update sent is ``w_k Delta_k``), or
+    :data:`fedstats.contract.paths.SELF_WEIGHTED`: each site its own rows ``n_k``."""
     control_scale: float | None
     quantize_bits: int | None
 
@@ -171,10 +174,14 @@ def train_request(args: dict[str, Any]) -> TrainRequest:
             raise MalformedRequestError(site=None, task=None, reason="'control' is not finite")
         control = control.astype(np.float32)
     scale, control_scale = args.get("scale"), args.get("control_scale")
-    if scale is not None and not (
-        isinstance(scale, dict) and all(_number(v) for v in scale.values())
+    if (
+        scale is not None
+        and scale != SELF_WEIGHTED
+        and not (isinstance(scale, dict) and all(_number(v) for v in scale.values()))
     ):
-        raise MalformedRequestError(site=None, task=None, reason="'scale' maps sites to numbers")
+        raise MalformedRequestError(
+            site=None, task=None, reason=f"'scale' maps sites to numbers or is {SELF_WEIGHTED!r}"
+        )
     if control_scale is not None and not _number(control_scale):
         raise MalformedRequestError(site=None, task=None, reason="'control_scale' is a number")
     bits = args.get("quantize_bits")

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
+from fedstats.contract.paths import SELF_WEIGHTED
 from fedstats.contract.quantize import quantize
 from fedstats.cox_math import concordance_counts
 from fedstats.deep.shared.losses import BINARY, SURVIVAL
@@ -133,7 +134,10 @@ def train(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         )
     if outcome.new_control is not None:
         cache[request.analysis] = outcome.new_control
-    weight = 1.0 if request.scale is None else float(request.scale.get(ctx.name, 0.0))
+    if request.scale == SELF_WEIGHTED:  # its own rows: no weight of the coordinator's
+        weight = float(data.n)
+    else:
+        weight = 1.0 if request.scale is None else float(request.scale.get(ctx.name, 0.0))
     update = (outcome.update * weight).astype(np.float32)
     payload: dict[str, Any]
     if request.quantize_bits is None:

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from fedstats.contract.paths import SELF_WEIGHTED
 from fedstats.contract.quantize import Quantized, dequantize
 from fedstats.deep.shared.wire import TRAIN_TASK
 from fedstats.deep.training.privacy_plan import DpSgdSchedule
@@ -143,33 +144,52 @@ def train_arguments(
     return args
 
 
+def secure_train_args(
+    args: Mapping[str, Any],
+    weights: Mapping[str, float],
+    *,
+    n_sites: int,
+    self_weighted: bool,
+) -> dict[str, Any]:
+    """A round's ``deep.train`` arguments inside secure aggregation: each site's weight
+    ``w_k`` (or :data:`~fedstats.contract.paths.SELF_WEIGHTED`, each site its own rows) and
+    SCAFFOLD's ``1 / N_sites``."""
+    scale: Any = SELF_WEIGHTED if self_weighted else dict(weights)
+    return {**args, "scale": scale, "control_scale": 1.0 / n_sites}
+
+
 def secure_round(
     part: Federation,
     args: dict[str, Any],
     weights: Mapping[str, float],
     *,
-    n_sites: int,
     analysis: str,
     options: SecureAggregation,
     loss_released: bool,
 ) -> tuple[RoundOutcome, SecureSum]:
-    """A round summed by secure aggregation: each site sends ``w_k Delta_k`` (and
-    ``Delta c_k / N_sites``) masked; the coordinator sees ``sum_k w_k Delta_k``. The
-    weighted loss is divided by the survivors' total weight when it is released."""
-    summed = secure_sum(
-        part,
-        TRAIN_TASK,
-        {**args, "scale": dict(weights), "control_scale": 1.0 / n_sites},
-        analysis=analysis,
-        options=options,
-    )
+    """A round summed by secure aggregation (``args`` from :func:`secure_train_args`): each
+    site sends ``w_k Delta_k`` (and ``Delta c_k / N_sites``) masked; the coordinator sees
+    ``sum_k w_k Delta_k``. The weighted loss is divided by the survivors' total weight when
+    it is released.
+
+    Self-weighted (an exact round of every site under FedAvg's mean): each site weighs
+    its update by its own rows ``n_k`` and sends ``n_k`` too
+    (:data:`fedstats.contract.paths.SELF_WEIGHTED`); the update is
+    ``sum_k n_k Delta_k / sum_k n_k``, so no weight the coordinator chose can single a site
+    out of the sum, and sites that verify paths re-derive the step from the two sums."""
+    self_weighted = args.get("scale") == SELF_WEIGHTED
+    summed = secure_sum(part, TRAIN_TASK, args, analysis=analysis, options=options)
     contributed = tuple(summed.survivors)
     loss = summed.total.get("train_loss", math.nan)
+    total_weight = (
+        float(summed.total["n_obs"]) if self_weighted else sum(weights[s] for s in contributed)
+    )
     if loss_released:
-        loss = loss / sum(weights[s] for s in contributed)
+        loss = loss / total_weight
+    update = np.asarray(summed.total["update"], dtype=np.float64)
     outcome = RoundOutcome(
         contributed=contributed,
-        aggregate=np.asarray(summed.total["update"], dtype=np.float64),
+        aggregate=update / total_weight if self_weighted else update,
         control_step=summed.total.get("control_update"),
         loss=loss,
         public=summed.public,

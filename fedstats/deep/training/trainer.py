@@ -51,6 +51,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from fedstats.contract.aggregation import RULE_KEY
+from fedstats.contract.aggregation import to_wire as aggregation_wire
 from fedstats.contract.design import (
     DesignSpec,
     Level,
@@ -86,6 +88,7 @@ from fedstats.deep.training.rounds import (
     received_updates,
     round_seed,
     secure_round,
+    secure_train_args,
     train_arguments,
 )
 from fedstats.deep.training.server_optimizers import ServerOptimizer
@@ -276,9 +279,9 @@ class FederatedTrainer:
             federation,
             enabled=run.client is None
             and run.schedule is None
-            and run.secure is None
             and self.plan.sample_rate_sites >= 1
-            and self.aggregator is weighted_sum,
+            and (self.aggregator is weighted_sum or RULE_KEY in base)
+            and (run.secure is None or self.aggregator is weighted_sum),
         )
         for round_no in bar:
             loss = self._round(run, state, round_no, rng, base, path)
@@ -286,11 +289,17 @@ class FederatedTrainer:
                 bar.set_postfix(loss=f"{loss:.4f}")
         final = unflatten(state.weights, state.shapes)
         evaluated = None
-        unverifiable = evaluation is True and not path.enabled and bool(federation.path_sites)
+        # a secure training's last round is masked: sites re-derive its rounds, but evaluate
+        # only a network whose last round they can read in the clear
+        unverifiable = (
+            evaluation is True
+            and (not path.enabled or run.secure is not None)
+            and bool(federation.path_sites)
+        )
         if evaluation is not False and not unverifiable:
             target = federation if evaluation is True else evaluation
             evidence = None
-            if path.enabled and path.last is not None:
+            if path.enabled and path.last is not None and run.secure is None:
                 # the sites re-derive the final network from the last round's signed replies
                 evidence = {
                     **PathRequest(path.sites, path.round + 1, None,
@@ -319,9 +328,10 @@ class FederatedTrainer:
             + (
                 [
                     "not evaluated: sites that verify paths evaluate only a network an exact "
-                    "training of theirs ended at (this one's rounds were private, sampled, "
-                    "secure or combined by another rule); pass evaluation= sites that do not "
-                    "verify paths to evaluate it"
+                    "training of theirs ended at in the clear (this one's rounds were private, "
+                    "sampled, masked by secure aggregation or combined by a rule of the "
+                    "coordinator's own); pass evaluation= sites that do not verify paths to "
+                    "evaluate it"
                 ]
                 if unverifiable
                 else []
@@ -444,10 +454,20 @@ class FederatedTrainer:
         )  # fmt: skip
         row: dict[str, Any] = {"round": round_no}
         if run.secure is not None:
+            # an exact round of every site: each weighs its own update (contract.paths)
+            self_weighted = path.enabled and part is federation
+            args = secure_train_args(args, weights, n_sites=len(federation.sites),
+                                     self_weighted=self_weighted)  # fmt: skip
+            if self_weighted:
+                point = state.point()
+                state.last_args = dict(args)
+                args = path.arguments(args, point, point)
             outcome, session = secure_round(
-                part, args, weights, n_sites=len(federation.sites), analysis=run.analysis,
-                options=run.secure, loss_released=run.schedule is None,
+                part, args, weights, analysis=run.analysis, options=run.secure,
+                loss_released=run.schedule is None,
             )  # fmt: skip
+            if self_weighted:
+                path.answered(point, point)
             state.sessions.append(session)
         else:
             outcome = self._clear_round(run, state, part, args, weights, row, path)
@@ -650,7 +670,11 @@ class FederatedTrainer:
         )
 
     def _base_args(self, run: _Run) -> dict[str, Any]:
-        return train_arguments(
+        """``deep.train``'s arguments that stay the same in every round; a combination rule of
+        the contract other than FedAvg's (:mod:`fedstats.contract.aggregation`) is named, so
+        sites that verify paths re-derive each round's network with it."""
+        rule = None if self.aggregator is weighted_sum else aggregation_wire(self.aggregator)
+        return ({RULE_KEY: rule} if rule is not None else {}) | train_arguments(
             design=run.spec.to_wire(),
             scaling=run.scaling,
             model=self.model,
