@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from flwr.app import Message
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid
 
 from fedstats.errors import MessageFormatError, SiteLost, SitesMissingError
@@ -234,13 +235,22 @@ class GridLink:
         return message_id
 
     def _wait(self, message_id: str, timeout: float) -> Message | None:
+        """The reply to ``message_id`` within ``timeout`` seconds (``None``: no reply). A reply
+        whose objects the site is still uploading comes back as Flower's
+        ``MESSAGE_UNAVAILABLE`` error: it is pulled again until the deadline, so a live site
+        on a loaded machine is not counted lost for a slow upload."""
         deadline = time.monotonic() + timeout
+        uploading: Message | None = None
         while True:
             for reply in self.grid.pull_messages([message_id]):
-                if reply.metadata.reply_to_message_id == message_id:
-                    return reply
+                if reply.metadata.reply_to_message_id != message_id:
+                    continue
+                if reply.has_error() and reply.error.code == ErrorCode.MESSAGE_UNAVAILABLE:
+                    uploading = reply
+                    continue
+                return reply
             if time.monotonic() > deadline:
-                return None
+                return uploading
             time.sleep(self.policy.poll_interval)
 
 

@@ -201,7 +201,11 @@ EDITS = st.one_of(
         st.sampled_from(["note", "task", "event_json", "entry_hash", "prev_hash", "created_at"]),
         st.tuples(st.integers(1, CHARGES), st.text(max_size=20)),
     ),
-    st.tuples(st.just("entry"), st.just("seq"), st.tuples(st.integers(1, CHARGES), st.integers())),
+    st.tuples(
+        st.just("entry"),
+        st.just("seq"),
+        st.tuples(st.integers(1, CHARGES), st.integers(-(2**63), 2**63 - 1)),  # SQLite INTEGER
+    ),
     st.tuples(st.just("delete"), st.just(""), st.integers(1, CHARGES)),
 )
 

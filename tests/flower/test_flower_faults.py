@@ -64,7 +64,7 @@ def kill_after(study: LocalStudy, site: str, requests: int, timeout: float = WAI
 @pytest.fixture(scope="module")
 def study(tmp_path_factory: pytest.TempPathFactory):
     frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in SITES}
-    local = LocalStudy(tmp_path_factory.mktemp("faults"))
+    local = LocalStudy(tmp_path_factory.mktemp("faults"), verified_paths=True)
     with stopped_after(local):
         yield local.start(frames)
 

@@ -40,7 +40,9 @@ formula = "event ~ age_at_index + ajcc_pathologic_n_n1 + prior_malignancy_yes"
 @pytest.fixture(scope="module")
 def secure_study(tmp_path_factory: pytest.TempPathFactory):
     frames = {s: f for s, f in datasets.tcga_brca().frames.items() if s in SITES}
-    local = LocalStudy(tmp_path_factory.mktemp("tls"), tls=True, node_auth=True)
+    local = LocalStudy(
+        tmp_path_factory.mktemp("tls"), tls=True, node_auth=True, verified_paths=True
+    )
     with stopped_after(local):
         local.start(frames)
         yield local, frames

@@ -1,0 +1,55 @@
+"""The coordinator's wait for one reply on the Flower grid (:meth:`GridLink._wait`), with a grid
+that answers as Flower's SuperLink does when a site's reply objects are still uploading: a
+``MESSAGE_UNAVAILABLE`` error, then the reply."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from flwr.common.constant import ErrorCode
+
+from fedstats.flower_apps.grid_transport import GridLink
+from fedstats.jobs.study_config import PolicySection
+
+
+class Pulled:
+    def __init__(self, message_id: str, code: int | None) -> None:
+        self.metadata = SimpleNamespace(reply_to_message_id=message_id)
+        self.error = None if code is None else SimpleNamespace(code=code, reason="")
+
+    def has_error(self) -> bool:
+        return self.error is not None
+
+
+class UploadingGrid:
+    """Each pull of ``m1`` gives ``codes[i]`` in turn (``None``: the reply itself)."""
+
+    def __init__(self, codes: list[int | None]) -> None:
+        self.codes = list(codes)
+
+    def pull_messages(self, message_ids):
+        if not self.codes:
+            return []
+        return [Pulled(message_ids[0], self.codes.pop(0))]
+
+
+def waited(codes: list[int | None], timeout: float = 1.0):
+    policy = PolicySection(discovery_timeout=1.0, poll_interval=0.001, identify_grace=0.0)
+    return GridLink(UploadingGrid(codes), policy)._wait("m1", timeout)
+
+
+def test_a_reply_still_uploading_is_pulled_again_until_it_arrives():
+    """Two ``MESSAGE_UNAVAILABLE`` pulls, then the reply: the reply, not a lost site."""
+    reply = waited([ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.MESSAGE_UNAVAILABLE, None])
+    assert reply is not None and not reply.has_error()
+
+
+def test_a_reply_that_never_finishes_uploading_is_its_error_at_the_deadline():
+    reply = waited([ErrorCode.MESSAGE_UNAVAILABLE] * 10_000, timeout=0.05)
+    assert reply is not None and reply.error.code == ErrorCode.MESSAGE_UNAVAILABLE
+
+
+def test_other_flower_errors_are_returned_at_once():
+    """A node Flower reports unavailable (no heartbeat) is not waited for."""
+    reply = waited([ErrorCode.NODE_UNAVAILABLE, None])
+    assert reply is not None and reply.error.code == ErrorCode.NODE_UNAVAILABLE
