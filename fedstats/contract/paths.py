@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -495,34 +496,34 @@ def reply_digest(reply: Mapping[str, Any]) -> str:
     honest reply holds, as its decimal text), every part length-prefixed, so two
     replies share a digest only when every field is equal in type and value. Nested values
     (never in a path task's reply) are hashed through the codec."""
-    h = hashlib.sha256()
-
-    def part(data: bytes) -> None:
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
-
+    parts: list[bytes] = []
     for name in sorted(reply):
         value = reply[name]
-        part(name.encode())
+        tagged: tuple[bytes, ...]
         if isinstance(value, bool | np.bool_):
-            part(b"b" + bytes([bool(value)]))
+            tagged = (b"b" + bytes([bool(value)]),)
         elif isinstance(value, int | np.integer):
             number = int(value)
             if -(2**63) <= number < 2**63:
-                part(b"i" + number.to_bytes(8, "little", signed=True))
+                tagged = (b"i" + number.to_bytes(8, "little", signed=True),)
             else:
-                part(b"I" + str(number).encode())
+                tagged = (b"I" + str(number).encode(),)
         elif isinstance(value, float | np.floating):
-            part(b"f" + np.float64(value).tobytes())
+            tagged = (b"f" + np.float64(value).tobytes(),)
         elif isinstance(value, str):
-            part(b"s" + value.encode())
+            tagged = (b"s" + value.encode(),)
         elif isinstance(value, np.ndarray):
             array = np.ascontiguousarray(value)
-            part(b"a" + array.dtype.str.encode() + repr(array.shape).encode())
-            part(array.tobytes())
+            tagged = (b"a" + array.dtype.str.encode() + repr(array.shape).encode(),
+                      array.tobytes())  # fmt: skip
         else:
-            part(b"c" + codec.encode(value))
-    return h.hexdigest()
+            tagged = (b"c" + codec.encode(value),)
+        for data in (name.encode(), *tagged):  # each part length-prefixed
+            parts += (len(data).to_bytes(8, "little"), data)
+    return hashlib.sha256(b"".join(parts)).hexdigest()
+
+
+STATEMENT_KIND = "fedstats path reply v2"
 
 
 def statement(
@@ -536,23 +537,40 @@ def statement(
     reply: Mapping[str, Any],
     verified: bool,
 ) -> bytes:
-    """The bytes a site signs over its answer at one point of a path: canonical JSON of the
-    task, the request's digest (:func:`request_digest`), the fit's sites, the round, the
-    digests of the point and its base (their float64 bytes) and of the reply
-    (:func:`reply_digest`), and whether the site verified the point before answering. The
-    signing keys are the study's (its pinned roster), which ties the statement to it."""
-    record = {
-        "kind": "fedstats path reply v2",
-        "task": task,
-        "request": request,
-        "sites": sorted(sites),
-        "round": int(round),
-        "beta": point_digest(beta),
-        "base": point_digest(base),
-        "reply": reply_digest(reply),
-        "verified": bool(verified),
-    }
-    return json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    """The bytes a site signs over its answer at one point of a path: canonical JSON (sorted
+    keys, no spaces) of the task, the request's digest (:func:`request_digest`), the fit's
+    sites, the round, the digests of the point and its base (their float64 bytes) and of the
+    reply (:func:`reply_digest`), and whether the site verified the point before answering.
+    The signing keys are the study's (its pinned roster), which ties the statement to it."""
+    at_point = statements(task=task, request=request, sites=sites, round=round, beta=beta,
+                          base=base)  # fmt: skip
+    return at_point(reply, verified)
+
+
+def statements(
+    *,
+    task: str,
+    request: str,
+    sites: Sequence[str],
+    round: int,
+    beta: np.ndarray,
+    base: np.ndarray,
+) -> Callable[[Mapping[str, Any], bool], bytes]:
+    """:func:`statement` at one point, for each site's reply there: the point's parts are
+    written once. The JSON of the record ``{base, beta, kind, reply, request, round, sites,
+    task, verified}`` in its sorted key order, the reply's digest and the flag filled in."""
+    dumps = partial(json.dumps, sort_keys=True, separators=(",", ":"))
+    head = dumps({"base": point_digest(base), "beta": point_digest(beta),
+                  "kind": STATEMENT_KIND})  # fmt: skip
+    tail = dumps({"request": request, "round": int(round), "sites": sorted(sites),
+                  "task": task})  # fmt: skip
+    before, after = head[:-1] + ',"reply":"', '",' + tail[1:-1] + ',"verified":'
+
+    def at_point(reply: Mapping[str, Any], verified: bool) -> bytes:
+        flag = "true" if verified else "false"
+        return (before + reply_digest(reply) + after + flag + "}").encode()
+
+    return at_point
 
 
 @dataclass(frozen=True)

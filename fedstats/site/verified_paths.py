@@ -64,6 +64,7 @@ from fedstats.contract.paths import (
     rate_start,
     request_digest,
     statement,
+    statements,
     summed,
     warm_start_digest,
 )
@@ -513,6 +514,9 @@ def _evaluated(
     if not isinstance(replies, dict) or sorted(replies) != list(point.sites):
         raise _refused(ctx, task, "the path needs the reply of every one of its sites")
     out = {}
+    signed_at = statements(task=point.task,
+                           request=point.request if request is None else request,
+                           sites=point.sites, round=at, beta=beta, base=base)  # fmt: skip
     for site in point.sites:
         signed = replies[site]
         if not (
@@ -526,16 +530,7 @@ def _evaluated(
             raise _refused(ctx, task, f"the relayed reply of {site!r} is malformed")
         if site == ctx.name and not signed["verified"]:
             raise _refused(ctx, task, "this site did not verify a relayed point")
-        message = statement(
-            task=point.task,
-            request=point.request if request is None else request,
-            sites=point.sites,
-            round=at,
-            beta=beta,
-            base=base,
-            reply=signed["reply"],
-            verified=signed["verified"],
-        )
+        message = signed_at(signed["reply"], signed["verified"])
         if not pin.verify_advert(site, message, signed["signature"]):
             raise _refused(
                 ctx,

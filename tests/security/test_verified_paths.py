@@ -1128,3 +1128,30 @@ def test_a_fine_gray_requests_ties_are_checked(competing, ties):
             "censoring": np.ones(len(FG_GRID))}  # fmt: skip
     with pytest.raises(fedstats.errors.MalformedRequestError, match="ties"):
         fed.request("fine_gray.grid_summaries", args, analysis="a")
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    task=st.text(max_size=20),
+    sites=st.lists(st.text(max_size=8), min_size=1, max_size=5),
+    round_=st.integers(1, 10_000),
+    beta=st.lists(st.floats(allow_nan=False), min_size=1, max_size=4),
+    verified=st.booleans(),
+)
+def test_a_statement_is_the_canonical_json_of_its_record(task, sites, round_, beta, verified):
+    """What a site signs is the sorted-key, spaceless JSON of its record, whether written for
+    one reply or for every reply at one point: archived signatures stay checkable."""
+    import json
+
+    from fedstats.contract.paths import point_digest, reply_digest, statement, statements
+
+    point = np.asarray(beta, dtype=np.float64)
+    reply = {"gradient": point[::-1].copy(), "loglik": -1.5, "all_extreme": False, "n": 3}
+    record = {"kind": "fedstats path reply v2", "task": task, "request": "ab" * 32,
+              "sites": sorted(sites), "round": round_, "beta": point_digest(point),
+              "base": point_digest(-point), "reply": reply_digest(reply),
+              "verified": verified}  # fmt: skip
+    expected = json.dumps(record, sort_keys=True, separators=(",", ":")).encode()
+    at = dict(task=task, request="ab" * 32, sites=sites, round=round_, beta=point, base=-point)
+    assert statement(**at, reply=reply, verified=verified) == expected
+    assert statements(**at)(reply, verified) == expected
