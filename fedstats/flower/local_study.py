@@ -202,6 +202,8 @@ class LocalStudy:
     node_keys: dict[str, study_pki.NodeKey] = field(default_factory=dict)
     registered: dict[str, int] = field(default_factory=dict)
     """Node id the SuperLink gave each registered site's key."""
+    rostered: set[str] = field(default_factory=set)
+    """The sites the study's roster lists (those of :meth:`start`, with ``verified_paths``)."""
 
     @property
     def address(self) -> str:
@@ -260,6 +262,7 @@ class LocalStudy:
             )
         if self.verified_paths:
             keys = {name: self._node_key(name) for name in frames}
+            self.rostered = set(frames)
             (self.root / "pki").mkdir(parents=True, exist_ok=True)
             self.roster = write_roster(
                 self.root / "pki" / "roster.toml",
@@ -297,6 +300,9 @@ class LocalStudy:
                 self.registered[name] = processes.register_node(
                     self.user_home, key.public_key, name=name
                 )
+        # the roster lists the sites of start() under their own names; a node added later, or
+        # one claiming another site's name, is not on it and says it does not verify paths
+        roster = self.roster if name in self.rostered and claims in (None, name) else None
         self.site_configs[name] = write_site(
             self.root,
             name,
@@ -306,8 +312,8 @@ class LocalStudy:
             auth_private_key=None if key is None else key.private_key,
             enrolment=self.enrolment if checks_enrolment else None,
             claims=claims,
-            roster=self.roster,
-            signing_key=None if self.roster is None else self._node_key(name).private_key,
+            roster=roster,
+            signing_key=None if roster is None else self._node_key(name).private_key,
         )
         self.start_node(name, trusted=trusted)
 

@@ -50,9 +50,8 @@ def impostor_study(tmp_path_factory: pytest.TempPathFactory):
     frames = datasets.tcga_brca().frames
     real = {s: frames[s] for s in SITES}
     root = tmp_path_factory.mktemp("identity")
-    # identity binding alone: the impostor and forger nodes are added after the study's roster
-    # would be written, so these sites do not verify paths (the tls and faults studies do)
-    local = LocalStudy(root, tls=True, node_auth=True, enrol=True)
+    # the real sites verify paths; the impostor and the forger are on no roster
+    local = LocalStudy(root, tls=True, node_auth=True, enrol=True, verified_paths=True)
     with stopped_after(local):
         local.start(real, parties=[IMPOSTOR])
         local.add_site(IMPOSTOR, frames[IMPOSTOR], claims="region_1", checks_enrolment=False)
