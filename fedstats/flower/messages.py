@@ -6,9 +6,18 @@ the bytes :func:`fedstats.contract.codec.encode` made. The reply carries the sil
 reply bytes the same way. Nothing else about the study travels in a message:
 a site's frame, disclosure policy and ledger come from the site's own
 configuration. ``query.identify`` asks a node which site it serves.
+
+Each message's record also holds 16 random bytes (``nonce``). Flower stores a message's
+records as content-addressed objects, and two messages with identical content in quick
+succession (the same request broadcast to every site, a site's identical identify replies)
+shared one object, which one message's clean-up could remove while the other still pushed
+it (``ObjectPushError: ... was not pre-registered``): with the nonce no two messages share
+an object.
 """
 
 from __future__ import annotations
+
+import secrets
 
 from flwr.app import ConfigRecord, Message, RecordDict
 
@@ -21,13 +30,14 @@ IDENTIFY_MESSAGE_TYPE = f"query.{IDENTIFY_ACTION}"
 RECORD = "fedstats"
 PAYLOAD = "payload"
 SITE = "site"
+NONCE = "nonce"
 
 
 def pack(payload: bytes) -> RecordDict:
     """Content of a message carrying ``payload`` (codec bytes) unchanged."""
     if not isinstance(payload, bytes):
         raise MessageFormatError(f"a payload must be bytes, got {type(payload).__name__}")
-    return RecordDict({RECORD: ConfigRecord({PAYLOAD: payload})})
+    return RecordDict({RECORD: ConfigRecord({PAYLOAD: payload, NONCE: secrets.token_bytes(16)})})
 
 
 def unpack(message: Message) -> bytes:
@@ -44,7 +54,7 @@ def unpack(message: Message) -> bytes:
 
 def identity(site: str) -> RecordDict:
     """Content of an ``identify`` reply: the site's name as its own configuration gives it."""
-    return RecordDict({RECORD: ConfigRecord({SITE: site})})
+    return RecordDict({RECORD: ConfigRecord({SITE: site, NONCE: secrets.token_bytes(16)})})
 
 
 def site_of(message: Message) -> str:

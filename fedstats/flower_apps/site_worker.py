@@ -159,7 +159,13 @@ def serve(address: str, certificates: bytes | None = None, poll_interval: float 
                 time.sleep(1.0)
                 continue
             if response.HasField("task") and response.token:
-                run_task(address, certificates, response.token)
+                try:
+                    run_task(address, certificates, response.token)
+                except Exception:
+                    # one task's failure must not stop the site, e.g. Flower's object push
+                    # session expired under load: the coordinator gets no reply (a lost
+                    # round, per its policy) and the site keeps serving
+                    log.exception("a task could not be completed; the site keeps serving")
                 continue
             time.sleep(poll_interval)
     finally:

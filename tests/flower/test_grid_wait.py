@@ -1,4 +1,4 @@
-"""The coordinator's wait for one reply on the Flower grid (:meth:`GridLink._wait`), with a grid
+"""Flower messages and the coordinator's wait for one reply (:meth:`GridLink._wait`), with a grid
 that answers as Flower's SuperLink does when a site's reply objects are still uploading: a
 ``MESSAGE_UNAVAILABLE`` error, then the reply."""
 
@@ -53,3 +53,16 @@ def test_other_flower_errors_are_returned_at_once():
     """A node Flower reports unavailable (no heartbeat) is not waited for."""
     reply = waited([ErrorCode.NODE_UNAVAILABLE, None])
     assert reply is not None and reply.error.code == ErrorCode.NODE_UNAVAILABLE
+
+
+def test_two_messages_with_the_same_payload_share_no_flower_object():
+    """Flower stores records as content-addressed objects; identical content in quick
+    succession (one request broadcast to every site, a site's repeated identify replies)
+    once shared an object one message's clean-up removed under the other. Each message now
+    carries 16 random bytes, and the payload comes back unchanged."""
+    from fedstats.flower import messages
+
+    first, second = messages.pack(b"same"), messages.pack(b"same")
+    assert first.object_id != second.object_id
+    assert messages.identity("s").object_id != messages.identity("s").object_id
+    assert first[messages.RECORD][messages.PAYLOAD] == b"same"
