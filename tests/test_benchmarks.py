@@ -27,7 +27,7 @@ TINY = {
     "cox.py": ["--n", "3000", "--sites", "2", "--covariates", "3"],
     "secagg.py": ["--length", "200", "--repeats", "1"],
     "startup.py": ["--repeats", "1"],
-    "verified_paths.py": ["--sites", "2", "--n", "300", "--covariates", "2"],
+    "verified_paths.py": ["--sites", "2", "--n", "300", "--covariates", "2", "--repeats", "1"],
 }
 """The scripts run end to end here, with arguments that make them take seconds."""
 
