@@ -66,6 +66,8 @@ class GridLink:
         self.claims = SiteClaims(enrolment)
         self.nodes: dict[str, int] = {}
         self._in_flight: dict[tuple[str, str], str] = {}
+        self._arrived: dict[str, Message] = {}
+        """Replies pulled while another was awaited, by the message they answer."""
         self.lost: list[dict[str, Any]] = []
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -235,20 +237,32 @@ class GridLink:
         return message_id
 
     def _wait(self, message_id: str, timeout: float) -> Message | None:
-        """The reply to ``message_id`` within ``timeout`` seconds (``None``: no reply). A reply
-        whose objects the site is still uploading comes back as Flower's
-        ``MESSAGE_UNAVAILABLE`` error: it is pulled again until the deadline, so a live site
-        on a loaded machine is not counted lost for a slow upload."""
+        """The reply to ``message_id`` within ``timeout`` seconds (``None``: no reply).
+
+        While it waits, the replies of the round's other messages are pulled as they arrive
+        and kept (:attr:`_arrived`): a reply read at once cannot be lost while the
+        coordinator waits for a slower site (Flower's SuperLink removed a live site's reply
+        objects when another node of the round was removed). A reply whose objects the site
+        is still uploading comes back as Flower's ``MESSAGE_UNAVAILABLE`` error: it is pulled
+        again until the deadline, so a live site on a loaded machine is not counted lost
+        for a slow upload."""
         deadline = time.monotonic() + timeout
         uploading: Message | None = None
         while True:
-            for reply in self.grid.pull_messages([message_id]):
-                if reply.metadata.reply_to_message_id != message_id:
+            if message_id in self._arrived:
+                return self._arrived.pop(message_id)
+            others = [m for m in self._in_flight.values() if m not in self._arrived]
+            for reply in self.grid.pull_messages([message_id, *others]):
+                answered = reply.metadata.reply_to_message_id
+                if answered != message_id and answered not in others:
                     continue
                 if reply.has_error() and reply.error.code == ErrorCode.MESSAGE_UNAVAILABLE:
-                    uploading = reply
+                    if answered == message_id:
+                        uploading = reply
                     continue
-                return reply
+                self._arrived[answered] = reply
+            if message_id in self._arrived:
+                return self._arrived.pop(message_id)
             if time.monotonic() > deadline:
                 return uploading
             time.sleep(self.policy.poll_interval)
