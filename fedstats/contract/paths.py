@@ -11,7 +11,7 @@ such a fit only at a point it re-derives itself:
 * round ``t > 1`` at ``beta_{t-1} + step``, the step computed with the same
   contract code the coordinator uses (:func:`fedstats.contract.newton.newton_step`)
   from the round ``t - 1`` replies of every site of the fit, relayed by the
-  coordinator, each signed by its site (:func:`statement`).
+  coordinator, each signed by its site (:func:`statements`).
 
 Each reply is signed over the task, the request, the fit's sites, the
 round, the point and the reply itself, so a site checks that every relayed
@@ -526,27 +526,6 @@ def reply_digest(reply: Mapping[str, Any]) -> str:
 STATEMENT_KIND = "fedstats path reply v2"
 
 
-def statement(
-    *,
-    task: str,
-    request: str,
-    sites: Sequence[str],
-    round: int,
-    beta: np.ndarray,
-    base: np.ndarray,
-    reply: Mapping[str, Any],
-    verified: bool,
-) -> bytes:
-    """The bytes a site signs over its answer at one point of a path: canonical JSON (sorted
-    keys, no spaces) of the task, the request's digest (:func:`request_digest`), the fit's
-    sites, the round, the digests of the point and its base (their float64 bytes) and of the
-    reply (:func:`reply_digest`), and whether the site verified the point before answering.
-    The signing keys are the study's (its pinned roster), which ties the statement to it."""
-    at_point = statements(task=task, request=request, sites=sites, round=round, beta=beta,
-                          base=base)  # fmt: skip
-    return at_point(reply, verified)
-
-
 def statements(
     *,
     task: str,
@@ -556,9 +535,13 @@ def statements(
     beta: np.ndarray,
     base: np.ndarray,
 ) -> Callable[[Mapping[str, Any], bool], bytes]:
-    """:func:`statement` at one point, for each site's reply there: the point's parts are
-    written once. The JSON of the record ``{base, beta, kind, reply, request, round, sites,
-    task, verified}`` in its sorted key order, the reply's digest and the flag filled in."""
+    """The bytes a site signs over its answer at one point of a path, for each site's reply
+    there (``statements(...)(reply, verified)``): canonical JSON (sorted keys, no spaces) of
+    the task, the request's digest (:func:`request_digest`), the fit's sites, the round, the
+    digests of the point and its base (their float64 bytes) and of the reply
+    (:func:`reply_digest`), and whether the site verified the point before answering. The
+    point's parts are written once; the signing keys are the study's (its pinned roster),
+    which ties the statement to it."""
     dumps = partial(json.dumps, sort_keys=True, separators=(",", ":"))
     head = dumps({"base": point_digest(base), "beta": point_digest(beta),
                   "kind": STATEMENT_KIND})  # fmt: skip

@@ -150,6 +150,12 @@ masked replies with the seeds the coordinator rebuilt, so every site recomputes 
 refused."""
 
 
+def signed_payload(payload: Mapping[str, Any], facts: Any) -> dict[str, Any]:
+    """What a reply on a verified path is signed over: its payload and, for a masked reply,
+    the session's facts (:data:`MASK_FACTS`) sent beside it (``facts`` ``None`` otherwise)."""
+    return {**payload, **facts} if isinstance(facts, dict) else dict(payload)
+
+
 def seed_commitment(session: str, site: str, seed: bytes) -> str:
     """SHA-256 of a site's self-mask seed ``b_u``, bound to the session and the site: the seed
     is random (256 bits), so the commitment hides it until the unmasking reveals it, and no

@@ -249,8 +249,6 @@ class GridLink:
         deadline = time.monotonic() + timeout
         uploading: Message | None = None
         while True:
-            if message_id in self._arrived:
-                return self._arrived.pop(message_id)
             others = [m for m in self._in_flight.values() if m not in self._arrived]
             for reply in self.grid.pull_messages([message_id, *others]):
                 answered = reply.metadata.reply_to_message_id

@@ -25,6 +25,7 @@ import pandas as pd
 
 from fedstats.contract import codec
 from fedstats.contract.paths import point_digest
+from fedstats.contract.secure_aggregation import signed_payload
 from fedstats.errors import CodecError, DisclosureError, StudyConfigurationError
 from fedstats.jobs.site_config import SiteConfig
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest
@@ -153,10 +154,10 @@ def _replay(
     if point is None:
         audit.evaluations += 1
         return None
-    facts = envelope.get("mask")  # a masked reply is signed with its session's facts
-    result = envelope.get("result") or {}
+    result = envelope.get("result")
     signed = point.statement(
-        {**result, **facts} if isinstance(facts, dict) else result, verified=True
+        signed_payload(result if isinstance(result, dict) else {}, envelope.get("mask")),
+        verified=True,
     )
     if not context.secure_aggregation.verify_advert(
         context.name, signed, str(envelope.get("signature", ""))

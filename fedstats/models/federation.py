@@ -22,6 +22,7 @@ import accounting
 from fedstats.contract import codec
 from fedstats.contract.paths import SignedReply
 from fedstats.contract.refusals import REFUSALS, refusal_reason
+from fedstats.contract.secure_aggregation import signed_payload
 from fedstats.contract.task_spec import Catalogue, reply_schema
 from fedstats.contract.tasks import TASKS
 from fedstats.errors import (
@@ -332,8 +333,7 @@ class Federation:
             raise InvalidReplyError(f"site {site!r}, task {task!r}: reply has no result mapping")
         if isinstance(message.get("signature"), str):
             verified = message.get("verified") is True
-            facts = message.get("mask")
-            signed = {**result, **facts} if isinstance(facts, dict) else result
+            signed = signed_payload(result, message.get("mask"))
             self.signed_replies[site] = SignedReply(signed, message["signature"], verified)
         return "ok", result
 

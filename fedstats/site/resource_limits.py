@@ -181,15 +181,10 @@ def design_width(design: Any) -> int:
 
 
 def _array_items(value: Any) -> int:
-    kind = type(value)
-    if kind is dict:
+    if isinstance(value, dict):
         return sum(map(_array_items, value.values()))
-    if kind is list or kind is tuple:
+    if isinstance(value, list | tuple):
         return sum(map(_array_items, value)) + len(value)
     if isinstance(value, np.ndarray):
         return int(value.size)
-    if isinstance(value, dict):  # a mapping of another type
-        return sum(_array_items(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return sum(_array_items(v) for v in value) + len(value)
     return 0

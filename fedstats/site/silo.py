@@ -26,7 +26,7 @@ import accounting
 from fedstats.contract import codec
 from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.refusals import REFUSALS, refusal_reason
-from fedstats.contract.secure_aggregation import MaskBlock
+from fedstats.contract.secure_aggregation import MaskBlock, signed_payload
 from fedstats.contract.task_spec import reply_schema
 from fedstats.errors import (
     BudgetExceededError,
@@ -244,7 +244,7 @@ class Silo:
             context.exact = dp is None
             session = None if secure is None else open_shares(context, secure, task_name)
             if point is not None and session is not None:
-                check_masked_round(context, task_name, point, (session.sites, session.senders))
+                check_masked_round(context, task_name, point, session)
             if dp is None:
                 reply, noise, facts = task.handler(context, args), None, {}
             elif task.private_training is not None:
@@ -265,10 +265,9 @@ class Silo:
             )
             envelope = {"status": "ok", "result": payload}
             if point is not None:  # the next round's sites check this reply by its signature
-                signed = payload
                 if session is not None:  # masked: signed with its session and seed commitment
                     envelope["mask"] = mask_facts(session)
-                    signed = {**payload, **envelope["mask"]}
+                signed = signed_payload(payload, envelope.get("mask"))
                 envelope["signature"] = signature(context, point, signed)
                 envelope["verified"] = context.verified_paths
                 remember(context, args, point)

@@ -63,7 +63,6 @@ from fedstats.contract.paths import (
     point_digest,
     rate_start,
     request_digest,
-    statement,
     statements,
     summed,
     warm_start_digest,
@@ -123,10 +122,10 @@ class PathPoint:
 
     def statement(self, reply: dict[str, Any], verified: bool) -> bytes:
         """The bytes a site signs over its ``reply`` at this point
-        (:func:`fedstats.contract.paths.statement`)."""
-        return statement(task=self.task, request=self.request, sites=self.sites,
-                         round=self.round, beta=self.beta, base=self.base, reply=reply,
-                         verified=verified)  # fmt: skip
+        (:func:`fedstats.contract.paths.statements`)."""
+        at_point = statements(task=self.task, request=self.request, sites=self.sites,
+                              round=self.round, beta=self.beta, base=self.base)  # fmt: skip
+        return at_point(reply, verified)
 
 
 def verified_point(
@@ -471,8 +470,7 @@ def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
                                beta=last_point, extra=frozenset({TRAINING_KEY}),
                                outsiders=True)  # fmt: skip
     try:
-        sites = {PATH_KEY: {"sites": path.get("sites")}}  # SCAFFOLD's 1/K, when self-weighted
-        derived = rule.next_point(last["beta"], last["replies"], {**training, **sites})
+        derived = rule.next_point(last["beta"], last["replies"], training)
         agrees = derived is not None and rule.close(
             evaluated, derived[0][: len(evaluated)], derived[1]
         )
@@ -605,11 +603,11 @@ def _unmasked(
     return unflatten(ring.decode(total, bits), plain)
 
 
-def check_masked_round(ctx: SiteContext, task: str, point: PathPoint, sites: Any) -> None:
-    """A round of a path inside secure aggregation: ``sites`` (those whose keys this site
-    masked its reply with, and the session's) must be the path's, so that the pairwise masks
-    cancel in the total every site recomputes next round."""
-    if any(set(group) != set(point.sites) for group in sites):
+def check_masked_round(ctx: SiteContext, task: str, point: PathPoint, session: Any) -> None:
+    """A round of a path inside secure aggregation: the session's sites and those whose keys
+    this site masked its reply with (``session.senders``) must be the path's, so that the
+    pairwise masks cancel in the total every site recomputes next round."""
+    if any(set(group) != set(point.sites) for group in (session.sites, session.senders)):
         raise _refused(
             ctx,
             task,

@@ -294,6 +294,19 @@ def path_requests() -> tuple[dict, list[tuple[str, dict]]]:
     fedstats.CoxPH("Surv(time, event) ~ age", strata=None, width=1.0, horizon=10.0).fit(
         fed, secure_aggregation=secure
     )
+    try:  # exact training paths: a named robust rule, and a self-weighted secure SCAFFOLD
+        from fedstats.deep import FederatedTrainer
+        from fedstats.models.aggregation import CoordinateMedian
+    except ImportError:  # the deep extra is not installed: the fits above only
+        return pins, seen
+    settings = dict(formula="y ~ age", bounds={"age": (30.0, 90.0)}, rounds=2, local_steps=2,
+                    lr=0.1, batch_size=16, seed=3, progress=False)  # fmt: skip
+    FederatedTrainer("mlp", {"hidden": [4]}, aggregator=CoordinateMedian(), **settings).fit(
+        fed, evaluation=False
+    )
+    FederatedTrainer("mlp", {"hidden": [4]}, algorithm="scaffold", **settings).fit(
+        fed, evaluation=False, secure_aggregation=secure
+    )
     return pins, seen
 
 

@@ -200,8 +200,15 @@ def test_a_robust_rule_is_re_derived_and_a_rule_swapped_mid_training_is_refused(
               if s == "a" and codec.decode(r)["task"] == "deep.train"][1]  # fmt: skip
     silo = fed.silos["a"]
     assert codec.decode(silo.handle(codec.encode(second)))["status"] == "ok"
+    nested: dict = {"rule": "median"}
+    for _ in range(8):  # deeper than any rule needs
+        nested = {"rule": "norm_bounded", "bound": 1.0, "inner": nested}
     for swapped in ({"rule": "mean"}, {"rule": "krum"}, {"rule": "trimmed_mean", "beta": 0.9},
-                    {"rule": "median", "extra": 1}, "median", None):  # fmt: skip
+                    {"rule": "median", "extra": 1}, "median", None, nested,
+                    {"rule": "norm_bounded", "bound": float("nan"), "inner": {"rule": "median"}},
+                    {"rule": "norm_bounded", "bound": True, "inner": {"rule": "median"}},
+                    {"rule": "norm_bounded", "bound": 1e-300, "inner": "median"},
+                    {"rule": "trimmed_mean", "beta": "0.1"}):  # fmt: skip
         message = {**second, "args": {**second["args"], RULE_KEY: swapped}}
         reply = codec.decode(silo.handle(codec.encode(message)))
         assert reply["status"] == "error", swapped
