@@ -7,8 +7,10 @@ admitting a claim only from the node whose authenticated key the study's
 enrolment list binds to that name (:mod:`fedstats.flower.site_claims`), then
 gives :class:`~fedstats.Federation` one ``bytes -> bytes`` transport per
 site (:meth:`GridLink.transport`). Replies are collected with
-``Grid.push_messages`` / ``Grid.pull_messages`` at a short poll interval
-(``Grid.send_and_receive`` sleeps 3 s between pulls).
+``Grid.push_messages`` and pulled one message per call, each in its own
+background thread, at a short poll interval (``Grid.send_and_receive``
+sleeps 3 s between pulls; a pull of a dead site's half-uploaded reply can
+last minutes: :mod:`fedstats.flower_apps.reply_pulls`).
 
 Failure policy (``[policy]`` of ``study.toml``): a reply not back within
 ``round_timeout`` means the site is lost; with ``on_site_lost = "retry"``
@@ -37,11 +39,15 @@ from fedstats.errors import MessageFormatError, SiteLost, SitesMissingError
 from fedstats.flower import messages
 from fedstats.flower.enrolment import Enrolment
 from fedstats.flower.site_claims import SiteClaims, node_keys
+from fedstats.flower_apps.reply_pulls import ReplyPulls
 from fedstats.jobs.site_journal import digest
 from fedstats.jobs.study_config import PolicySection
 from fedstats.models.federation import Federation, Transport
 
 log = logging.getLogger(__name__)
+
+OTHERS_EVERY = 0.25
+"""Seconds between pulls of the round's other messages while one site's reply is awaited."""
 
 
 class GridLink:
@@ -66,8 +72,8 @@ class GridLink:
         self.claims = SiteClaims(enrolment)
         self.nodes: dict[str, int] = {}
         self._in_flight: dict[tuple[str, str], str] = {}
-        self._arrived: dict[str, Message] = {}
-        """Replies pulled while another was awaited, by the message they answer."""
+        self.pulls = ReplyPulls(grid)
+        """Replies pulled in the background, also while another site's is awaited."""
         self.lost: list[dict[str, Any]] = []
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -239,30 +245,33 @@ class GridLink:
     def _wait(self, message_id: str, timeout: float) -> Message | None:
         """The reply to ``message_id`` within ``timeout`` seconds (``None``: no reply).
 
-        While it waits, the replies of the round's other messages are pulled as they arrive
-        and kept (:attr:`_arrived`): a reply read at once cannot be lost while the
-        coordinator waits for a slower site (Flower's SuperLink removed a live site's reply
-        objects when another node of the round was removed). A reply whose objects the site
-        is still uploading comes back as Flower's ``MESSAGE_UNAVAILABLE`` error: it is pulled
-        again until the deadline, so a live site on a loaded machine is not counted lost
-        for a slow upload."""
+        Each message is pulled by its own background call (:class:`ReplyPulls`), so a pull
+        Flower cannot finish (a dead site's half-uploaded reply) holds neither this deadline
+        nor another site's reply. While it waits, the round's other messages are pulled too,
+        every :data:`OTHERS_EVERY` seconds, and their replies kept: a reply waiting at the
+        SuperLink cannot expire while the coordinator reads a slower site's. A reply whose
+        objects the site is still uploading comes back as Flower's ``MESSAGE_UNAVAILABLE``
+        error: it is pulled again until the deadline, so a live site on a loaded machine is
+        not counted lost for a slow upload."""
         deadline = time.monotonic() + timeout
         uploading: Message | None = None
+        others_due = 0.0
         while True:
-            others = [m for m in self._in_flight.values() if m not in self._arrived]
-            for reply in self.grid.pull_messages([message_id, *others]):
-                answered = reply.metadata.reply_to_message_id
-                if answered != message_id and answered not in others:
-                    continue
-                if reply.has_error() and reply.error.code == ErrorCode.MESSAGE_UNAVAILABLE:
-                    if answered == message_id:
-                        uploading = reply
-                    continue
-                self._arrived[answered] = reply
-            if message_id in self._arrived:
-                return self._arrived.pop(message_id)
-            if time.monotonic() > deadline:
+            reply = self.pulls.take(message_id)
+            if reply is not None:
+                if not (reply.has_error() and reply.error.code == ErrorCode.MESSAGE_UNAVAILABLE):
+                    return reply
+                uploading = reply
+            now = time.monotonic()
+            if now > deadline:
+                self.pulls.drop(message_id)
                 return uploading
+            self.pulls.start(message_id, every=self.policy.poll_interval)
+            if now >= others_due:
+                for other in self._in_flight.values():
+                    if other != message_id:
+                        self.pulls.start(other, every=OTHERS_EVERY)
+                others_due = now + OTHERS_EVERY
             time.sleep(self.policy.poll_interval)
 
 

@@ -1,11 +1,15 @@
-"""Flower messages and the coordinator's wait for one reply (:meth:`GridLink._wait`), with a grid
-that answers as Flower's SuperLink does when a site's reply objects are still uploading: a
-``MESSAGE_UNAVAILABLE`` error, then the reply."""
+"""Flower messages and the coordinator's wait for one reply (:meth:`GridLink._wait`), with grids
+that answer as Flower's SuperLink does when a site's reply objects are still uploading (a
+``MESSAGE_UNAVAILABLE`` error, then the reply), when a reply is consumed by its first pull, and
+when a pull hangs on a dead site's half-uploaded reply."""
 
 from __future__ import annotations
 
+import threading
+import time
 from types import SimpleNamespace
 
+import pytest
 from flwr.common.constant import ErrorCode
 
 from fedstats.flower_apps.grid_transport import GridLink
@@ -69,29 +73,86 @@ def test_two_messages_with_the_same_payload_share_no_flower_object():
 
 
 class VanishingGrid:
-    """``m2``'s reply is there only at the first pull (then Flower loses it, as when another
-    node of the round is removed); ``m1``'s arrives at the third."""
+    """``m2``'s reply is there only at its first pull (then Flower has consumed it: a reply
+    is deleted at the SuperLink when it is pulled); ``m1``'s arrives at its third pull."""
 
     def __init__(self) -> None:
-        self.pulls = 0
+        self.pulls = {"m1": 0, "m2": 0}
 
     def pull_messages(self, message_ids):
-        self.pulls += 1
-        out = []
-        if "m2" in message_ids and self.pulls == 1:
-            out.append(Pulled("m2", None))
-        if "m1" in message_ids and self.pulls >= 3:
-            out.append(Pulled("m1", None))
-        return out
+        (message_id,) = message_ids  # one message per call (fedstats.flower_apps.reply_pulls)
+        self.pulls[message_id] += 1
+        if message_id == "m2" and self.pulls["m2"] == 1:
+            return [Pulled("m2", None)]
+        if message_id == "m1" and self.pulls["m1"] >= 3:
+            return [Pulled("m1", None)]
+        return []
+
+
+def in_flight(link: GridLink, *message_ids: str) -> None:
+    """The round's requests to other sites, pushed and not yet read (as prefetch leaves them)."""
+    for number, message_id in enumerate(message_ids):
+        link._in_flight[(f"s{number}", "d")] = message_id
 
 
 def test_the_rounds_other_replies_are_kept_while_one_is_awaited():
     """Waiting for a slow site, the coordinator pulls the round's other replies as they come
-    and keeps them: a reply Flower would lose later is not a lost site."""
+    and keeps them: a reply Flower will not give twice is not a lost site."""
     policy = PolicySection(discovery_timeout=1.0, poll_interval=0.001, identify_grace=0.0)
     link = GridLink(VanishingGrid(), policy)
-    link._in_flight[("s2", "d")] = "m2"  # the round's request to the other site, not yet read
+    in_flight(link, "m2")
     assert link._wait("m1", 1.0) is not None
-    del link._in_flight[("s2", "d")]  # read now, as send() does
+    link._in_flight.clear()  # m2 read now, as send() does
     reply = link._wait("m2", 0.05)
     assert reply is not None and not reply.has_error()
+
+
+class DeadUploaderGrid:
+    """``m2``'s sender died mid-upload: Flower's pull of it consumes the reply, then retries
+    its missing objects for minutes (here until the test releases it) and ends with
+    ``MESSAGE_UNAVAILABLE``. ``m1``'s reply, from a live site, is there at once."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def pull_messages(self, message_ids):
+        (message_id,) = message_ids
+        if message_id == "m2":
+            self.release.wait(30.0)
+            return [Pulled("m2", ErrorCode.MESSAGE_UNAVAILABLE)]
+        return [Pulled(message_id, None)]
+
+
+def test_a_pull_flower_cannot_finish_holds_neither_another_reply_nor_the_deadline():
+    """One Flower pull of a dead site's half-uploaded reply lasted three minutes, and a live
+    site whose reply came back from the same call was counted lost at its round timeout. Each
+    message is now pulled by its own background call: the live site's reply is read at once
+    while the dead site's pull hangs, and the dead site is lost at its own deadline."""
+    policy = PolicySection(discovery_timeout=1.0, poll_interval=0.001, identify_grace=0.0)
+    grid = DeadUploaderGrid()
+    link = GridLink(grid, policy)
+    try:
+        in_flight(link, "m2")
+        started = time.monotonic()
+        reply = link._wait("m1", 5.0)
+        assert reply is not None and not reply.has_error()
+        link._in_flight.clear()
+        assert link._wait("m2", 0.3) is None
+        assert time.monotonic() - started < 3.0
+    finally:
+        grid.release.set()
+    deadline = time.monotonic() + 5.0
+    while link.pulls.running("m2") and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert link.pulls.take("m2") is None  # given up: its late outcome is not kept
+
+
+class FailingGrid:
+    def pull_messages(self, message_ids):
+        raise ConnectionError("SuperLink gone")
+
+
+def test_a_failed_pull_is_raised_to_the_waiter():
+    policy = PolicySection(discovery_timeout=1.0, poll_interval=0.001, identify_grace=0.0)
+    with pytest.raises(ConnectionError, match="SuperLink gone"):
+        GridLink(FailingGrid(), policy)._wait("m1", 1.0)
