@@ -58,6 +58,12 @@ the training path's last round leads to: the request relays that round's signed 
 training request they answer (``training``), and the site re-derives the step
 (:class:`fedstats.contract.paths.FedAvgPath`)."""
 
+TRAINED_INPUTS = ("design", "scaling", "model", "hyper")
+"""The arguments an evaluation of a trained network must share with its training: the network
+is scored on the inputs it was trained on. Scaling of the coordinator's choosing (half-widths
+near zero make each input the indicator of a moving threshold) would let differenced scores
+place single patients' values."""
+
 TRAINING_KEY = "training"
 """The argument of an evaluation's ``path`` carrying the training request's arguments but its
 point (what the relayed replies were signed over)."""

@@ -49,6 +49,7 @@ from fedstats.contract.path_rules import (
     PATH_RULES,
     RELAYED_EVALUATIONS,
     TRAINED_EVALUATIONS,
+    TRAINED_INPUTS,
     TRAINING_KEY,
 )
 from fedstats.contract.paths import (
@@ -451,9 +452,10 @@ def _check_evidenced_evaluation(
 
 def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
     """An evaluation of a trained network at the network the training path's last round
-    leads to (:data:`fedstats.contract.path_rules.TRAINED_EVALUATIONS`): that round is
-    relayed with the training request (:func:`_relayed_last_point`), and the FedAvg step from
-    its replies must give the weights evaluated."""
+    leads to (:data:`fedstats.contract.path_rules.TRAINED_EVALUATIONS`), on the training's
+    inputs (:data:`~fedstats.contract.path_rules.TRAINED_INPUTS`): that round is relayed with
+    the training request (:func:`_relayed_last_point`), and the FedAvg step from its replies
+    must give the weights evaluated."""
     training_task = TRAINED_EVALUATIONS[task]
     rule = PATH_RULES[training_task]
     path = args.get(PATH_KEY)
@@ -462,6 +464,13 @@ def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
     if not (isinstance(training, dict) and isinstance(previous, dict)):
         raise _refused(
             ctx, task, "a trained network is evaluated only with its training's last round relayed"
+        )
+    changed = [
+        n for n in TRAINED_INPUTS if design_digest(args.get(n)) != design_digest(training.get(n))
+    ]
+    if changed:
+        raise _refused(
+            ctx, task, f"the network is evaluated on other inputs than its training's: {changed}"
         )
     evaluated = _point(ctx, task, rule.point({"weights": args.get("weights")}), None,
                        "the evaluated network")  # fmt: skip

@@ -248,6 +248,48 @@ def test_a_network_is_evaluated_only_where_its_training_ended():
     assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "path"
 
 
+def test_a_trained_network_is_evaluated_only_on_its_trainings_inputs(monkeypatch):
+    """The honest network, with its training's last round relayed, evaluated on inputs of the
+    coordinator's choosing: half-widths of 1e-6 (each input becomes the indicator of a
+    threshold the coordinator moves, so differenced scores tell where single patients' values
+    lie), moved centres, another formula, dropout switched on. Each is refused, rule ``path``,
+    before a row is read; the request as sent is answered."""
+    fed, sent = recorded(FRAMES)
+    trainer().fit(fed)
+    (site, request) = next((s, r) for s, r in sent if codec.decode(r)["task"] == "deep.evaluate")
+    message = codec.decode(request)
+    args = message["args"]
+    read: list[str] = []
+    import fedstats.deep.site.tasks as site_tasks
+
+    real = site_tasks.site_tensors
+    monkeypatch.setattr(
+        site_tasks, "site_tensors", lambda *a, **k: read.append("rows") or real(*a, **k)
+    )
+
+    def answer(**fields) -> dict:
+        changed = {**message, "args": {**args, **fields}}
+        return codec.decode(fed.silos[site].handle(codec.encode(changed)))
+
+    tiny, moved = args["scaling"].copy(), args["scaling"].copy()
+    tiny[:, 1] = 1e-6
+    moved[1:, 0] = 3.0
+    narrow_design = {**args["design"], "formula": "y ~ x1 + x2 - 1"}
+    for fields in (
+        {"scaling": tiny},
+        {"scaling": moved},
+        {"design": narrow_design},
+        {"hyper": {"hidden": [6], "dropout": 0.5}},
+    ):
+        reply = answer(**fields)
+        assert reply["status"] == "error", fields
+        assert reply["error"]["values"]["rule"] == "path", (fields, reply)
+    # another network kind cannot hold these weights: refused as malformed, also unread
+    assert answer(model="linear", hyper={})["error"]["type"] == "MalformedRequestError"
+    assert read == []
+    assert answer()["status"] == "ok" and read == ["rows"]
+
+
 def test_every_training_field_a_coordinator_sets_is_bound_or_refused(monkeypatch):
     """The fields an exact training path adds, sent as a malicious coordinator would: round 2
     replayed with another server learning rate or an adaptive server optimiser (not what the
