@@ -8,8 +8,15 @@ import numpy as np
 import pandas as pd
 import pytest
 from _pytest.nodes import coerce_node_id
+from hypothesis import settings
 
 from fedstats import datasets
+
+# Property tests check what an input does, not how long it takes (timings belong to
+# benchmarks/): Hypothesis' default 200 ms deadline per example failed a test on a loaded
+# 2-core machine (an example took 250 ms once and 136 ms when replayed).
+settings.register_profile("fedstats", deadline=None)
+settings.load_profile("fedstats")
 
 
 @pytest.fixture(scope="session")
