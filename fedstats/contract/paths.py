@@ -81,6 +81,10 @@ class NewtonPath:
     seeded_start: bool = False
     """Round 1 starts at a network drawn from the request's ``init_seed``, which only the
     site's deep task can rebuild (it checks it before it trains), not at :meth:`start`."""
+    private_rounds: bool = False
+    """Record-level private rounds (each site's reply noised and charged by the site itself)
+    that carry a path are verified too: the step from the signed noisy replies is as
+    deterministic as from exact ones, so the path's end point can be evaluated."""
 
     def start(self, p: int) -> np.ndarray:
         return np.zeros(p)
@@ -277,13 +281,15 @@ class FedAvgPath(NewtonPath):
     (:attr:`seeded_start`); round ``t`` is ``x + eta_s sum_k (n_k / N) Delta_k`` (the
     request's ``server_lr``, FedAvg's server step) and ``c + sum_k Delta c_k / K``, from the
     round ``t - 1`` updates of all ``K`` sites, each weighted by the rows ``n_k`` its reply
-    says it trained on, ``0 < eta_s <=`` :data:`MAX_SERVER_LR`. A request naming a rule of
+    says it trained on (under DP-SGD: the noisy count it released when the design was
+    agreed), ``0 < eta_s <=`` :data:`MAX_SERVER_LR`. A request naming a rule of
     :mod:`fedstats.contract.aggregation` (its ``aggregator``: coordinate-wise median,
     trimmed mean, norm bounding) combines the updates by that rule instead. Adaptive server
     optimisers (FedAdam, FedYogi) carry state no site re-derives: no point follows under
     them."""
 
     seeded_start: bool = True
+    private_rounds: bool = True
 
     def sums_replies(self, args: Mapping[str, Any]) -> bool:
         """Only when every site weighs its own update by its rows (``scale`` is
@@ -463,6 +469,9 @@ def design_digest(design: Any) -> str:
     return digest(codec.encode(design))
 
 
+DP_KEY, DP_NOTE = "dp", "note"
+"""A private request's block (:class:`fedstats.contract.dp_request.DpRequest`) and its note."""
+
 POINT_ARGUMENTS = ("beta", "weights", "control", "seed", PATH_KEY)
 """The request arguments that change from round to round of one path: the point (``beta``; a
 network's ``weights`` and SCAFFOLD's ``control`` variate), a training round's batch-order
@@ -478,9 +487,15 @@ so not part of what a path's replies are bound to; a masked reply signs its sess
 def request_digest(args: Mapping[str, Any]) -> str:
     """The digest of a request's arguments but those of :data:`POINT_ARGUMENTS` and its
     secure-aggregation block, as the codec writes them: the design, family, ties, grid,
-    penalty, network... every reply of a path is bound to."""
+    penalty, network, privacy mechanism... every reply of a path is bound to. A private
+    request's ledger note (``dp.note``, e.g. "DP-SGD round 3") names the round for the
+    site's ledger and changes nothing computed: it is left out, as the round's point is."""
     dropped = (*POINT_ARGUMENTS, SECURE_BLOCK)
-    return digest(codec.encode({k: v for k, v in args.items() if k not in dropped}))
+    bound = {k: v for k, v in args.items() if k not in dropped}
+    dp = bound.get(DP_KEY)
+    if isinstance(dp, Mapping) and DP_NOTE in dp:
+        bound[DP_KEY] = {k: v for k, v in dp.items() if k != DP_NOTE}
+    return digest(codec.encode(bound))
 
 
 def warm_start_digest(args: Mapping[str, Any], argument: str) -> str:

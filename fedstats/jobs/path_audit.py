@@ -50,8 +50,8 @@ def archive(workdir: Path, seq: int, request: bytes, reply: bytes) -> str:
 
 def archived_answer(task: str, args: dict[str, Any] | None, envelope: dict[str, Any]) -> bool:
     """Whether an answer (the decoded request arguments and reply) is one :func:`audit_site`
-    re-derives: an exact answer on a verified path (its reply is signed and says it verified)
-    or an evaluation of a fitted model."""
+    re-derives: an answer on a verified path, exact or a DP-SGD round (its reply is signed and
+    says it verified), or an evaluation of a fitted model."""
     if envelope.get("status") != "ok" or args is None:
         return False
     return envelope.get("verified") is True or audited(task, args)

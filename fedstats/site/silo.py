@@ -28,6 +28,7 @@ from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.refusals import REFUSALS, refusal_reason
 from fedstats.contract.secure_aggregation import MaskBlock, signed_payload
 from fedstats.contract.task_spec import reply_schema
+from fedstats.contract.tasks.design import PREPARE
 from fedstats.errors import (
     BudgetExceededError,
     CodecError,
@@ -43,6 +44,7 @@ from fedstats.errors import (
 )
 from fedstats.schema import ReplySchema
 from fedstats.secagg.roster import RosterPin
+from fedstats.site import released_counts
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.disclosure import DisclosurePolicy, check_reply
 from fedstats.site.error_replies import checked_error
@@ -263,6 +265,8 @@ class Silo:
                 payload=payload,
                 contributors=None if dp is not None else reply.contributors,
             )
+            if task_name == PREPARE.name and dp is not None and session is None:
+                released_counts.remember(context, dp, payload)  # a private training's weight
             envelope = {"status": "ok", "result": payload}
             if point is not None:  # the next round's sites check this reply by its signature
                 if session is not None:  # masked: signed with its session and seed commitment

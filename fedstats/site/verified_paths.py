@@ -33,7 +33,10 @@ did not see (``y_u`` and ``b_u`` still hide ``x_u`` behind the pairwise masks). 
 round is re-derived from the sum only when each site weighs its own update by its rows
 (:data:`fedstats.contract.paths.SELF_WEIGHTED`); weights of the coordinator's choosing are
 refused inside secure aggregation. Private requests are answered off any path (their noise
-is charged, whatever the point), and so are tasks without a rule.
+is charged, whatever the point), and so are tasks without a rule, except a record-level
+private training round that carries a path: it is verified like an exact one (each site's
+DP-SGD update is noised at the site, so the next network is as determined by the signed
+replies), which lets its network be evaluated where it is verified.
 """
 
 from __future__ import annotations
@@ -144,7 +147,7 @@ def verified_point(
     """
     rule = PATH_RULES.get(task)
     pin = ctx.secure_aggregation
-    if pin is None or args.get("dp") is not None:
+    if pin is None or (args.get("dp") is not None and not _private_on_path(rule, args)):
         return None
     if secure:
         if not ctx.verified_paths:
@@ -308,6 +311,19 @@ def _allowed(
     if accepted is not None and np.array_equal(base, accepted["beta"]):  # a shorter trial
         return rule.on_segment(beta, base, accepted["replies"], args)
     return False
+
+
+def _private_on_path(rule: NewtonPath | None, args: dict[str, Any]) -> bool:
+    """A record-level private round that carries a path, of a rule that verifies such rounds
+    (:attr:`~fedstats.contract.paths.NewtonPath.private_rounds`; DP-FedAvg's client-level
+    rounds carry the coordinator's noise and are never on a path)."""
+    return (
+        rule is not None
+        and rule.private_rounds
+        and PATH_KEY in args
+        and args.get("clip") is None
+        and args.get(CLIENT_LEVEL_KEY) is not True
+    )
 
 
 def _prelude(rule: NewtonPath) -> bool:

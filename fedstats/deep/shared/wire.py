@@ -19,7 +19,7 @@ import torch
 
 from fedstats.contract.design import DesignSpec
 from fedstats.contract.dp_request import DpRequest
-from fedstats.contract.paths import SELF_WEIGHTED
+from fedstats.contract.paths import PATH_KEY, SELF_WEIGHTED
 from fedstats.contract.task_spec import TaskSpec
 from fedstats.contract.tasks.design import spec_from_args
 from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan
@@ -212,6 +212,8 @@ def train_schema(args: dict[str, Any]) -> dict:
         schema.update({"train_loss": Number(), "steps": Number(), "n_obs": Number()})
     else:
         schema["dp_steps"] = Number()
+        if PATH_KEY in args:  # on a verified path: the count released at the agreement
+            schema["n_obs"] = Number()
     return schema
 
 

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from sklearn.metrics import roc_auc_score
 
-from fedstats.contract.paths import SELF_WEIGHTED
+from fedstats.contract.dp_request import DpRequest
+from fedstats.contract.paths import PATH_KEY, SELF_WEIGHTED
 from fedstats.contract.quantize import quantize
 from fedstats.cox_math import concordance_counts
 from fedstats.deep.shared.losses import BINARY, SURVIVAL
@@ -48,6 +49,7 @@ from fedstats.deep.shared.wire import (
 from fedstats.deep.site.data import site_tensors
 from fedstats.deep.site.local_training import train_locally
 from fedstats.errors import DisclosureError, MalformedRequestError
+from fedstats.site import released_counts
 from fedstats.site.handlers.survival import deferred_points
 from fedstats.site.patient_clipping import refuse_several_rows
 from fedstats.site.task import SiteContext, Task, TaskReply
@@ -74,7 +76,28 @@ def validate_train(ctx: SiteContext, args: dict[str, Any]) -> None:
     a private request on a frame with several rows per patient is refused first."""
     if args.get("dp") is not None:
         refuse_several_rows(ctx, TRAIN_TASK, PER_ROW_CLIPPING)
+        if PATH_KEY in args:
+            released_weight(ctx, args)  # before the charge: refused, nothing spent
     site_tensors(ctx, args)
+
+
+def released_weight(ctx: SiteContext, args: dict[str, Any]) -> float:
+    """A private round on a verified path states the weight FedAvg gives this site's update:
+    the patient count it released (noised, charged) when the design was agreed
+    (:mod:`fedstats.site.released_counts`), never a count the coordinator names. Refused,
+    rule ``path``, when this site released none for the study and analysis."""
+    dp = DpRequest.from_args(args)
+    weight = None if dp is None else released_counts.recalled(ctx, dp)
+    if weight is None:
+        raise DisclosureError(
+            site=ctx.name,
+            task=TRAIN_TASK,
+            reason="a private training on a verified path weighs this site's update by the "
+            "patient count it released when the design was agreed, and it released none for "
+            "this study and analysis (since it last started): agree the design again",
+            rule="path",
+        )
+    return weight
 
 
 def train_cost(ctx: SiteContext, args: dict[str, Any]) -> float:
@@ -154,6 +177,8 @@ def train(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         payload["n_obs"] = data.n  # FedAvg's weight n_k, which the next round re-derives
     else:
         payload["dp_steps"] = outcome.steps_accounted
+        if PATH_KEY in args:  # the weight the next round re-derives with, released before
+            payload["n_obs"] = released_weight(ctx, args)
     return TaskReply(payload, contributors=data.n)
 
 

@@ -244,9 +244,12 @@ class FederatedTrainer:
         the trainer's ``seed``), which sites that verify paths rebuild and check;
         ``initial_weights`` (float arrays in ``state_dict`` order) replace it, and such sites
         refuse them (a global model the coordinator chose is what they guard against).
-        Sites that verify paths evaluate only the network their exact training ended at: by
-        default a training they cannot re-derive (private, sampled, secure, or with another
-        aggregator) is not evaluated, and its notes say so.
+        Sites that verify paths evaluate only the network a training they re-derived ended
+        at (every round exact or record-level DP-SGD, in the clear, of every site, combined by
+        a rule of the contract); held-out sites check it when they pin the training sites'
+        keys (``Federation.in_process(..., keys_of=training)``). A training they cannot
+        re-derive (client-level private, sampled, secure, or with a rule of the coordinator's
+        own) is not evaluated by default, and its notes say so.
 
         ``privacy``: :class:`~fedstats.RecordDP` (DP-SGD at every site, charged to each
         site's ledger), :class:`~fedstats.models.client_dp.DPFedAvg` (client-level DP-FedAvg at the
@@ -274,11 +277,12 @@ class FederatedTrainer:
         base = self._base_args(run)  # the same in every round
         if state.init_seed is not None:
             base["init_seed"] = state.init_seed
-        # exact rounds of every site lie on a path the sites re-derive (contract.paths)
+        # rounds of every site, exact or DP-SGD in the clear, lie on a path the sites
+        # re-derive (contract.paths)
         path = PathRelay(
             federation,
             enabled=run.client is None
-            and run.schedule is None
+            and (run.schedule is None or run.secure is None)
             and self.plan.sample_rate_sites >= 1
             and (self.aggregator is weighted_sum or RULE_KEY in base)
             and (run.secure is None or self.aggregator is weighted_sum),
@@ -327,9 +331,9 @@ class FederatedTrainer:
             notes=self._notes(run, account)
             + (
                 [
-                    "not evaluated: sites that verify paths evaluate only a network an exact "
-                    "training of theirs ended at in the clear (this one's rounds were private, "
-                    "sampled, masked by secure aggregation or combined by a rule of the "
+                    "not evaluated: sites that verify paths evaluate only a network a training "
+                    "they re-derived ended at in the clear (this one's rounds were client-level "
+                    "private, sampled, masked by secure aggregation or combined by a rule of the "
                     "coordinator's own); pass evaluation= sites that do not verify paths to "
                     "evaluate it"
                 ]
