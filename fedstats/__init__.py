@@ -42,6 +42,7 @@ _PUBLIC: dict[str, str] = {
     "DPFedAvg": "fedstats.models.client_dp",
     "CoxPH": "fedstats.models.cox",
     "concordance_index": "fedstats.models.cox",
+    "classification_metrics": "fedstats.models.classifier_scores",
     "Federation": "fedstats.in_process",
     "CumulativeIncidence": "fedstats.models.cumulative_incidence",
     "CumulativeIncidenceResults": "fedstats.models.cumulative_incidence",
@@ -85,6 +86,7 @@ if TYPE_CHECKING:
     from fedstats.contract.design import DesignSpec
     from fedstats.deep import DeepModelResults, FederatedTrainer
     from fedstats.in_process import Federation
+    from fedstats.models.classifier_scores import classification_metrics
     from fedstats.models.client_dp import DPFedAvg
     from fedstats.models.cox import CoxPH, concordance_index
     from fedstats.models.cumulative_incidence import (
@@ -186,6 +188,7 @@ __all__ = [
     "SurvivalHeterogeneity",
     "UnknownLevelError",
     "__version__",
+    "classification_metrics",
     "concordance_index",
     "datasets",
     "deep",

@@ -58,6 +58,12 @@ the training path's last round leads to: the request relays that round's signed 
 training request they answer (``training``), and the site re-derives the step
 (:class:`fedstats.contract.paths.FedAvgPath`)."""
 
+STEPPED_EVALUATIONS: dict[str, str] = {"logistic.evaluate": "logistic.summaries"}
+"""Evaluations of a fitted model at the point its last answered round leads to (a logistic fit
+ends one Newton step past it; one that stopped on a singular information, at it): the request
+relays that round's signed replies and the fit's task and arguments (``fit``), and the site
+re-derives the step with the fit's rule."""
+
 TRAINED_INPUTS = ("design", "scaling", "model", "hyper")
 """The arguments an evaluation of a trained network must share with its training: the network
 is scored on the inputs it was trained on. Scaling of the coordinator's choosing (half-widths

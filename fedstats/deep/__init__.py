@@ -33,10 +33,10 @@ from fedstats.deep.canary_audit import (
 from fedstats.deep.shared.losses import binary_loss, cox_loss
 from fedstats.deep.shared.models import build_model, register_model, registered_models
 from fedstats.deep.training.aggregation import Aggregator, weighted_sum
-from fedstats.deep.training.evaluation import Evaluation
 from fedstats.deep.training.results import DeepModelResults
 from fedstats.deep.training.trainer import FederatedTrainer
 from fedstats.errors import ModelSpecError
+from fedstats.models.classifier_scores import Evaluation
 from fedstats.models.client_dp import DPFedAvg
 
 __all__ = [

@@ -33,10 +33,11 @@ from fedstats.contract.newton import (
     newton_decrement,
     newton_step,
 )
+from fedstats.contract.tasks.logistic import SUMMARIES
 from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
 from fedstats.models.federation import Federation
-from fedstats.models.path_relay import PathRelay
+from fedstats.models.path_relay import PathRelay, fit_evidence
 from fedstats.models.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.models.results import LogisticRegressionResults, Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
@@ -188,7 +189,7 @@ class LogisticRegression:
         for rounds in range(1, self.maxiter + 1):
             sums = summed_replies(
                 federation,
-                "logistic.summaries",
+                SUMMARIES.name,
                 path.arguments({"design": spec.to_wire(), "beta": beta}, beta, base=beta),
                 analysis=analysis,
                 secure=secure_aggregation,
@@ -234,6 +235,9 @@ class LogisticRegression:
             n_events=counts.n_events,
             model=self,
         )
+        result.design = spec.to_wire()
+        # sites that verify paths score it where the last relayed round leads to
+        result.path_evidence = fit_evidence(path, (SUMMARIES.name, {"design": result.design}))
         return result
 
 

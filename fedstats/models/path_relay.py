@@ -74,15 +74,20 @@ class PathRelay:
 
 
 def fit_evidence(
-    path: PathRelay | None, request: tuple[str, dict[str, Any]] | None, beta: np.ndarray
+    path: PathRelay | None,
+    request: tuple[str, dict[str, Any]] | None,
+    beta: np.ndarray | None = None,
 ) -> dict[str, Any] | None:
-    """What an evaluation of a fit ending at ``beta`` relays so that sites which did not keep
-    its points (held-out sites of the study) can check it: the fit's last point with every
+    """What an evaluation of a fit relays so that sites which did not keep its points
+    (held-out sites of the study) can check it: the fit's last answered point with every
     site's signed reply there, and the task and arguments those replies answer (``None``
-    when the fit's sites signed nothing, or it did not end at an answered point)."""
+    when the fit's sites signed nothing). With ``beta``, the fit must end at that point (a
+    Cox fit ends at its last accepted point; ``None`` otherwise); without it, the sites
+    check the end point themselves (a logistic fit ends one Newton step past its last
+    answered point, which every site re-derives from the relayed replies)."""
     if path is None or request is None or not path.enabled or path.last is None:
         return None
-    if not np.array_equal(path.last.beta, np.asarray(beta, dtype=np.float64)):
+    if beta is not None and not np.array_equal(path.last.beta, np.asarray(beta, np.float64)):
         return None
     task, args = request
     return {

@@ -336,6 +336,12 @@ class LogisticRegressionResults(LikelihoodResults):
         """The :class:`fedstats.LogisticRegression` that was fitted (None for derived results);
         site-by-site estimates of it: :func:`fedstats.heterogeneity`."""
         self.n_events_by_site = pd.Series(n_events, name="n_events")
+        self.design: dict[str, Any] | None = None
+        """The agreed design (its wire form) a fit scored its sites with; ``None`` for
+        derived results (:func:`fedstats.classification_metrics` then refuses them)."""
+        self.path_evidence: dict[str, Any] | None = None
+        """The fit's last answered point with every site's signed reply, relayed with an
+        evaluation so that sites which verify paths can check the coefficients."""
 
     def _record_fields(self) -> dict[str, Any]:
         return {"n_events": _series_record(self.n_events_by_site)}

@@ -95,6 +95,7 @@ CURVE_MODELS = ("kaplan_meier", "cumulative_incidence")
 TASK_MODELS: dict[str, tuple[str, ...]] = {
     "prepare": ("logistic", "glm", "cox", "deep"),
     "logistic.summaries": ("logistic",),
+    "logistic.evaluate": ("logistic",),
     "glm.summaries": ("glm", "logistic"),
     "fairness.summaries": ("logistic",),
     "cox.summaries": ("cox",),

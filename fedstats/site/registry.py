@@ -12,6 +12,7 @@ asked for.
 from __future__ import annotations
 
 from fedstats.contract.tasks import budget as budget_wire
+from fedstats.contract.tasks import classifier_scores as classifier_wire
 from fedstats.contract.tasks import competing as competing_wire
 from fedstats.contract.tasks import cox as cox_wire
 from fedstats.contract.tasks import cox_private as cox_private_wire
@@ -25,6 +26,7 @@ from fedstats.contract.tasks import secure_aggregation as secagg_wire
 from fedstats.contract.tasks import survival as survival_wire
 from fedstats.site import secure_aggregation as secagg_site
 from fedstats.site.handlers import budget as budget_site
+from fedstats.site.handlers import classifier_scores as classifier_site
 from fedstats.site.handlers import competing as competing_site
 from fedstats.site.handlers import cox as cox_site
 from fedstats.site.handlers import cox_private as cox_private_site
@@ -59,6 +61,7 @@ REGISTRY = TaskRegistry(
             logistic_site.summaries,
             private_release=logistic_site.summaries_private_release,
         ),
+        Task.serving(classifier_wire.EVALUATE, classifier_site.evaluate),
         Task.serving(glm_wire.SUMMARIES, glm_site.summaries),
         Task.serving(cox_wire.SUMMARIES, cox_site.summaries),
         Task.serving(cox_wire.GRID_SUMMARIES, cox_site.grid_summaries),

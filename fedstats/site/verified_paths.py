@@ -51,6 +51,7 @@ from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts
 from fedstats.contract.path_rules import (
     PATH_RULES,
     RELAYED_EVALUATIONS,
+    STEPPED_EVALUATIONS,
     TRAINED_EVALUATIONS,
     TRAINED_INPUTS,
     TRAINING_KEY,
@@ -102,7 +103,12 @@ def audited(task: str, args: dict[str, Any]) -> bool:
     relayed); answers on a path say so themselves (their replies are signed)."""
     if args.get("dp") is not None:
         return False
-    return is_evaluation(task, args) or task in RELAYED_EVALUATIONS or task in TRAINED_EVALUATIONS
+    return (
+        is_evaluation(task, args)
+        or task in RELAYED_EVALUATIONS
+        or task in TRAINED_EVALUATIONS
+        or task in STEPPED_EVALUATIONS
+    )
 
 
 REMEMBERED_POINTS = 100_000
@@ -170,6 +176,9 @@ def verified_point(
         return None
     if ctx.verified_paths and task in TRAINED_EVALUATIONS:
         _check_trained_evaluation(ctx, task, args, pin)
+        return None
+    if ctx.verified_paths and task in STEPPED_EVALUATIONS:
+        _check_stepped_evaluation(ctx, task, args, pin)
         return None
     if ctx.verified_paths and is_evaluation(task, args):
         if PATH_KEY in args:  # the fit's last point, relayed (held-out sites keep no points)
@@ -464,6 +473,48 @@ def _check_evidenced_evaluation(
     beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
     _relayed_last_point(ctx, task, path, pin, of=fit["task"], fit_args=fit["args"], beta=beta,
                         extra=frozenset({FIT_KEY}), outsiders=True)  # fmt: skip
+
+
+def _check_stepped_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
+    """An evaluation of a fitted model, on the fit's design, at the point the fit's relayed
+    last round leads to by the fit's rule, or at that point itself (a fit that stopped there)
+    (:data:`fedstats.contract.path_rules.STEPPED_EVALUATIONS`; held-out sites of the study may
+    ask too: :func:`_relayed_last_point`)."""
+    of = STEPPED_EVALUATIONS[task]
+    path = args.get(PATH_KEY)
+    fit = path.get(FIT_KEY) if isinstance(path, dict) else None
+    previous = path.get("previous") if isinstance(path, dict) else None
+    if not (
+        isinstance(fit, dict)
+        and set(fit) == {"task", "args"}
+        and fit["task"] == of
+        and isinstance(fit["args"], dict)
+        and isinstance(previous, dict)
+    ):
+        raise _refused(
+            ctx, task, "a fitted model is evaluated only with its fit's last round relayed"
+        )
+    if design_digest(fit["args"].get("design")) != design_digest(args.get("design")):
+        raise _refused(ctx, task, "the evaluated design is not the fit's")
+    beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
+    last_point = _point(ctx, task, previous.get("beta"), beta.shape, "the fit's last point")
+    last = _relayed_last_point(ctx, task, path, pin, of=of, fit_args=fit["args"],
+                               beta=last_point, extra=frozenset({FIT_KEY}),
+                               outsiders=True)  # fmt: skip
+    rule = PATH_RULES[of]
+    try:
+        derived = rule.next_point(
+            last["beta"], last["replies"], {**fit["args"], "beta": last_point}
+        )
+        agrees = np.array_equal(beta, last["beta"]) or (
+            derived is not None and rule.close(beta, derived[0], derived[1])
+        )
+    except (KeyError, ValueError, TypeError, IndexError, np.linalg.LinAlgError):
+        agrees = False
+    if not agrees:
+        raise _refused(
+            ctx, task, "the coefficients are not where the fit's relayed last round leads"
+        )
 
 
 def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:

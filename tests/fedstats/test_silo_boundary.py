@@ -382,6 +382,7 @@ def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
         "fairness.summaries": {"design": binary, "beta": np.zeros(2), "group": "g",
                                "levels": ["a", "b"], "temperature": 0.25},
         "logistic.summaries": {"design": binary, "beta": np.zeros(2)},
+        "logistic.evaluate": {"design": binary, "beta": np.zeros(2)},
         "glm.summaries": {"design": binary, "beta": np.zeros(2), "family": "binomial"},
         "prepare": {"design": binary},
         "cox.piecewise_summaries": {"design": survival, "beta": beta, "alpha": np.zeros(3),

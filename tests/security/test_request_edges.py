@@ -68,7 +68,8 @@ def honest(tmp_path_factory) -> dict[str, dict]:
         return transport
 
     fed = fedstats.Federation({name: recording(silo) for name, silo in silos.items()})
-    fedstats.LogisticRegression("y ~ age + C(sex)").fit(fed)
+    fit = fedstats.LogisticRegression("y ~ age + C(sex)").fit(fed)
+    fedstats.classification_metrics(fit, fed)  # scored with the fit's last round relayed
     fedstats.GLM("y ~ age", family="poisson").fit(fed)
     fedstats.KaplanMeier("time", "event", width=1.0, horizon=10.0).fit(fed)
     fedstats.CoxPH("Surv(time, event) ~ age").fit(fed)
@@ -283,7 +284,8 @@ def path_requests() -> tuple[dict, list[tuple[str, dict]]]:
         return transport
 
     fed = fedstats.Federation({name: recording(silo) for name, silo in silos.items()})
-    fedstats.LogisticRegression("y ~ age + C(sex)").fit(fed)
+    fit = fedstats.LogisticRegression("y ~ age + C(sex)").fit(fed)
+    fedstats.classification_metrics(fit, fed)  # scored with the fit's last round relayed
     fedstats.GLM("y ~ age", family="poisson").fit(fed)
     fedstats.CoxPH("Surv(time, event) ~ age").fit(fed)
     fedstats.CoxPH("Surv(time, event) ~ age", strata=None, width=1.0, horizon=10.0).fit(fed)
@@ -302,7 +304,7 @@ def path_requests() -> tuple[dict, list[tuple[str, dict]]]:
     settings = dict(formula="y ~ age", bounds={"age": (30.0, 90.0)}, rounds=2, local_steps=2,
                     lr=0.1, batch_size=16, seed=3, progress=False)  # fmt: skip
     FederatedTrainer("mlp", {"hidden": [4]}, aggregator=CoordinateMedian(), **settings).fit(
-        fed, evaluation=False
+        fed  # evaluated with its training's last round relayed
     )
     FederatedTrainer("mlp", {"hidden": [4]}, algorithm="scaffold", **settings).fit(
         fed, evaluation=False, secure_aggregation=secure
@@ -327,6 +329,7 @@ def test_no_field_of_a_path_request_makes_a_verifying_site_fail_internally(path_
         "cox.grid_summaries",
         "fine_gray.grid_summaries",
         "fairness.summaries",
+        "logistic.evaluate",
     }
     assert any("seeds" in args["path"].get("previous", {}) for _, args in seen)
     task, base = data.draw(st.sampled_from(seen))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from fedstats.contract.task_spec import OptionalSpecs, TaskCatalogue
 from fedstats.contract.tasks import (
     budget,
+    classifier_scores,
     competing,
     cox,
     cox_private,
@@ -37,6 +38,7 @@ TASKS = TaskCatalogue(
         design.DESCRIBE,
         design.PREPARE,
         logistic.SUMMARIES,
+        classifier_scores.EVALUATE,
         glm.SUMMARIES,
         cox.SUMMARIES,
         cox.GRID_SUMMARIES,

@@ -21,6 +21,7 @@ from fedstats.contract.design import DesignSpec
 from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.paths import PATH_KEY, SELF_WEIGHTED
 from fedstats.contract.task_spec import TaskSpec
+from fedstats.contract.tasks.classifier_scores import binary_scores_schema
 from fedstats.contract.tasks.design import spec_from_args
 from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan
 from fedstats.deep.shared.losses import SURVIVAL
@@ -37,10 +38,6 @@ EVALUATE_TASK = "deep.evaluate"
 
 DP_GROUP = "dp_sgd"
 """The name of DP-SGD's noise multiplier in a request's ``dp`` block."""
-
-
-LOGIT_EDGES = np.linspace(-8.0, 8.0, 1601)
-"""Bins of the predicted logits in an evaluation reply (values beyond are put in the end bins)."""
 
 
 MAX_STEPS = 100_000
@@ -221,12 +218,7 @@ def evaluate_schema(args: dict[str, Any]) -> dict:
     request = model_request(args)
     if request.spec.outcome_kind == SURVIVAL:
         return {k: Number() for k in ("n", "n_events", "concordant", "tied", "comparable")}
-    bins = len(LOGIT_EDGES) - 1
-    return {
-        **{k: Number() for k in ("n", "n_events", "correct", "brier_sum", "log_loss_sum", "auc")},
-        "logits_events": Array((bins,)),
-        "logits_non_events": Array((bins,)),
-    }
+    return binary_scores_schema()
 
 
 def _number(value: Any) -> bool:

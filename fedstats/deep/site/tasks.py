@@ -16,18 +16,16 @@ update stochastically rounded to ``b`` bits per entry (unbiased;
 bit-packed codes) and ``update_scale`` instead of the float32 ``update``.
 
 ``deep.evaluate`` scores the site's rows with given weights and replies sums
-and counts the coordinator combines over sites (:mod:`fedstats.deep.training.evaluation`).
+and counts the coordinator combines over sites (:mod:`fedstats.models.classifier_scores`).
 """
 
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 
 from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.paths import PATH_KEY, SELF_WEIGHTED
@@ -39,7 +37,6 @@ from fedstats.deep.shared.weights import flatten, parameter_arrays
 from fedstats.deep.shared.wire import (
     EVALUATE,
     EVALUATE_TASK,
-    LOGIT_EDGES,
     TRAIN,
     TRAIN_TASK,
     input_columns,
@@ -50,7 +47,7 @@ from fedstats.deep.site.data import site_tensors
 from fedstats.deep.site.local_training import train_locally
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.site import released_counts
-from fedstats.site.handlers.survival import deferred_points
+from fedstats.site.handlers.classifier_scores import binary_scores
 from fedstats.site.patient_clipping import refuse_several_rows
 from fedstats.site.task import SiteContext, Task, TaskReply
 
@@ -248,48 +245,7 @@ def evaluate(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         }
         return TaskReply(payload, contributors=data.n)
     y = data.y.double().numpy()
-    p = 1.0 / (1.0 + np.exp(-scores))
-    log_loss = np.logaddexp(0.0, scores) - y * scores
-    both = 0 < y.sum() < len(y)
-    clipped = np.clip(scores, LOGIT_EDGES[0], LOGIT_EDGES[-1])
-    events, non_events = k_protected_histograms(
-        np.histogram(clipped[y == 1], LOGIT_EDGES)[0].astype(np.float64),
-        np.histogram(clipped[y == 0], LOGIT_EDGES)[0].astype(np.float64),
-        ctx.policy.min_count,
-    )
-    payload = {
-        "n": data.n,
-        "n_events": int(y.sum()),
-        "correct": int(((scores > 0) == (y == 1)).sum()),
-        "brier_sum": float(np.sum((p - y) ** 2)),
-        "log_loss_sum": float(np.sum(log_loss)),
-        "auc": float(roc_auc_score(y, scores)) if both else math.nan,
-        "logits_events": events,
-        "logits_non_events": non_events,
-    }
-    return TaskReply(payload, contributors=data.n)
-
-
-def k_protected_histograms(
-    events: np.ndarray, non_events: np.ndarray, k: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """The two logit histograms with every released bin holding at least ``k`` patients.
-
-    Bins are merged from the left as in the survival curves' deferred
-    events (:func:`fedstats.site.handlers.survival.deferred_points`): patients
-    accumulate until at least ``k`` are pending, then all are released at
-    the current bin; the last fewer than ``k`` join the last released bin.
-    Events and non-events of one merged bin stay together, so the pooled AUC
-    counts their pairs as ties, and no bin tells of fewer than ``k``
-    patients' logits and outcomes.
-    """
-    release = deferred_points(events + non_events, k)
-    released = release[release >= 0]
-    release[release < 0] = released.max() if released.size else len(release) - 1
-    return (
-        np.bincount(release, weights=events, minlength=len(events)),
-        np.bincount(release, weights=non_events, minlength=len(non_events)),
-    )
+    return TaskReply(binary_scores(scores, y, ctx.policy.min_count), contributors=data.n)
 
 
 def training_event(args: dict[str, Any]):

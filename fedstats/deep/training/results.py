@@ -12,8 +12,8 @@ import torch
 from fedstats.contract.design import DesignSpec
 from fedstats.deep.shared.models import build_model
 from fedstats.deep.shared.weights import load_arrays
-from fedstats.deep.training.evaluation import Evaluation
 from fedstats.deep.training.privacy_plan import DpSgdSchedule
+from fedstats.models.classifier_scores import Evaluation
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.results import Provenance
 

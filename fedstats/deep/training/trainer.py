@@ -73,7 +73,6 @@ from fedstats.deep.training.aggregation import (
     sample_sites,
     weighted_sum,
 )
-from fedstats.deep.training.evaluation import Evaluation, combine_binary, combine_survival
 from fedstats.deep.training.privacy_plan import (
     COUNTS_NOISE_MULTIPLIER,
     DpSgdSchedule,
@@ -96,6 +95,7 @@ from fedstats.deep.training.training_options import DpSgdOptions, LocalWork, Rou
 from fedstats.errors import ModelSpecError, StudyConfigurationError
 from fedstats.models import client_dp
 from fedstats.models.agree import Agreement, agree_design
+from fedstats.models.classifier_scores import Evaluation, combine_binary, combine_survival
 from fedstats.models.client_dp import DPFedAvg
 from fedstats.models.federation import Federation
 from fedstats.models.path_relay import PathRelay

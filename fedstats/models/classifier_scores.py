@@ -1,4 +1,6 @@
-"""A trained network's performance per site and pooled, from the sites' sums and counts.
+"""A model's performance per site and pooled, from the sites' sums and counts: a trained
+network's (:meth:`fedstats.FederatedTrainer.evaluate`) or a fitted logistic regression's
+(:func:`classification_metrics`).
 
 Per site: accuracy (threshold 1/2), AUC (computed at the site by
 scikit-learn), Brier score ``mean (p - y)^2`` and log-loss; calibration
@@ -24,7 +26,10 @@ import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 
-from fedstats.deep.shared.wire import LOGIT_EDGES
+from fedstats.contract.paths import PATH_KEY
+from fedstats.contract.tasks.classifier_scores import EVALUATE, LOGIT_EDGES
+from fedstats.errors import StudyConfigurationError
+from fedstats.models.federation import Federation
 
 POOLED = "pooled"
 
@@ -124,3 +129,31 @@ def combine_survival(replies: dict[str, dict[str, Any]]) -> pd.DataFrame:
     keys = ("n", "n_events", "concordant", "tied", "comparable")
     rows[POOLED] = row({k: sum(float(r[k]) for r in replies.values()) for k in keys})
     return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def classification_metrics(result: Any, federation: Federation) -> Evaluation:
+    """Accuracy, AUC, Brier score, log-loss and calibration of a fitted logistic regression at
+    the sites of ``federation``, per site and pooled (as :class:`Evaluation` reads them).
+
+    Each site scores its own patients with the fit's linear predictor ``x' beta`` and
+    replies sums and counts (``logistic.evaluate``); pass a federation of held-out frames
+    (same columns) to validate out of sample. Sites that verify paths answer only at the
+    point the fit's last round leads to, which the request relays with every site's signed
+    reply there (held-out sites check it when they pin the fit's sites' keys:
+    ``Federation.in_process(test_frames, keys_of=training_federation)``); a derived result
+    (e.g. recalibrated) was fitted by no path and is refused by them.
+    """
+    design = getattr(result, "design", None)
+    if design is None:
+        raise StudyConfigurationError(
+            "this result carries no design to evaluate: pass the results of "
+            "LogisticRegression.fit (a recalibrated or combined result was fitted by no path)"
+        )
+    args: dict[str, Any] = {"design": design, "beta": result.params.to_numpy()}
+    evidence = getattr(result, "path_evidence", None)
+    if evidence is not None:
+        args[PATH_KEY] = evidence  # sites check the fit's last round leads to beta
+    replies = federation.request(
+        EVALUATE.name, args, analysis=federation.new_analysis("logistic-evaluate")
+    )
+    return Evaluation(combine_binary(replies), "binary")
