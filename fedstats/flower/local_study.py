@@ -182,7 +182,8 @@ class LocalStudy:
     verified_paths:
         Every site of :meth:`start` pins the study's roster of node keys
         (``root/pki/roster.toml``) and answers exact iterative fits only on
-        verified paths.
+        verified paths (the default, as ``fedstats site run`` requires; ``False`` for a
+        bench of sites that say they do not verify).
     """
 
     root: Path
@@ -195,7 +196,7 @@ class LocalStudy:
     tls: bool = False
     node_auth: bool = False
     enrol: bool = False
-    verified_paths: bool = False
+    verified_paths: bool = True
     roster: Path | None = None
     ca: study_pki.StudyCa | None = None
     enrolment: Path | None = None

@@ -142,3 +142,35 @@ def test_a_private_round_is_weighed_only_by_the_count_its_site_released(tmp_path
     silo._context.cache.update(memory)
     assert answer(second)["status"] == "ok"
     assert charges(books["a"], "a") == before + 1
+
+
+def test_a_site_re_derives_its_private_rounds_from_its_own_records(tmp_path):
+    """``fedstats site verify`` replays a private training's archived rounds with the pinned
+    roster alone: every DP-SGD round verifies again (its relayed, signed noisy updates and
+    their weights), and the scoring of the network with the last round relayed too."""
+    from test_verified_paths import served_sites
+
+    from fedstats.jobs.path_audit import audit_site
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.jobs.site_service import SiteService
+
+    configs = served_sites(FRAMES, tmp_path)
+    for site, path in configs.items():
+        with accounting.Ledger(path.parent / "site.ledger") as ledger:
+            ledger.set_budget(accounting.Scope(unit="patient", owner=site, study="audit-study"),
+                              epsilon=10.0, delta=1e-3)  # fmt: skip
+    services = {site: SiteService.from_file(path) for site, path in configs.items()}
+    try:
+        fed = fedstats.Federation({s: service.answer for s, service in services.items()},
+                                  study="audit-study")  # fmt: skip
+        result = trainer(rounds=3).fit(fed, privacy=PRIVACY)
+    finally:
+        for service in services.values():
+            service.close()
+    assert result.evaluation is not None
+    for path in configs.values():
+        audit = audit_site(load_site_config(path))
+        assert audit.ok, audit.problems
+        (training,) = audit.fits
+        assert training.task == "deep.train" and training.answers == training.rounds == 3
+        assert audit.evaluations == 1  # the final network, scored with the last round relayed
