@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 import accounting
 import fedstats
 from fedstats.contract import codec
+from fedstats.errors import MalformedRequestError
 from fedstats.models.agree import agreed_design
 from fedstats.site.registry import REGISTRY
 from fedstats.site.silo import Silo
@@ -365,3 +366,30 @@ def test_a_relayed_reply_holding_an_integer_beyond_int64_is_refused_not_failed(
     assert reply["status"] == "error"
     assert reply["error"]["type"] != "InternalSiteError", silo.log[-1]
     assert silo.log[-1].reason == "path", silo.log[-1]
+
+
+@pytest.mark.parametrize("value", [np.array([]), np.array([1.0, 2.0]), np.array([[0.5]])])
+@pytest.mark.parametrize("field", ["algorithm", "scale", "engine"])
+def test_an_array_where_a_training_names_its_method_is_refused_not_failed(
+    path_requests, field, value
+):
+    """Found by the path-request fuzzer: an array as a training round's ``algorithm`` made
+    the name check's ``in`` ambiguous (an internal error). Such arrays, in the algorithm,
+    the secure-aggregation ``scale`` or DP-SGD's ``engine``, are refused as malformed."""
+    pins, seen = path_requests
+    trainings = [args for task, args in seen if task == "deep.train"]
+    if not trainings:
+        pytest.skip("the deep extra is not installed")
+    if field == "engine":
+        from fedstats.deep.shared.dp_sgd_plan import DpSgdPlan
+
+        block = {"sample_rate": 0.1, "noise_multiplier": 1.0, "max_grad_norm": 1.0,
+                 "steps": 4, "engine": value}  # fmt: skip
+        with pytest.raises(MalformedRequestError, match="engine"):
+            DpSgdPlan.from_args({"dp_sgd": block})
+        return
+    args = {**trainings[0], field: value}
+    silo = Silo("s0", frame(300, 0), secure_aggregation=pins["s0"], verified_paths=True)
+    reply = codec.decode(silo.handle(codec.encode({"task": "deep.train", "args": args})))
+    assert reply["status"] == "error"
+    assert reply["error"]["type"] == "MalformedRequestError", silo.log[-1]

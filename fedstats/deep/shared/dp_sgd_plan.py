@@ -83,7 +83,7 @@ class DpSgdPlan:
             raise MalformedRequestError(
                 site=None, task=None, reason=f"dp_sgd steps must be an integer in 1..{MAX_STEPS}"
             )
-        if block["engine"] not in ENGINES:
+        if not (isinstance(block["engine"], str) and block["engine"] in ENGINES):
             raise MalformedRequestError(
                 site=None, task=None, reason=f"dp_sgd engine must be one of {ENGINES}"
             )

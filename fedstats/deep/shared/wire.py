@@ -114,7 +114,7 @@ def train_request(args: dict[str, Any]) -> TrainRequest:
     model = model_request(args)
     algorithm, lr, batch_size = args.get("algorithm"), args.get("lr"), args.get("batch_size")
     steps, epochs, mu = args.get("local_steps"), args.get("local_epochs"), args.get("mu", 0.0)
-    if algorithm not in ALGORITHMS:
+    if not (isinstance(algorithm, str) and algorithm in ALGORITHMS):
         raise MalformedRequestError(
             site=None, task=None, reason=f"'algorithm' must be one of {ALGORITHMS}"
         )
@@ -171,10 +171,9 @@ def train_request(args: dict[str, Any]) -> TrainRequest:
             raise MalformedRequestError(site=None, task=None, reason="'control' is not finite")
         control = control.astype(np.float32)
     scale, control_scale = args.get("scale"), args.get("control_scale")
-    if (
-        scale is not None
-        and scale != SELF_WEIGHTED
-        and not (isinstance(scale, dict) and all(_number(v) for v in scale.values()))
+    if scale is not None and not (
+        (isinstance(scale, str) and scale == SELF_WEIGHTED)
+        or (isinstance(scale, dict) and all(_number(v) for v in scale.values()))
     ):
         raise MalformedRequestError(
             site=None, task=None, reason=f"'scale' maps sites to numbers or is {SELF_WEIGHTED!r}"

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 import numpy as np
+from scipy.special import expit
 from sklearn.metrics import roc_auc_score
 
 from fedstats.contract.tasks.classifier_scores import EVALUATE, LOGIT_EDGES
@@ -29,7 +30,7 @@ from fedstats.site.task import SiteContext, TaskReply
 
 def binary_scores(scores: np.ndarray, y: np.ndarray, k: int) -> dict[str, Any]:
     """The reply's sums and ``k``-protected histograms for logits ``scores`` and 0/1 ``y``."""
-    p = 1.0 / (1.0 + np.exp(-scores))
+    p = expit(scores)
     log_loss = np.logaddexp(0.0, scores) - y * scores
     both = 0 < y.sum() < len(y)
     clipped = np.clip(scores, LOGIT_EDGES[0], LOGIT_EDGES[-1])
