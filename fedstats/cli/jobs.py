@@ -74,7 +74,7 @@ def site_protocol(
     from fedstats.site.protocol import load_protocol
 
     try:
-        protocol = load_protocol(path)
+        protocol = load_protocol(path, named_by="the path given to fedstats site protocol")
     except StudyConfigurationError as error:
         fail(str(error), SiteExit.CONFIGURATION)
     typer.echo(f"protocol: {protocol.title}")
@@ -172,7 +172,11 @@ def _plain_log() -> None:
 
 def main() -> None:
     """``python -m fedstats.cli.jobs``: the two jobs without the rest of the command line."""
-    jobs = typer.Typer(no_args_is_help=True, add_completion=False)
+    jobs = typer.Typer(
+        no_args_is_help=True,
+        add_completion=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
     jobs.callback()(_plain_log)
     jobs.add_typer(site_app, name="site")
     jobs.add_typer(study_app, name="study")

@@ -22,6 +22,7 @@ app = typer.Typer(
     help="fedstats: privacy-accounted biostatistics for multi-site clinical studies.",
     no_args_is_help=True,
     add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 
 
@@ -134,22 +135,37 @@ def harmonize(
             "give exactly one source: --fhir PATH (repeatable) or --omop PATH",
             HarmonizeExit.CONFIGURATION,
         )
-    try:
-        study = load_spec(spec)
-    except SpecError as error:
+    if out.exists() and not out.is_dir():
+        fail(
+            f"--out {out} is a file, not a folder: name a folder (it is created if missing) "
+            "for the frame, report and quarantine",
+            HarmonizeExit.CONFIGURATION,
+        )
+    sources = list(fhir or [omop])
+    missing = [str(p) for p in sources if not p.exists()]
+    problem = (
+        f"no such file or folder: {', '.join(missing)}; check --fhir / --omop" if missing else ""
+    )
+    study = None
+    if not problem:
+        try:
+            study = load_spec(spec)
+        except SpecError as error:
+            problem = str(error)
+    if study is None:
         write_report(
             HarmonizationReport(
                 site=site,
                 source_kind="fhir" if fhir else "omop",
-                sources=[str(p) for p in (fhir or [omop])],
+                sources=[str(p) for p in sources],
                 study="",
                 spec_digest="",
                 status="failed",
-                failure=str(error),
+                failure=problem,
             ),
             out,
         )
-        fail(str(error), HarmonizeExit.CONFIGURATION)
+        fail(problem, HarmonizeExit.CONFIGURATION)
     try:
         result = run_harmonize(
             study,

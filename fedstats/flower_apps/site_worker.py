@@ -172,6 +172,19 @@ def serve(address: str, certificates: bytes | None = None, poll_interval: float 
         client.close()
 
 
+QUIET_LOGGERS = ("httpx", "httpcore")
+"""Loggers that write a line per HTTP call, so one per poll of the SuperNode: kept to warnings."""
+
+
+def configure_logging() -> None:
+    """One INFO line per task served (pull, answer, push times); polls are not logged (the
+    HTTP client's own per-request lines are kept to warnings)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    log.setLevel(logging.INFO)
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Command line:
     ``python -m fedstats.flower_apps.site_worker --runtime-api-address HOST:PORT``."""
@@ -180,8 +193,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--root-certificates", help="CA of the SuperNode's Runtime API (TLS)")
     parser.add_argument("--poll-interval", type=float, default=0.01, help="seconds between asks")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    log.setLevel(logging.INFO)
+    configure_logging()
     certificates = validate_and_resolve_root_certificates(
         args.root_certificates, args.root_certificates is None
     )

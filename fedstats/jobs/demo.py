@@ -257,11 +257,21 @@ def run_heart_demo(
     The private study needs no data file (its hospitals are synthetic): when the heart-disease
     files cannot be read, it still runs, and the demo then fails naming the files.
     """
+    if out_dir.exists() and not out_dir.is_dir():
+        raise DemoFailed(
+            f"--out-dir {out_dir} is a file, not a folder: name a folder (it is created if "
+            "missing) for the study and its compliance report"
+        )
     try:
         everyone = datasets.heart_disease(data_dir)
     except DataFileError as error:
-        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
         if private:
+            typer.secho(
+                "warning: the heart-disease files cannot be read (the error follows at the "
+                "end); the private study runs first",
+                fg=typer.colors.YELLOW,
+                err=True,
+            )
             _study_demo(out_dir)
         raise DemoFailed(f"the heart-disease part did not run: {error}") from None
     try:

@@ -278,19 +278,24 @@ class Protocol:
         return f"{self.title!r} ({len(self.analyses)} analyses, sha256 {self.digest[:12]}…)"
 
 
-def load_protocol(path: Path, *, sha256: str | None = None) -> Protocol:
+def load_protocol(
+    path: Path,
+    *,
+    sha256: str | None = None,
+    named_by: str = "the path under [disclosure] protocol in site.toml",
+) -> Protocol:
     """Read and validate a protocol file; refuse it if its digest is not ``sha256``.
 
     ``sha256`` is the digest the privacy officer approved (``protocol_sha256``
-    in ``site.toml``): a file edited after approval is refused.
+    in ``site.toml``): a file edited after approval is refused. ``named_by`` says where
+    the path came from, for the message of a file that cannot be read.
     """
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as error:
         raise StudyConfigurationError(
-            f"protocol {path}: cannot be read ({error.strerror or error}); check the path "
-            "under [disclosure] protocol in site.toml"
+            f"protocol {path}: cannot be read ({error.strerror or error}); check {named_by}"
         ) from None
     digest = hashlib.sha256(raw).hexdigest()
     if sha256 is not None and sha256.lower() != digest:

@@ -42,9 +42,56 @@ def test_demo_reports_a_missing_data_folder_without_traceback(tmp_path):
     result = CliRunner().invoke(app, ["demo", "--data-dir", str(tmp_path), "--out-dir", str(out)])
     assert result.exit_code == 2
     missing = f"{tmp_path / 'heart_disease'}: file not found: processed.cleveland.data"
-    assert missing in result.output
+    assert result.output.count(missing) == 1  # said once, at the end, not twice
     assert "Traceback" not in result.output
     assert (out / "compliance-report.html").stat().st_size > 0
+
+
+def test_an_output_that_is_a_file_is_refused_before_any_work(tmp_path):
+    """``demo --out-dir`` and ``harmonize --out`` naming a file: one line and exit 2, before
+    the study runs (it used to run for its whole length, then end in a traceback)."""
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    result = CliRunner().invoke(app, ["demo", "--out-dir", str(taken)])
+    assert result.exit_code == 2 and "is a file, not a folder" in result.output
+    assert "Traceback" not in result.output and "Federated" not in result.output
+    result = CliRunner().invoke(
+        app, ["harmonize", "--spec", str(taken), "--site", "a", "--out", str(taken),
+              "--fhir", str(taken)],
+    )  # fmt: skip
+    assert result.exit_code == 2 and "is a file, not a folder" in result.output
+
+
+def test_a_missing_source_is_a_configuration_error_with_its_report(tmp_path):
+    """``harmonize --fhir /nonexistent`` is exit 2 (configuration), not 3 (harmonisation
+    failed), and still writes its failed report."""
+    spec = tmp_path / "spec.toml"
+    spec.write_text("")
+    out = tmp_path / "out"
+    missing = tmp_path / "nowhere.ndjson"
+    result = CliRunner().invoke(
+        app, ["harmonize", "--spec", str(spec), "--site", "a", "--out", str(out),
+              "--fhir", str(missing)],
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"no such file or folder: {missing}" in result.output
+    assert '"status": "failed"' in (out / "report.json").read_text()
+
+
+def test_dash_h_is_help_everywhere():
+    for command in ([], ["harmonize"], ["site", "run"], ["budget", "show"]):
+        result = CliRunner().invoke(app, [*command, "-h"])
+        assert result.exit_code == 0, (command, result.output)
+        assert "Usage" in result.output, command
+
+
+def test_a_missing_protocol_file_is_named_as_given(tmp_path):
+    """``site protocol FILE`` names the path it was given, not a site.toml it never read."""
+    missing = tmp_path / "protocol.toml"
+    result = CliRunner().invoke(app, ["site", "protocol", str(missing)])
+    assert result.exit_code == 2
+    assert "the path given to fedstats site protocol" in result.output
+    assert "site.toml" not in result.output
 
 
 def test_budget_show_prints_scopes_and_json(tmp_path):
