@@ -42,7 +42,7 @@ from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.kaplan_meier import step_curves, time_grid
 from fedstats.models.secure_aggregation import SecureAggregation, summed_replies
-from fedstats.models.summary import render_html, render_text
+from fedstats.models.summary import Summary, render_html, render_summary
 
 
 def checked_cause(cause: object) -> int:
@@ -285,10 +285,11 @@ class CumulativeIncidenceResults:
             )
         return notes
 
-    def summary(self) -> str:
-        """The curves with their intervals at every grid time, as text."""
+    def summary(self) -> Summary:
+        """The curves with their intervals at every grid time: text a notebook shows as a
+        table."""
         title = "Federated cumulative incidence (Aalen-Johansen)"
-        return render_text(title, self._info(), self.to_frame(), self._notes())
+        return render_summary(title, self._info(), self.to_frame(), self._notes())
 
     def _repr_html_(self) -> str:
         title = "Federated cumulative incidence (Aalen-Johansen)"

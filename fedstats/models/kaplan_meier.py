@@ -53,7 +53,7 @@ from fedstats.models.plot_text import literal
 from fedstats.models.privacy import RecordDP
 from fedstats.models.privacy.spending import reply_ledger_head
 from fedstats.models.secure_aggregation import SecureAggregation, secure_sum, summed_replies
-from fedstats.models.summary import render_html, render_text
+from fedstats.models.summary import Summary, render_html, render_summary
 from fedstats.models.utility import NOISE_DOMINATES, warn
 from studyfiles.fit_records import checked_curve_record
 from studyfiles.json_values import json_number, json_numbers
@@ -652,9 +652,9 @@ class KaplanMeierResults:
                 columns[(group, "noise share")] = self.noise_share_[group]
         return pd.DataFrame(columns)
 
-    def summary(self) -> str:
-        """Survival with its intervals at every grid point, as text."""
-        return render_text("Federated Kaplan-Meier", self._info(), self._table(), self._notes())
+    def summary(self) -> Summary:
+        """Survival with its intervals at every grid point: text a notebook shows as a table."""
+        return render_summary("Federated Kaplan-Meier", self._info(), self._table(), self._notes())
 
     def _repr_html_(self) -> str:
         return render_html("Federated Kaplan-Meier", self._info(), self._table(), self._notes())

@@ -56,7 +56,7 @@ from fedstats.models.kaplan_meier import (
 from fedstats.models.logrank_weights import Weighting
 from fedstats.models.privacy import RecordDP
 from fedstats.models.secure_aggregation import SecureAggregation
-from fedstats.models.summary import render_html, render_text
+from fedstats.models.summary import Summary, render_html, render_summary
 from fedstats.models.utility import NOISE_DOMINATES, dominated_names, noise_shares, warn
 
 EXACT_VARIANCE = "hypergeometric variance of O - E (Mantel 1966)"
@@ -124,9 +124,10 @@ class LogRankResult:
             f"variance: {self.variance_method}",
         ]
 
-    def summary(self) -> str:
-        """The statistic, its p-value and the observed and expected events by group, as text."""
-        return render_text(self._title(), self._info(), self._table(), self._notes())
+    def summary(self) -> Summary:
+        """The statistic, its p-value and the observed and expected events by group: text a
+        notebook shows as a table."""
+        return render_summary(self._title(), self._info(), self._table(), self._notes())
 
     def _repr_html_(self) -> str:
         return render_html(self._title(), self._info(), self._table(), self._notes())

@@ -18,7 +18,7 @@ import pandas as pd
 from scipy import stats
 
 from fedstats.models.privacy import PrivacyAccount
-from fedstats.models.summary import render_html, render_text
+from fedstats.models.summary import Summary, render_html, render_summary
 from studyfiles.fit_records import checked_result_record
 from studyfiles.inventory import MessageInventory
 from studyfiles.json_values import json_number, json_tree
@@ -314,9 +314,9 @@ class LikelihoodResults:
     def _table(self) -> pd.DataFrame:
         return self.to_frame()
 
-    def summary(self) -> str:
-        """The coefficient table with fit facts, as text."""
-        return render_text(self.model_name, self._info(), self._table(), self._notes())
+    def summary(self) -> Summary:
+        """The coefficient table with fit facts: text that a notebook shows as a table."""
+        return render_summary(self.model_name, self._info(), self._table(), self._notes())
 
     def _repr_html_(self) -> str:
         return render_html(self.model_name, self._info(), self._table(), self._notes())

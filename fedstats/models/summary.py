@@ -1,4 +1,8 @@
-"""Text and HTML tables of fitted coefficients, in the statsmodels style."""
+"""Text and HTML tables of fitted coefficients, in the statsmodels style.
+
+A result's ``summary()`` is a :class:`Summary`: its text, which prints, writes and compares
+as a ``str``, and which a notebook shows as the formatted table (statsmodels' ``Summary``
+shows itself the same way), not as an escaped string full of ``\n``."""
 
 from __future__ import annotations
 
@@ -7,6 +11,39 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+
+
+class Summary(str):
+    """A summary's text (``print`` it, write it, search it) that displays as itself: its
+    ``repr`` is the text and Jupyter renders its HTML (:meth:`_repr_html_`)."""
+
+    _html: str
+
+    def __new__(cls, text: str, html_fragment: str) -> Summary:
+        summary = super().__new__(cls, text)
+        summary._html = html_fragment
+        return summary
+
+    def __repr__(self) -> str:
+        return str.__str__(self)
+
+    def _repr_html_(self) -> str:
+        return self._html
+
+    def as_text(self) -> str:
+        """The fixed-width text (statsmodels' ``Summary.as_text``)."""
+        return str.__str__(self)
+
+    def as_html(self) -> str:
+        """The HTML fragment a notebook shows (statsmodels' ``Summary.as_html``)."""
+        return self._html
+
+
+def render_summary(
+    title: str, info: Sequence[tuple[str, str]], table: pd.DataFrame, notes: Sequence[str] = ()
+) -> Summary:
+    """The text and HTML of one summary (:func:`render_text`, :func:`render_html`)."""
+    return Summary(render_text(title, info, table, notes), render_html(title, info, table, notes))
 
 
 def render_text(
