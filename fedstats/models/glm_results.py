@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from fedstats.models.results import LikelihoodResults, _count, _series_record
+from fedstats.models.results import LikelihoodResults, _count, _series_record, _statistic
 
 FAMILY_TITLES = {
     "binomial": "binomial, logit link",
@@ -101,7 +101,7 @@ class GLMResults(LikelihoodResults):
         info = super()._info()
         nobs = int(self.nobs) if self.nobs.is_integer() else self.nobs
         info[1] = ("Observations", _count(nobs))
-        info.insert(3, ("Deviance", f"{self.deviance:.4f}"))
+        info.insert(3, ("Deviance", _statistic(self.deviance, ".4f", self.privacy is not None)))
         if self.family == "gaussian" or self.scale != 1.0:
             info.insert(4, ("Scale (dispersion)", f"{self.scale:.6g}"))
         if self.family == "poisson":

@@ -9,6 +9,7 @@ Wald inference from the inverse observed information ``I(beta)^-1``:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -117,6 +118,14 @@ def _series_record(series: pd.Series) -> dict[str, Any]:
 def _count(value: float) -> str:
     """A count as released: exact, or ``~n`` when it carries privacy noise."""
     return str(value) if isinstance(value, int) else f"~{value:.0f}"
+
+
+def _statistic(value: float, spec: str, private: bool) -> str:
+    """A fit statistic for the header: formatted, or why it has no value (a private fit
+    releases no log-likelihood, so neither it nor the AIC or deviance exists)."""
+    if math.isfinite(value):
+        return format(value, spec)
+    return "not released (private fit)" if private else "undefined"
 
 
 WALD_INFORMATION = "Wald, from the inverse of the summed information (as a pooled fit)"
@@ -298,8 +307,8 @@ class LikelihoodResults:
             ("Sites", str(len(prov.sites))),
             ("Observations", _count(self.n_obs)),
             ("Parameters", str(self.n_params)),
-            ("Log-likelihood", f"{self.llf:.4f}"),
-            ("AIC", f"{self.aic:.3f}"),
+            ("Log-likelihood", _statistic(self.llf, ".4f", self.privacy is not None)),
+            ("AIC", _statistic(self.aic, ".3f", self.privacy is not None)),
             ("Converged", "yes" if self.converged else "NO"),
             ("Rounds", str(prov.rounds)),
             ("Bytes exchanged", f"{prov.request_bytes + prov.reply_bytes:,}"),
@@ -447,7 +456,7 @@ class LogisticRegressionResults(LikelihoodResults):
         info = super()._info()
         events = self.n_events_by_site.sum()
         info.insert(2, ("Events", _count(int(events) if not self.privacy else float(events))))
-        info.insert(4, ("Deviance", f"{self.deviance:.4f}"))
+        info.insert(4, ("Deviance", _statistic(self.deviance, ".4f", self.privacy is not None)))
         return info
 
     def _table(self) -> pd.DataFrame:

@@ -37,3 +37,22 @@ def test_every_summary_is_text_that_displays_as_a_table():
         assert summary._repr_html_().startswith("<div class='fedstats-summary'>")
         assert "<table" in summary.as_html() and summary.as_text() == str(summary)
         assert "Federated" in summary and summary.splitlines()[0].startswith("=")
+
+
+def test_a_private_fits_header_says_what_was_not_released(tmp_path):
+    """A private fit releases no log-likelihood: its header says so instead of ``nan``."""
+    import accounting
+
+    frames = sites()
+    ledgers = {}
+    for name in frames:
+        ledgers[name] = accounting.Ledger(tmp_path / f"{name}.ledger")
+        scope = accounting.Scope(unit="patient", owner=name, study="display")
+        ledgers[name].set_budget(scope, epsilon=3.0, delta=1e-5)
+    fed = fedstats.Federation.in_process(frames, study="display", ledgers=ledgers)
+    private = fedstats.LogisticRegression("y ~ x").fit(
+        fed, privacy=fedstats.RecordDP(epsilon=1.0, delta=1e-5, bounds={"x": (-4.0, 4.0)})
+    )
+    header = private.summary().split("-" * 20, 1)[0]
+    assert "Log-likelihood:" in header and "nan" not in header.lower()
+    assert header.count("not released (private fit)") == 3  # log-likelihood, deviance, AIC

@@ -146,7 +146,8 @@ class PrivacyAccount:
             )
             out.append(
                 f"{level} DP at {s.owner}: this fit epsilon {s.epsilon:.3f} (RDP{pld}) at delta "
-                f"{s.delta:g}, {s.releases} Gaussian releases, noise multipliers "
+                f"{s.delta:g}, {s.releases} Gaussian releases (one ledger entry per request, "
+                "which may hold several), noise multipliers "
                 f"{min(s.noise_multipliers):.3f}-{max(s.noise_multipliers):.3f}{total}"
                 + ("; FIXED NOISE SEED" if s.fixed_seed else "")
             )
