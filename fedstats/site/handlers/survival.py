@@ -20,11 +20,14 @@ events, stands for at least ``k`` patients: no released message holds an
 event time shared by fewer than ``k`` patients of the site (the output
 checking rule of trusted research environments for survival tables, e.g.
 the SDC Handbook, Griffiths et al., 2019: a minimum number of events behind
-each step of a curve). Censoring everyone still at risk at a horizon fixed by
-the past of the counting process leaves the Kaplan–Meier estimate up to it
-unbiased (a stopping time; Andersen, Borgan, Gill & Keiding, 1993, IV.3); a
-grid too fine for the site's events ends its curves early, which the
-analyst sees in the truncation counts and cures with a coarser grid.
+each step of a curve). The site's own curve up to its horizon is its
+Kaplan–Meier estimate. The horizon is decided by the counts of the interval
+after it, so it is not a stopping time of the site's counting process
+(Andersen, Borgan, Gill & Keiding, 1993, IV.3): a pooled curve past one
+site's horizon lacks that site's patients, and as sites with a few events in
+the next interval drop out, it can be biased upwards. A grid too fine for
+the site's events ends its curves early, which the analyst sees in the
+truncation counts and cures with a coarser grid.
 
 A request may also split the counts by strata and weight them by a column of
 frequency weights; its arguments, the cells (stratum x group) and the checks
