@@ -44,19 +44,28 @@ def test_empty_cohort_has_its_own_exit_code_and_a_report(tmp_path):
 
 
 def test_failures_have_their_own_exit_code_and_a_report(tmp_path):
+    """A source that cannot be harmonised (a folder without OMOP tables) is exit 3 with its
+    failed report; a source that does not exist is a configuration error, exit 2
+    (``test_a_missing_source_is_a_configuration_error_with_its_report``)."""
+    (tmp_path / "no-tables").mkdir()
     result = run(
         "--spec",
         str(DEMO),
         "--site",
         "x",
         "--omop",
-        str(tmp_path / "nowhere"),
+        str(tmp_path / "no-tables"),
         "--out",
         str(tmp_path / "out"),
     )
     assert result.exit_code == HarmonizeExit.FAILED
+    assert "no person table" in result.output
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["status"] == "failed" and report["failure"]
+    missing = run("--spec", str(DEMO), "--site", "x", "--omop", str(tmp_path / "nowhere"),
+                  "--out", str(tmp_path / "out2"))  # fmt: skip
+    assert missing.exit_code == HarmonizeExit.CONFIGURATION
+    assert json.loads((tmp_path / "out2" / "report.json").read_text())["status"] == "failed"
 
 
 def test_configuration_errors(tmp_path):
