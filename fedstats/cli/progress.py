@@ -21,7 +21,11 @@ _log = logging.getLogger("fedstats.harmonize")
 
 
 class HarmonizationProgress:
-    """``progress(done, total)`` for one site's run; the rate counts from the first call."""
+    """``progress(done, total)`` for one site's run; the rate counts from the first call.
+
+    ``done`` counts input records read, not records that entered the frame (a run may read
+    641 records and include 7 patients): the message says "read", and the report counts
+    each record as included, excluded or rejected."""
 
     def __init__(self, site: str, clock: Callable[[], float] = time.monotonic) -> None:
         self.site = site
@@ -39,7 +43,8 @@ class HarmonizationProgress:
         emit(
             _log,
             "harmonize.progress",
-            f"site {self.site}: {done:,}{of_total} records harmonised{per_second}",
+            f"site {self.site}: {done:,}{of_total} records read{per_second} (each is "
+            "included, excluded or rejected: the report counts them)",
             site=self.site,
             done=done,
             total=total,
