@@ -452,24 +452,46 @@ def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
         )
 
 
+def _relayed_fit(
+    ctx: SiteContext, task: str, args: dict[str, Any], of: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``path`` and ``fit`` an evaluation of a fitted model relays: the fit's task (``of``,
+    or any task with a path rule) and its arguments, whose design must be the evaluated one
+    (:func:`_same_inputs`)."""
+    path = args.get(PATH_KEY)
+    fit = path.get(FIT_KEY) if isinstance(path, dict) else None
+    if not (
+        isinstance(fit, dict)
+        and set(fit) == {"task", "args"}
+        and isinstance(fit["task"], str)
+        and (fit["task"] == of if of is not None else fit["task"] in PATH_RULES)
+        and isinstance(fit["args"], dict)
+        and isinstance(path.get("previous"), dict)
+    ):
+        raise _refused(ctx, task, "an evaluation relays its fit's last point and the fit")
+    _same_inputs(ctx, task, args, fit["args"], ("design",))
+    return path, fit
+
+
+def _same_inputs(
+    ctx: SiteContext, task: str, args: dict[str, Any], fitted: dict[str, Any], names: tuple
+) -> None:
+    """Refuse an evaluation whose ``names`` arguments (design, scaling, network...) are not
+    those of the fit or training it evaluates, compared as the codec writes them."""
+    changed = [n for n in names if design_digest(args.get(n)) != design_digest(fitted.get(n))]
+    if changed:
+        raise _refused(
+            ctx, task, f"the model is evaluated on other inputs than its fit's: {changed}"
+        )
+
+
 def _check_evidenced_evaluation(
     ctx: SiteContext, task: str, args: dict[str, Any], pin: Any
 ) -> None:
     """An evaluation of a fitted model at its last point, relayed with the fit's task and
     arguments (:func:`_relayed_last_point`; held-out sites of the study may ask too): the
     design evaluated must be the fit's."""
-    path = args[PATH_KEY]
-    fit = path.get(FIT_KEY) if isinstance(path, dict) else None
-    if not (
-        isinstance(fit, dict)
-        and set(fit) == {"task", "args"}
-        and isinstance(fit["task"], str)
-        and fit["task"] in PATH_RULES
-        and isinstance(fit["args"], dict)
-    ):
-        raise _refused(ctx, task, "an evaluation relays its fit's last point and the fit")
-    if design_digest(fit["args"].get("design")) != design_digest(args.get("design")):
-        raise _refused(ctx, task, "the evaluated design is not the fit's")
+    path, fit = _relayed_fit(ctx, task, args)
     beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
     _relayed_last_point(ctx, task, path, pin, of=fit["task"], fit_args=fit["args"], beta=beta,
                         extra=frozenset({FIT_KEY}), outsiders=True)  # fmt: skip
@@ -481,23 +503,10 @@ def _check_stepped_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
     (:data:`fedstats.contract.path_rules.STEPPED_EVALUATIONS`; held-out sites of the study may
     ask too: :func:`_relayed_last_point`)."""
     of = STEPPED_EVALUATIONS[task]
-    path = args.get(PATH_KEY)
-    fit = path.get(FIT_KEY) if isinstance(path, dict) else None
-    previous = path.get("previous") if isinstance(path, dict) else None
-    if not (
-        isinstance(fit, dict)
-        and set(fit) == {"task", "args"}
-        and fit["task"] == of
-        and isinstance(fit["args"], dict)
-        and isinstance(previous, dict)
-    ):
-        raise _refused(
-            ctx, task, "a fitted model is evaluated only with its fit's last round relayed"
-        )
-    if design_digest(fit["args"].get("design")) != design_digest(args.get("design")):
-        raise _refused(ctx, task, "the evaluated design is not the fit's")
+    path, fit = _relayed_fit(ctx, task, args, of)
     beta = _point(ctx, task, args.get("beta"), None, "the evaluated point")
-    last_point = _point(ctx, task, previous.get("beta"), beta.shape, "the fit's last point")
+    last_point = _point(ctx, task, path["previous"].get("beta"), beta.shape,
+                        "the fit's last point")  # fmt: skip
     last = _relayed_last_point(ctx, task, path, pin, of=of, fit_args=fit["args"],
                                beta=last_point, extra=frozenset({FIT_KEY}),
                                outsiders=True)  # fmt: skip
@@ -532,13 +541,7 @@ def _check_trained_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
         raise _refused(
             ctx, task, "a trained network is evaluated only with its training's last round relayed"
         )
-    changed = [
-        n for n in TRAINED_INPUTS if design_digest(args.get(n)) != design_digest(training.get(n))
-    ]
-    if changed:
-        raise _refused(
-            ctx, task, f"the network is evaluated on other inputs than its training's: {changed}"
-        )
+    _same_inputs(ctx, task, args, training, TRAINED_INPUTS)
     evaluated = _point(ctx, task, rule.point({"weights": args.get("weights")}), None,
                        "the evaluated network")  # fmt: skip
     last_point = _point(ctx, task, previous.get("beta"), None, "the training's last point")

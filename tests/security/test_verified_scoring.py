@@ -115,7 +115,7 @@ def test_held_out_sites_without_the_fits_keys_refuse_and_plain_sites_answer(spli
 
 def test_a_fit_over_sites_that_verify_nothing_is_refused_by_verifying_held_out_sites(split):
     """A fit over sites that verify no path relays no round (they keep none): held-out sites
-    that verify refuse to score it (rule ``path``), naming the relayed round they need."""
+    that verify refuse to score it (rule ``path``), naming the relayed point they need."""
     train, test = split
     unverified = fedstats.Federation.in_process(train, disclosure=POLICY, verified_paths=False)
     fit = fedstats.LogisticRegression(FORMULA).fit(unverified)
@@ -124,4 +124,4 @@ def test_a_fit_over_sites_that_verify_nothing_is_refused_by_verifying_held_out_s
     with pytest.raises(fedstats.DisclosureError) as error:
         fedstats.classification_metrics(fit, held_out)
     assert error.value.rule == "path"
-    assert "last round relayed" in str(error.value)
+    assert "relays its fit's last point" in str(error.value)
