@@ -28,6 +28,7 @@ import pandas as pd
 
 from accounting import describe_event
 from harmonize.fingerprint import SiteFingerprint
+from reports.analyses import analysis_rows, release_summaries
 from reports.curves import curve_summary
 from reports.flows import data_flows
 from reports.formatting import format_number
@@ -114,9 +115,11 @@ def build_report(study: Study) -> ComplianceReport:
         fits=tuple(_fit_summary(study, fit) for fit in study.fits),
         curves=tuple(curve_summary(curve) for curve in study.curves),
         diagnostics=tuple(
-            Diagnostic(d.title, pd.DataFrame(d.rows, columns=d.columns))
-            for d in study.diagnostics.values()
+            Diagnostic(d.title, pd.DataFrame(d.rows, columns=d.columns), name)
+            for name, d in study.diagnostics.items()
         ),
+        releases=release_summaries(study),
+        analyses=() if inventory is None else analysis_rows(study, inventory),
         noise_seed=study.configuration.get("noise_seed"),
         noise_seed_recorded="noise_seed" in study.configuration,
         seeds=(

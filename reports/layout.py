@@ -24,6 +24,13 @@ A study directory is what ``fedstats report --study DIR`` reads and what
                               noise shares and privacy facts), if any
       audits/<name>.json      empirical privacy audits (AuditResult.to_record), if any
       diagnostics/<name>.json heterogeneity, calibration or fairness tables, if any
+      releases/<name>.json    every other released result (a trained network and its
+                              evaluation, classification metrics, a cumulative incidence
+                              table...): what it is, its table, the analyses that made it
+
+Fits, curves, diagnostics and releases each name the analyses (message-inventory
+labels) whose answers made them, so the report ties every analysis in the
+inventory to what it released.
 
 Ledgers are read as they are now (they keep growing, and carry their own hash
 chain); the spec and configuration must still match the hashes in the
@@ -103,6 +110,10 @@ class StudyLayout:
     @property
     def diagnostics(self) -> Path:
         return self.root / "diagnostics"
+
+    @property
+    def releases(self) -> Path:
+        return self.root / "releases"
 
     def ledger(self, owner: str) -> Path:
         return self.ledgers / f"{checked_name('ledger owner', owner)}.ledger"

@@ -327,6 +327,8 @@ class CurveSummary:
 class Diagnostic:
     title: str
     table: pd.DataFrame
+    name: str = ""
+    """The name it was recorded under (``diagnostics/<name>.json``)."""
 
 
 @dataclass(frozen=True)
@@ -381,6 +383,37 @@ class HeadCheck:
 
 
 @dataclass(frozen=True)
+class AnalysisRow:
+    """One analysis of the message inventory and the recorded result it produced
+    (:func:`reports.analyses.analysis_rows`)."""
+
+    analysis: str
+    tasks: tuple[str, ...]
+    sites: tuple[str, ...]
+    answered: int
+    """Answers that left the sites (status ``ok``)."""
+    refused: int
+    """Requests refused, failed or unanswered."""
+    result_kind: str | None
+    result: str | None
+    """The recorded result these answers made (``None``: no recorded result names it)."""
+
+
+@dataclass(frozen=True)
+class ReleaseSummary:
+    """A recorded release other than a fit, curve or diagnostic (a trained network, metrics)."""
+
+    name: str
+    kind: str
+    description: str
+    private: bool
+    sites: tuple[str, ...]
+    analyses: tuple[str, ...]
+    table: pd.DataFrame
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The verdict paragraph and the facts a reader (or a test) may want to check in it."""
 
@@ -432,3 +465,7 @@ class ComplianceReport:
     """Each site's node key fingerprint and refused claims (``None``: not a Flower run)."""
     ledger_heads: tuple[HeadCheck, ...] = ()
     """The sites' recorded chain heads against the ledgers read (:mod:`reports.heads`)."""
+    releases: tuple[ReleaseSummary, ...] = ()
+    """Other recorded releases: trained networks, metrics, tables (section 8)."""
+    analyses: tuple[AnalysisRow, ...] = ()
+    """Every analysis of the message inventory and the result it produced (section 6)."""

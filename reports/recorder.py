@@ -17,7 +17,7 @@ import hashlib
 import importlib.metadata
 import json
 import platform
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from os import PathLike
 from pathlib import Path
@@ -30,7 +30,11 @@ from harmonize.report import HarmonizationReport
 from reports.errors import RecordingError
 from reports.layout import FORMAT, StudyLayout, checked_name
 from studyfiles.durable import file_sha256
-from studyfiles.fit_records import checked_curve_record, checked_result_record
+from studyfiles.fit_records import (
+    checked_curve_record,
+    checked_release_record,
+    checked_result_record,
+)
 from studyfiles.inventory import MessageInventory
 
 
@@ -68,6 +72,20 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def _labels(analyses: Sequence[str]) -> list[str]:
+    """Analysis labels as recorded: strings, in order, each once."""
+    if isinstance(analyses, str):
+        raise RecordingError(f"analyses must be a list of labels, got the string {analyses!r}")
+    return list(dict.fromkeys(str(label) for label in analyses))
+
+
+def _table(table: pd.DataFrame) -> tuple[list[str], list[list[Any]]]:
+    """A table's columns (its index first) and rows as JSON values (non-finite as null)."""
+    frame = table.reset_index()
+    frame.columns = [str(c) for c in frame.columns]
+    return list(frame.columns), json.loads(frame.to_json(orient="values", double_precision=15))
+
+
 def _write_json(path: Path, value: Any) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -97,6 +115,7 @@ class StudyRecorder:
         self._ledgers: dict[str, accounting.Ledger] = {}
         self._fits: list[str] = []
         self._curves: list[str] = []
+        self._releases: list[str] = []
         self._spec_sha: str | None = None
         self._configuration_sha: str | None = None
         self._heads: dict[tuple[str, str], dict[str, Any]] = {}
@@ -139,13 +158,15 @@ class StudyRecorder:
         *,
         description: str,
         reference: str | None = None,
+        analyses: Sequence[str] = (),
     ) -> Path:
         """One fit's released results; ``reference`` names the non-private fit it is compared with.
 
         ``result`` is a fitted model's results (its ``to_record()`` is written) or a record
         already made (:class:`studyfiles.fit_records.ResultRecord`, e.g. read back from a
         Flower run's results), checked before it is written. The reference must have been
-        recorded first.
+        recorded first. ``analyses`` are the message-inventory labels whose answers made the
+        fit (``Federation.analyses_started``); by default its provenance's one analysis.
         """
         name = checked_name("fit", name)
         if reference is not None and reference not in self._fits:
@@ -160,6 +181,7 @@ class StudyRecorder:
             "result": checked_result_record(
                 result if isinstance(result, Mapping) else result.to_record()
             ),
+            "analyses": _labels(analyses),
         }
         path = _write_json(self.layout.fits / f"{name}.json", record)
         if name not in self._fits:
@@ -173,12 +195,15 @@ class StudyRecorder:
         result: RecordableResult | Mapping[str, Any],
         *,
         description: str,
+        analyses: Sequence[str] = (),
     ) -> Path:
         """One Kaplan–Meier fit's released curves, as ``curves/<name>.json``.
 
         ``result`` is a fitted ``KaplanMeierResults`` (its ``to_record()`` is written) or
         a record already made (:class:`studyfiles.fit_records.CurveRecord`), checked before
-        it is written. Curves keep the order in which they are first recorded.
+        it is written. Curves keep the order in which they are first recorded. ``analyses``
+        are the message-inventory labels whose answers made them
+        (``Federation.analyses_started``).
         """
         name = checked_name("curve", name)
         record = {
@@ -187,6 +212,7 @@ class StudyRecorder:
             "result": checked_curve_record(
                 result if isinstance(result, Mapping) else result.to_record()
             ),
+            "analyses": _labels(analyses),
         }
         path = _write_json(self.layout.curves / f"{name}.json", record)
         if name not in self._curves:
@@ -202,18 +228,61 @@ class StudyRecorder:
         """An empirical privacy audit, e.g. ``fedstats.models.audit.AuditResult.to_record()``."""
         return _write_json(self.layout.audits / f"{checked_name('audit', name)}.json", dict(audit))
 
-    def record_diagnostic(self, name: str, title: str, table: pd.DataFrame) -> Path:
-        """A diagnostic table (heterogeneity, calibration, fairness) with its title."""
-        frame = table.reset_index()
-        frame.columns = [str(c) for c in frame.columns]
-        record = {
-            "title": title,
-            "columns": list(frame.columns),
-            "rows": json.loads(frame.to_json(orient="values", double_precision=15)),
-        }
+    def record_diagnostic(
+        self, name: str, title: str, table: pd.DataFrame, *, analyses: Sequence[str] = ()
+    ) -> Path:
+        """A diagnostic table (heterogeneity, calibration, fairness) with its title, and the
+        analyses (message-inventory labels) whose answers made it."""
+        columns, rows = _table(table)
+        record = {"title": title, "columns": columns, "rows": rows, "analyses": _labels(analyses)}
         return _write_json(
             self.layout.diagnostics / f"{checked_name('diagnostic', name)}.json", record
         )
+
+    def record_release(
+        self,
+        name: str,
+        table: pd.DataFrame,
+        *,
+        kind: str,
+        description: str,
+        analyses: Sequence[str],
+        sites: Sequence[str],
+        private: bool = False,
+        privacy: Mapping[str, Any] | None = None,
+        notes: Sequence[str] = (),
+    ) -> Path:
+        """Any other result that left the sites, as ``releases/<name>.json``.
+
+        A trained network (its evaluation or training history as ``table``),
+        classification metrics, a cumulative incidence or log-rank table: ``kind`` says
+        what it is in words ("trained network"), ``analyses`` are the message-inventory
+        labels whose answers made it (``Federation.analyses_started``), ``sites`` the sites
+        that answered; a private release gives its privacy account (the ``privacy`` record
+        of a private fit). The compliance report names every release in its verdict.
+        """
+        name = checked_name("release", name)
+        columns, rows = _table(table)
+        record = checked_release_record(
+            {
+                "name": name,
+                "kind": kind,
+                "description": description,
+                "private": bool(private),
+                "analyses": _labels(analyses),
+                "sites": [str(site) for site in sites],
+                "columns": columns,
+                "rows": rows,
+                "notes": [str(note) for note in notes],
+                "privacy": None if privacy is None else dict(privacy),
+            }
+        )
+        path = _write_json(self.layout.releases / f"{name}.json", record)
+        if name not in self._releases:
+            self._releases.append(name)
+        if privacy is not None:
+            self._note_ledger_heads(name, record)
+        return path
 
     # -- ledger chain heads ------------------------------------------------
 
@@ -280,6 +349,7 @@ class StudyRecorder:
             },
             "fits": list(self._fits),
             "curves": list(self._curves),
+            "releases": list(self._releases),
         }
         _write_json(self.layout.manifest, manifest)
         for ledger in self._ledgers.values():

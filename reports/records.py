@@ -25,6 +25,7 @@ from studyfiles.fit_records import (
     FitRecord,
     PrivacyRecord,
     ProvenanceRecord,
+    ReleaseRecord,
     ResultRecord,
     ScopeSpendingRecord,
     validation_problems,
@@ -48,6 +49,9 @@ class Manifest(_Record):
     fits: list[str]
     curves: list[str] = []
     """Recorded Kaplan–Meier fits in order (absent from manifests written before curves)."""
+    releases: list[str] = []
+    """Other recorded releases in order (trained networks, metrics, tables; absent from
+    manifests written before releases were recorded)."""
 
 
 class AuditRecord(_Record):
@@ -69,6 +73,9 @@ class DiagnosticRecord(_Record):
     title: str
     columns: list[str]
     rows: list[list[Any]]
+    analyses: list[str] = []
+    """The analyses (message-inventory labels) whose answers made this table (empty in
+    records that predate the field)."""
 
 
 Model = TypeVar("Model", bound=BaseModel)
@@ -82,6 +89,7 @@ __all__ = [
     "Manifest",
     "PrivacyRecord",
     "ProvenanceRecord",
+    "ReleaseRecord",
     "ResultRecord",
     "ScopeSpendingRecord",
     "parse_record",

@@ -30,13 +30,14 @@ from reports.records import (
     DiagnosticRecord,
     FitRecord,
     Manifest,
+    ReleaseRecord,
     parse_record,
 )
 from studyfiles.durable import file_sha256
 from studyfiles.errors import InventoryFileError
 from studyfiles.inventory import MessageInventory
 
-Named = TypeVar("Named", FitRecord, CurveFitRecord)
+Named = TypeVar("Named", FitRecord, CurveFitRecord, ReleaseRecord)
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,8 @@ class Study:
     diagnostics: dict[str, DiagnosticRecord]
     curves: tuple[CurveFitRecord, ...] = ()
     """Recorded Kaplan–Meier fits, in the manifest's order."""
+    releases: tuple[ReleaseRecord, ...] = ()
+    """Other recorded releases (trained networks, metrics, tables), in the manifest's order."""
     recorded_heads: tuple[accounting.ChainHead, ...] = ()
     """The sites' ledger chain heads the coordinator recorded from their private replies
     (``ledger-heads.json``; empty for a study recorded without one)."""
@@ -130,6 +133,7 @@ class Study:
                 for p in sorted(layout.diagnostics.glob("*.json"))
             },
             curves=curves,
+            releases=_read_named(ReleaseRecord, layout.releases, manifest.releases),
             recorded_heads=_read_heads(
                 layout.ledger_heads, manifest.hashes.get("ledger-heads.json")
             ),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from reports.analyses import unaccounted
 from reports.formatting import format_delta, format_epsilon
 from reports.model import ComplianceReport, ScopeSummary, Verdict
 
@@ -37,10 +38,12 @@ def _over(scope: ScopeSummary) -> bool:
 
 def verdict(report: ComplianceReport) -> Verdict:
     """The verdict paragraph of ``report`` (see the module docstring)."""
-    sentences = [_released(report)]
+    sentences = [_released(report), *_accounted(report)]
     sentences += _guarantees(report.scopes)
     exact = [f.name for f in report.fits if not f.private]
     exact += [c.name for c in report.curves if not c.private]
+    exact += [d.name or d.title for d in report.diagnostics]
+    exact += [r.name for r in report.releases if not r.private]
     if exact:
         sentences.append(
             f"The exact results ({join_words(exact)}) carry no differential-privacy guarantee: "
@@ -127,33 +130,69 @@ def _unverified_paths(report: ComplianceReport) -> list[str]:
 def _released(report: ComplianceReport) -> str:
     sites = _sites(report)
     what = [
-        _counted(len(report.fits), sum(f.private for f in report.fits), "fitted model"),
-        _counted(len(report.curves), sum(c.private for c in report.curves), "survival curve"),
+        _counted([(f.name, f.private) for f in report.fits], "fitted model"),
+        _counted([(c.name, c.private) for c in report.curves], "survival curve"),
+        _counted([(d.name or d.title, False) for d in report.diagnostics], "diagnostic table"),
     ]
-    if report.diagnostics:
-        count = len(report.diagnostics)
-        what.append(f"{count} diagnostic table{'s' if count != 1 else ''}")
+    kinds: dict[str, list[tuple[str, bool]]] = {}
+    for release in report.releases:
+        kinds.setdefault(release.kind, []).append((release.name, release.private))
+    what += [_counted(named, kind) for kind, named in kinds.items()]
     released = join_words(w for w in what if w) or "no recorded result"
     source = f"{len(sites)} sites ({join_words(sites)})" if sites else "sites not recorded"
     return f"This study released {released}, computed from {source}; no patient row left a site."
 
 
-def _counted(total: int, private: int, noun: str) -> str:
-    """``3 fitted models (2 under differential privacy, 1 exact)``; ``1 exact survival curve``."""
-    if not total:
+def _counted(named: list[tuple[str, bool]], noun: str) -> str:
+    """``3 fitted models (a exact; b and c under differential privacy)``;
+    ``1 exact survival curve (km)``; ``2 trained networks under differential privacy (a and b)``.
+    """
+    if not named:
         return ""
-    plural = noun if total == 1 else f"{noun}s"
-    if private == total:
-        return f"{total} {plural} under differential privacy"
-    if private == 0:
-        return f"{total} exact {plural}"
-    return f"{total} {plural} ({private} under differential privacy, {total - private} exact)"
+    total = len(named)
+    plural = noun if total == 1 or noun.endswith("s") else f"{noun}s"
+    private = [name for name, is_private in named if is_private]
+    exact = [name for name, is_private in named if not is_private]
+    if not exact:
+        return f"{total} {plural} under differential privacy ({join_words(private)})"
+    if not private:
+        return f"{total} exact {plural} ({join_words(exact)})"
+    return (
+        f"{total} {plural} ({join_words(exact)} exact; {join_words(private)} under "
+        "differential privacy)"
+    )
+
+
+def _accounted(report: ComplianceReport) -> list[str]:
+    """Whether every analysis whose answers left a site belongs to a recorded result
+    (:mod:`reports.analyses`); the ones that do not are named with a warning."""
+    if not report.analyses:
+        return []
+    missing = unaccounted(report.analyses)
+    if not missing:
+        answered = sum(1 for row in report.analyses if row.answered)
+        return [
+            f"Every one of the {answered} analyses whose answers left the sites belongs to one "
+            "of these results (section 6 ties each to its result)."
+        ]
+    labels = join_words(
+        f"{row.analysis} ({', '.join(row.tasks)}; {row.answered} answers from "
+        f"{join_words(row.sites)})"
+        for row in missing
+    )
+    one = len(missing) == 1
+    return [
+        f"WARNING: answers to {labels} left the sites, but no recorded result names "
+        f"{'it' if one else 'them'}: what {'it' if one else 'they'} released is not shown in "
+        "section 8 (section 6 lists every analysis)."
+    ]
 
 
 def _sites(report: ComplianceReport) -> list[str]:
     names = [h.site for h in report.harmonization]
     names += [r.site for r in report.site_rules]
     names += [site for f in report.fits for site in f.n_obs]
+    names += [site for r in report.releases for site in r.sites]
     return sorted(dict.fromkeys(names))
 
 

@@ -107,6 +107,13 @@ class FitRecord(_Record):
     description: str
     reference: str | None
     result: ResultRecord
+    analyses: list[str] = []
+    """The analyses (message-inventory labels) whose answers made this fit; empty in records
+    that predate the field, which the report reads as the provenance's one analysis."""
+
+    @property
+    def analysis_labels(self) -> list[str]:
+        return self.analyses or [self.result.provenance.analysis]
 
 
 Curve = dict[str, list[Number | None]]
@@ -197,6 +204,42 @@ class CurveFitRecord(_Record):
     name: str
     description: str
     result: CurveRecord
+    analyses: list[str] = []
+    """The analyses (message-inventory labels) whose answers made these curves."""
+
+
+class ReleaseRecord(_Record):
+    """Any other result that left the sites (``releases/<name>.json``).
+
+    A trained network, its evaluation, classification metrics, a cumulative
+    incidence or log-rank table, a fairness penalty: what it is (``kind``), the
+    table it released (``columns``, ``rows``), the analyses (message-inventory
+    labels) whose answers made it, the sites that answered, whether it is private
+    and, if so, its privacy account. The compliance report names each one and ties
+    every analysis in the inventory to the result it produced.
+    """
+
+    name: str
+    kind: str
+    description: str
+    private: bool
+    analyses: list[str]
+    sites: list[str]
+    columns: list[str]
+    rows: list[list[Any]]
+    notes: list[str] = []
+    privacy: PrivacyRecord | None = None
+
+    @model_validator(mode="after")
+    def _rows_fit_the_columns(self) -> ReleaseRecord:
+        wrong = [i for i, row in enumerate(self.rows) if len(row) != len(self.columns)]
+        if wrong:
+            raise ValueError(
+                f"rows {wrong[:5]} do not hold one value per column ({len(self.columns)})"
+            )
+        if not self.analyses:
+            raise ValueError("a release names the analyses whose answers made it")
+        return self
 
 
 def validation_problems(error: ValidationError, limit: int = 5) -> str:
@@ -229,6 +272,12 @@ def checked_curve_record(record: Mapping[str, Any]) -> dict[str, Any]:
         "a Kaplan–Meier result is not a valid curve record (make it with "
         "KaplanMeierResults.to_record())",
     )
+    return dict(record)
+
+
+def checked_release_record(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as written, after checking it reads back as a :class:`ReleaseRecord`."""
+    _check(ReleaseRecord, record, "a release is not a valid release record")
     return dict(record)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +30,21 @@ from fedstats.jobs.study_config import (
 )
 from fedstats.models.federation import Federation
 from studyfiles.durable import write_json_atomically
-from studyfiles.json_values import json_number
+from studyfiles.json_values import json_number, json_tree
 
 RESULTS_DIR = "results"
 
 
 def make_fit(fit: Fit, federation: Federation) -> dict[str, Any]:
-    """Run one configured fit and return its result as plain JSON values (full precision)."""
+    """Run one configured fit and return its result as plain JSON values (full precision),
+    with ``analyses``: the message-inventory labels of every analysis the fit started, which
+    the study's compliance report ties to this result."""
+    with federation.analyses_started() as analyses:
+        record = _fitted(fit, federation)
+    return {**record, "analyses": list(analyses)}
+
+
+def _fitted(fit: Fit, federation: Federation) -> dict[str, Any]:
     if isinstance(fit, LogisticFit):
         result = fedstats.LogisticRegression(fit.formula, site_intercepts=fit.site_intercepts).fit(
             federation
@@ -121,6 +130,7 @@ def deep_record(result: Any) -> dict[str, Any]:
         ],
         "evaluation": evaluation,
         "provenance": result.provenance.to_record(),
+        "privacy": None if result.privacy is None else json_tree(asdict(result.privacy)),
         "notes": list(result.notes),
     }
 

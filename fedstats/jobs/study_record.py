@@ -30,6 +30,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from fedstats.errors import RunFailed
 from fedstats.jobs.study_config import StudyConfig
 from fedstats.jobs.study_run import Recorded
@@ -68,7 +70,8 @@ def record_study(
     recorder.record_spec(study_toml)
     tables = [f for f in config.fits if {"grid", "survival"} <= results[f.name].keys()]
     models = [f for f in config.fits if {"params", "provenance"} <= results[f.name].keys()]
-    others = [f.name for f in config.fits if f not in tables and f not in models]
+    networks = [f for f in config.fits if {"weights", "provenance"} <= results[f.name].keys()]
+    others = [f.name for f in config.fits if f not in tables + models + networks]
     recorder.record_configuration(
         {
             "study": config.study.name,
@@ -91,22 +94,57 @@ def record_study(
             "noise_seed": None,
         }
     )
+    run = f"over Flower (run {status.get('run_id')})"
     for fit in tables:
+        record = results[fit.name]
         recorder.record_curves(
             fit.name,
-            {k: v for k, v in results[fit.name].items() if k != "kind"},
-            description=f"Kaplan-Meier curves {fit.name!r} over Flower "
-            f"(run {status.get('run_id')})",
+            _result_fields(record),
+            description=f"Kaplan-Meier curves {fit.name!r} {run}",
+            analyses=record.get("analyses") or (),
         )
     for fit in models:
+        record = results[fit.name]
         recorder.record_fit(
             fit.name,
-            {k: v for k, v in results[fit.name].items() if k != "kind"},
-            description=f"{fit.kind} {getattr(fit, 'formula', '')} over Flower "
-            f"(run {status.get('run_id')})",
+            _result_fields(record),
+            description=f"{fit.kind} {getattr(fit, 'formula', '')} {run}",
+            analyses=record.get("analyses") or (),
+        )
+    for fit in networks:
+        record = results[fit.name]
+        recorder.record_release(
+            fit.name,
+            network_table(record),
+            kind="trained network",
+            description=f"{record.get('model')} network ({record.get('algorithm')}) "
+            f"{getattr(fit, 'formula', '')} {run}; its evaluation on the sites' rows",
+            analyses=record.get("analyses") or [record["provenance"]["analysis"]],
+            sites=record["provenance"].get("sites") or [],
+            private=record.get("privacy") is not None,
+            privacy=record.get("privacy"),
+            notes=record.get("notes") or (),
         )
     recorder.record_inventory(inventory)
     return recorder.finish()
+
+
+def _result_fields(record: dict[str, Any]) -> dict[str, Any]:
+    """A result as its fit record holds it: without the study's own fields."""
+    return {k: v for k, v in record.items() if k not in ("kind", "analyses")}
+
+
+def network_table(record: dict[str, Any]) -> pd.DataFrame:
+    """What a trained network's record released, as one table: its evaluation per site and
+    pooled when it was evaluated, otherwise its last round's history (the weights are in the
+    result file, not in the report)."""
+    evaluation = record.get("evaluation")
+    if evaluation and evaluation.get("table"):
+        table = pd.DataFrame.from_dict(evaluation["table"], orient="index")
+        table.index.name = "sites"
+        return table
+    history = record.get("history") or []
+    return pd.DataFrame(history[-1:]).rename_axis("round")
 
 
 def site_identity(status: dict[str, Any]) -> dict[str, Any]:

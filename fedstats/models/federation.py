@@ -12,7 +12,8 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -122,6 +123,8 @@ class Federation:
         """Each site's approved protocol (SHA-256), as its fingerprint reply declared it."""
         self._seq = itertools.count(1)
         self._analysis_ids = itertools.count(1)
+        self._analyses: list[str] = []
+        """Every analysis label handed out, in order (shared with subsets)."""
         self.silos: dict[str, Any] = {}
         """The sites this process runs, by name (:meth:`fedstats.Federation.in_process`)."""
         self.ledger = ledger
@@ -168,6 +171,7 @@ class Federation:
         part.inventory = self.inventory
         part.site_protocols = self.site_protocols
         part._seq, part._analysis_ids = self._seq, self._analysis_ids
+        part._analyses = self._analyses
         part.silos = {s: self.silos[s] for s in sites if s in self.silos}
         part._fingerprints_pending = self._fingerprints_pending
         part.path_sites = None if self.path_sites is None else self.path_sites & set(sites)
@@ -182,7 +186,29 @@ class Federation:
 
     def new_analysis(self, kind: str) -> str:
         """A fresh label tying the messages of one fit together in the inventory."""
-        return f"{kind}-{next(self._analysis_ids)}"
+        label = f"{kind}-{next(self._analysis_ids)}"
+        self._analyses.append(label)
+        return label
+
+    @contextmanager
+    def analyses_started(self) -> Iterator[list[str]]:
+        """The labels of every analysis started inside the block (this federation's or a
+        subset's), filled in as the block ends.
+
+        What a study records with a result (``StudyRecorder.record_release(...,
+        analyses=...)``) so that its compliance report ties each analysis in the message
+        inventory to the result it produced, e.g. a heterogeneity table to the one fit per
+        site it is made of::
+
+            with federation.analyses_started() as analyses:
+                table = fedstats.heterogeneity(model, federation)
+        """
+        start = len(self._analyses)
+        started: list[str] = []
+        try:
+            yield started
+        finally:
+            started.extend(self._analyses[start:])
 
     def request(
         self,

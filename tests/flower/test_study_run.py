@@ -29,6 +29,7 @@ from fedstats.jobs.study_config import load_study_config
 from fedstats.jobs.study_fits import run_fits
 from fedstats.jobs.study_run import StudyExit
 from reports.study import Study
+from tests.reports.release_checks import assert_every_release_named
 
 SITES = ["region_0", "region_1", "region_2"]
 COVARIATES = "age_at_index + ajcc_pathologic_n_n1 + prior_malignancy_yes"
@@ -36,6 +37,10 @@ FITS = [
     {"kind": "logistic", "name": "event_logistic", "formula": f"event ~ {COVARIATES}"},
     {"kind": "kaplan_meier", "name": "survival", "time": "time", "event": "event",
      "width": 365.0, "horizon": 3650.0, "sparse_events": "defer"},
+    {"kind": "deep", "name": "event_mlp", "model": "mlp", "formula": f"event ~ {COVARIATES}",
+     "algorithm": "fedavg", "rounds": 2, "local_steps": 2, "lr": 0.1, "batch_size": 32,
+     "hyper": {"hidden": [8]}, "bounds": {"age_at_index": [20, 95], "ajcc_pathologic_n_n1": [0, 1],
+                                          "prior_malignancy_yes": [0, 1]}},
 ]  # fmt: skip
 
 
@@ -98,8 +103,9 @@ def superlink(tmp_path_factory: pytest.TempPathFactory):
 def test_study_run_over_three_site_jobs_equals_the_embedded_runtime(
     superlink: str, tmp_path: Path
 ) -> None:
-    """Logistic regression (Flower vs in-process, |diff| <= 1e-10) and Kaplan–Meier, recorded
-    and reported. (Every model kind's equality is in test_flower_equality/test_flower_models.)"""
+    """Logistic regression (Flower vs in-process, |diff| <= 1e-10), Kaplan–Meier and a trained
+    network, recorded and reported; the report names every analysis that left a site. (Every
+    model kind's equality is in test_flower_equality/test_flower_models.)"""
     configs = {site: site_toml(tmp_path / site, site, superlink) for site in SITES}
     with ThreadPoolExecutor(len(SITES)) as pool:
         jobs = {site: pool.submit(run_site_job, path) for site, path in configs.items()}
@@ -141,6 +147,11 @@ def test_study_run_over_three_site_jobs_equals_the_embedded_runtime(
     assert "stay at the sites" in recorded.configuration["ledgers"]
     html = (out / "compliance-report.html").read_text()
     assert "event_logistic" in html and "region_2" in html
+    (network,) = recorded.releases  # the trained network: named, shown, tied to its messages
+    assert network.name == "event_mlp" and network.kind == "trained network"
+    report, tasks = assert_every_release_named(out / "study")
+    assert {"deep.train", "deep.evaluate", "survival.counts", "logistic.summaries"} <= tasks
+    assert "1 exact trained network (event_mlp)" in report.verdict.text
 
     for site, run in site_runs.items():
         assert run.exit_code == SiteExit.OK, (site, run.reason)
