@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.model import AnalysisRow, ReleaseSummary
+from reports.model import AnalysisRow, ReleasedResult, ReleaseSummary
 from reports.study import Study
 from studyfiles.inventory import MessageInventory
 
@@ -94,3 +94,33 @@ def release_summaries(study: Study) -> tuple[ReleaseSummary, ...]:
         )
         for release in study.releases
     )
+
+
+EXACT = "exact: disclosure control only"
+LEVELS = {"patient": "record-level DP", "site": "client-level DP"}
+
+
+def released_results(study: Study) -> tuple[ReleasedResult, ...]:
+    """Every recorded result in the order the report shows them, with the protection it had:
+    the first page's list of what left the sites."""
+    rows = []
+    for fit in study.fits:
+        privacy = fit.result.privacy
+        units = [] if privacy is None else [s.unit for s in privacy.scopes]
+        rows.append(ReleasedResult(fit.name, "fitted model", fit.description, _protection(units)))
+    for curve in study.curves:
+        private = curve.result.noise_multiplier is not None
+        protection = LEVELS["patient"] if private else EXACT
+        rows.append(ReleasedResult(curve.name, "survival curve", curve.description, protection))
+    for name, diagnostic in study.diagnostics.items():
+        rows.append(ReleasedResult(name, "diagnostic table", diagnostic.title, EXACT))
+    for release in study.releases:
+        units = [] if release.privacy is None else [s.unit for s in release.privacy.scopes]
+        protection = _protection(units) if release.private else EXACT
+        rows.append(ReleasedResult(release.name, release.kind, release.description, protection))
+    return tuple(rows)
+
+
+def _protection(units: list[str]) -> str:
+    levels = [LEVELS.get(unit, unit) for unit in dict.fromkeys(units)]
+    return " and ".join(levels) if levels else EXACT

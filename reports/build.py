@@ -28,12 +28,12 @@ import pandas as pd
 
 from accounting import describe_event
 from harmonize.fingerprint import SiteFingerprint
-from reports.analyses import analysis_rows, release_summaries
+from reports.analyses import analysis_rows, release_summaries, released_results
 from reports.curves import curve_summary
 from reports.flows import data_flows
 from reports.formatting import format_number
 from reports.heads import head_checks
-from reports.labels import settings
+from reports.labels import settings, term_label
 from reports.mechanisms import event_facts
 from reports.model import (
     Audit,
@@ -119,6 +119,7 @@ def build_report(study: Study) -> ComplianceReport:
             for name, d in study.diagnostics.items()
         ),
         releases=release_summaries(study),
+        released=released_results(study),
         analyses=() if inventory is None else analysis_rows(study, inventory),
         noise_seed=study.configuration.get("noise_seed"),
         noise_seed_recorded="noise_seed" in study.configuration,
@@ -487,7 +488,8 @@ def _fit_summary(study: Study, fit: FitRecord) -> FitSummary:
     result = fit.result
     reference = study.fit(fit.reference).result if fit.reference else None
     rows = []
-    for term, coef in result.params.items():
+    for term in result.ordered_terms:
+        coef = result.params[term]
         ref = reference is not None and term in reference.params
         rows.append(
             CoefficientRow(
@@ -512,7 +514,7 @@ def _fit_summary(study: Study, fit: FitRecord) -> FitSummary:
     plot = None
     if comparable:
         plot = coefficient_comparison(
-            [r.term for r in comparable],
+            [term_label(r.term) for r in comparable],
             [(r.coef, r.lower, r.upper) for r in comparable],
             [(r.reference_coef, r.reference_lower, r.reference_upper) for r in comparable],
             (fit.name, fit.reference),

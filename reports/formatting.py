@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from datetime import datetime
 
+from markupsafe import Markup, escape
+
 
 def format_epsilon(value: float | None) -> str:
     """Four significant digits, trailing zeros kept; ``"not available"`` for ``None``."""
@@ -53,3 +55,19 @@ def format_bytes(value: int) -> str:
 def format_time(value: datetime) -> str:
     """UTC time to the second, e.g. ``2026-01-31 14:05:09 UTC``."""
     return value.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+DIGEST_GROUP = 16
+"""Hex digits per group when a digest is printed: a line breaks only between groups."""
+
+
+def digest_html(value: object) -> Markup:
+    """A hex digest in groups of :data:`DIGEST_GROUP` digits that a line may break between
+    (never inside a group, so no digit is left alone on a line)."""
+    text = str(value)
+    groups = [escape(text[i : i + DIGEST_GROUP]) for i in range(0, len(text), DIGEST_GROUP)]
+    return (
+        Markup('<span class="digest-group">')
+        + Markup('</span><wbr><span class="digest-group">').join(groups)
+        + Markup("</span>")
+    )

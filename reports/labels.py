@@ -22,6 +22,21 @@ from typing import Any
 
 from reports.formatting import format_number
 
+TREATMENT_TERM = re.compile(r"(?:C\()?([A-Za-z_][\w.]*)\)?\[T\.([^\]]+)\]")
+"""A formula's treatment-coded level: ``C(sex)[T.male]`` or ``sex[T.male]``."""
+
+
+def term_label(term: str) -> str:
+    """A coefficient's name as a reader says it: ``C(sex)[T.male]`` → ``sex: male`` (against
+    the reference level), ``age:C(sex)[T.male]`` → ``age × sex: male``; other names as they are."""
+    return " × ".join(TREATMENT_TERM.sub(r"\1: \2", part) for part in str(term).split(":"))
+
+
+def terms_in_text(text: str) -> str:
+    """``text`` with every treatment-coded term written as :func:`term_label` writes it."""
+    return TREATMENT_TERM.sub(r"\1: \2", str(text))
+
+
 FIELD_LABELS: Mapping[str, str] = {
     # privacy options of a fit (configuration.json "privacy")
     "kind": "kind of privacy",

@@ -414,6 +414,17 @@ class ReleaseSummary:
 
 
 @dataclass(frozen=True)
+class ReleasedResult:
+    """One line of the first page's list of what left the sites."""
+
+    name: str
+    kind: str
+    description: str
+    protection: str
+    """``exact: disclosure control only`` or the levels of differential privacy it used."""
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The verdict paragraph and the facts a reader (or a test) may want to check in it."""
 
@@ -469,3 +480,5 @@ class ComplianceReport:
     """Other recorded releases: trained networks, metrics, tables (section 8)."""
     analyses: tuple[AnalysisRow, ...] = ()
     """Every analysis of the message inventory and the result it produced (section 6)."""
+    released: tuple[ReleasedResult, ...] = ()
+    """Every recorded result, for the first page (:func:`reports.analyses.released_results`)."""

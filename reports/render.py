@@ -41,6 +41,9 @@ def _environment() -> jinja2.Environment:
         time=formatting.format_time,
         label=labels.field_label,
         words=labels.value_text,
+        term=labels.term_label,
+        terms=labels.terms_in_text,
+        digest=formatting.digest_html,
     )
     return environment
 

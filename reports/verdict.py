@@ -144,7 +144,7 @@ def _released(report: ComplianceReport) -> str:
 
 
 def _counted(named: list[tuple[str, bool]], noun: str) -> str:
-    """``3 fitted models (a exact; b and c under differential privacy)``;
+    """``3 fitted models (exact: a; under differential privacy: b and c)``;
     ``1 exact survival curve (km)``; ``2 trained networks under differential privacy (a and b)``.
     """
     if not named:
@@ -158,8 +158,8 @@ def _counted(named: list[tuple[str, bool]], noun: str) -> str:
     if not private:
         return f"{total} exact {plural} ({join_words(exact)})"
     return (
-        f"{total} {plural} ({join_words(exact)} exact; {join_words(private)} under "
-        "differential privacy)"
+        f"{total} {plural} (exact: {join_words(exact)}; under differential privacy: "
+        f"{join_words(private)})"
     )
 
 
@@ -209,7 +209,8 @@ def _guarantees(scopes: tuple[ScopeSummary, ...]) -> list[str]:
             who = who if len(owners) == 1 else f"each of {join_words(owners)}"
             sentences.append(
                 f"{level} guarantee: {who} protected {protected} with (ε = {epsilon}, "
-                f"δ = {delta})-differential privacy over the whole study (RDP accountant)."
+                f"δ = {delta})-differential privacy over the whole study (counted by the Rényi-DP "
+                "accountant; see the terms below)."
             )
     return sentences
 

@@ -77,6 +77,8 @@ class ProvenanceRecord(_Record):
 class ResultRecord(_Record):
     model: str
     params: dict[str, Number]
+    terms: list[str] = []
+    """The coefficients' names in the design's order (empty in records that predate it)."""
     bse: dict[str, Number | None]
     conf_int: dict[Literal["lower", "upper"], dict[str, Number | None]]
     alpha: Number
@@ -100,6 +102,14 @@ class ResultRecord(_Record):
     @property
     def noise_dominated(self) -> bool:
         return bool(self.utility_warnings)
+
+    @property
+    def ordered_terms(self) -> list[str]:
+        """The coefficients in the design's order; for records without it, the intercept
+        first and the others as stored."""
+        if sorted(self.terms) == sorted(self.params):
+            return list(self.terms)
+        return sorted(self.params, key=lambda term: term != "Intercept")
 
 
 class FitRecord(_Record):

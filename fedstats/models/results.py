@@ -244,7 +244,8 @@ class LikelihoodResults:
     def to_record(self, alpha: float = 0.05) -> dict[str, Any]:
         """The fit as plain JSON values, for a study's record of what was released.
 
-        Keys: ``model``, ``params``, ``bse``, ``conf_int`` (``{"lower": {...},
+        Keys: ``model``, ``terms`` (the coefficients' names in the design's order: JSON
+        objects are written with sorted keys), ``params``, ``bse``, ``conf_int`` (``{"lower": {...},
         "upper": {...}}`` at ``1 - alpha``), ``alpha``, ``pvalues``, ``llf``
         (``None`` when not released), ``converged``, ``iterations``, ``notes``,
         ``provenance`` (:meth:`Provenance.to_record`) and ``privacy`` (the
@@ -255,6 +256,7 @@ class LikelihoodResults:
         ci = self.conf_int(alpha)
         record = {
             "model": self.model_name,
+            "terms": [str(term) for term in self.params.index],
             "params": _series_record(self.params),
             "bse": _series_record(self.bse),
             "conf_int": {

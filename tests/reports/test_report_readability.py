@@ -33,6 +33,8 @@ from reports.verdict import verdict
 
 A4 = (595.28, 841.89)
 """A4 in PostScript points (210 x 297 mm)."""
+A4_LANDSCAPE = A4[::-1]
+"""Appendix A (the ledger, ten columns) is set on landscape A4 pages."""
 SNAKE = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+\b")
 REPRS = {
     "dict or set literal": re.compile(r"\{'|'\}|\{\"|\": "),
@@ -126,18 +128,28 @@ def raw_names(text: str, field_names: set[str], defined: set[str]) -> set[str]:
 
 
 def test_every_word_of_the_pdf_lies_on_its_a4_page(case):
-    """``pdftotext -bbox``: every page is A4 portrait and every word box lies inside it (a
-    table wider than the page puts words beyond x = 595 pt)."""
+    """``pdftotext -bbox``: every page is A4 (portrait; landscape for the ledger appendix only)
+    and every word box lies inside its page (a table wider than the page puts words beyond
+    its width)."""
     bbox = _pdftotext(case["pdf"], "-bbox")
     pages = re.findall(r'<page width="([\d.]+)" height="([\d.]+)">(.*?)</page>', bbox, re.S)
     assert pages
     outside = []
+    landscape = []
     for number, (width, height, body) in enumerate(pages, start=1):
-        assert (float(width), float(height)) == pytest.approx(A4, abs=0.5), number
+        size = (float(width), float(height))
+        if size == pytest.approx(A4_LANDSCAPE, abs=0.5):
+            landscape.append(number)
+        else:
+            assert size == pytest.approx(A4, abs=0.5), number
         for x0, y0, x1, y1, word in WORD.findall(body):
-            if float(x0) < 0 or float(y0) < 0 or float(x1) > A4[0] or float(y1) > A4[1]:
+            if float(x0) < 0 or float(y0) < 0 or float(x1) > size[0] or float(y1) > size[1]:
                 outside.append((number, word, x1))
     assert outside == [], outside[:20]
+    if landscape:  # one run of pages, opening with the ledger appendix's heading
+        assert landscape == list(range(landscape[0], landscape[-1] + 1)), landscape
+        words = [w for *_, w in WORD.findall(pages[landscape[0] - 1][2])]
+        assert words[:3] == ["Appendix", "A.", "The"] or "Appendix" in words[:12], words[:12]
 
 
 def test_the_page_check_catches_a_table_wider_than_the_page(tmp_path):
@@ -163,7 +175,11 @@ def test_pdf_pages_and_the_html_screenshot_render(case, tmp_path):
     assert pages
     for page in pages:
         with Image.open(page) as image:
-            assert image.size == pytest.approx((496, 702), abs=2)  # A4 at 60 dpi
+            # A4 at 60 dpi: portrait, or landscape for the ledger appendix
+            assert image.size in (
+                pytest.approx((496, 702), abs=2),
+                pytest.approx((702, 496), abs=2),
+            )
             assert image.convert("L").getextrema()[0] < 100
     assert load_page(case["html"], tmp_path / "html.png") == []
 
@@ -273,7 +289,7 @@ def test_the_verdict_names_every_scope_its_guarantee_and_the_budget_outcome(demo
     owners = {s.owner for s in report.scopes}
     assert set(report.verdict.within_budget) == owners and report.verdict.over_budget == ()
     first_page = html[: html.index('<h2 id="claim">')]
-    paragraph = re.search(r'<p class="verdict" id="verdict">(.*?)</p>', first_page, re.S)
+    paragraph = re.search(r'<div class="verdict" id="verdict"><p>(.*?)</p>', first_page, re.S)
     assert paragraph
     text = paragraph.group(1)
     assert all(owner in text for owner in owners)
