@@ -217,7 +217,7 @@ class GLM:
             notes.append(f"frequency weights {self.weights!r}: {nobs:g} weighted observations")
         if secure_aggregation is not None:
             notes.append(secure_note(secure_aggregation, len(federation.sites)))
-        return GLMResults(
+        result = GLMResults(
             family=self.family,
             scale=scale,
             deviance=float(state["deviance"]),
@@ -234,6 +234,8 @@ class GLM:
             provenance=provenance,
             notes=notes,
         )
+        result.design = design
+        return result
 
     # ---------------------------------------------------------------- internals
 

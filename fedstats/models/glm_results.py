@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.special import expit
 
+from fedstats.errors import StudyConfigurationError
 from fedstats.models.results import LikelihoodResults, _count, _series_record, _statistic
 
 FAMILY_TITLES = {
@@ -52,10 +54,35 @@ class GLMResults(LikelihoodResults):
         self.scale = float(scale)
         self.deviance = float(deviance)
         self.pearson_chi2 = float(pearson_chi2)
-        self.nobs = float(nobs)
+        self._nobs = float(nobs)
         self.model = model
         """The :class:`fedstats.GLM` that was fitted."""
         self.n_events_by_site = pd.Series(n_events, name="n_events")
+        self.design: dict[str, Any] | None = None
+        """The agreed design (wire form) the coefficients apply to (:meth:`predict`)."""
+
+    @property
+    def nobs(self) -> float:  # type: ignore[override]
+        """The weight total: rows, or patients the frequency weights stand for."""
+        return self._nobs
+
+    def predict(
+        self, exog: pd.DataFrame, *, which: str = "mean", site: str | None = None
+    ) -> pd.Series:
+        """The fitted mean ``g^-1(x'beta + offset)`` (``which="mean"``; ``offset`` is the
+        design's offset column plus the log of its exposure column) or the linear predictor
+        ``x'beta + offset`` (``which="linear"``) for each row of ``exog``, as statsmodels'
+        ``GLMResults.predict``; NaN where a covariate is missing."""
+        linear, offset = self._linear_predictor(self.design, exog, site)
+        if offset is not None:
+            linear = linear + offset
+        if which == "linear":
+            return linear
+        if which != "mean":
+            raise StudyConfigurationError(f"which must be 'mean' or 'linear', got {which!r}")
+        eta = linear.to_numpy()
+        mean = {"binomial": expit, "poisson": np.exp, "gaussian": lambda v: v}[self.family](eta)
+        return pd.Series(mean, index=exog.index, name="predicted")
 
     @property
     def model_name(self) -> str:  # type: ignore[override]

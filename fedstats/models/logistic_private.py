@@ -111,7 +111,7 @@ def fit_private(
         account = account.with_secure_aggregation(
             secure_record(secure, len(federation.sites), path.secure_rounds)
         )
-    return LogisticRegressionResults(
+    result = LogisticRegressionResults(
         names=list(run.spec.columns),
         params=A @ path.theta,
         cov=sampling + noise,
@@ -126,6 +126,8 @@ def fit_private(
         noise_share=shares,
         utility_warnings=problems,
     )
+    result.design = run.spec.to_wire()  # what predict() builds a frame into
+    return result
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy import stats
+from scipy.special import expit
 
+from fedstats.contract.design import DesignSpec
+from fedstats.contract.design_matrix import design_matrix
+from fedstats.errors import StudyConfigurationError
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.summary import Summary, render_html, render_summary
 from studyfiles.fit_records import checked_result_record
@@ -228,6 +232,25 @@ class LikelihoodResults:
         return pd.Series(self.provenance.n_obs, name="n_obs")
 
     @property
+    def nobs(self) -> float:
+        """The number of observations the fit used, over every site (statsmodels' name)."""
+        return float(self.n_obs)
+
+    def _linear_predictor(
+        self, design: dict[str, Any] | None, exog: pd.DataFrame, site: str | None
+    ) -> tuple[pd.Series, np.ndarray | None]:
+        """``x'beta`` for each row of ``exog`` (NaN where a covariate is missing), built with
+        the design the sites agreed on (:func:`fedstats.contract.design_matrix.design_matrix`),
+        and the design's offset (``None`` when it has none)."""
+        if design is None:
+            raise StudyConfigurationError(
+                "these results carry no agreed design (derived results): refit to predict"
+            )
+        X, _, offset = design_matrix(DesignSpec.from_wire(design), exog, site=site)
+        values = X @ self.params.reindex(list(design["columns"])).to_numpy(dtype=float)
+        return pd.Series(values, index=exog.index, name="linear predictor"), offset
+
+    @property
     def n_params(self) -> int:
         """Number of estimated coefficients, intercepts included."""
         return len(self._names)
@@ -356,6 +379,26 @@ class LogisticRegressionResults(LikelihoodResults):
 
     def _record_fields(self) -> dict[str, Any]:
         return {"n_events": _series_record(self.n_events_by_site)}
+
+    def predict(
+        self, exog: pd.DataFrame, *, which: str = "mean", site: str | None = None
+    ) -> pd.Series:
+        """Predicted probabilities (``which="mean"``: ``1 / (1 + exp(-x'beta))``) or the linear
+        predictor (``which="linear"``: ``x'beta``, plus the design's offset column) for each row
+        of ``exog``, a frame with the formula's columns, as statsmodels' ``predict`` does.
+
+        The design is the one the sites agreed on (levels, columns); a row with a missing
+        covariate gets NaN, a level the fit never saw is refused naming it. ``site`` names
+        whose intercept applies to a fit with one intercept per site.
+        """
+        linear, offset = self._linear_predictor(self.design, exog, site)
+        if offset is not None:
+            linear = linear + offset
+        if which == "linear":
+            return linear
+        if which != "mean":
+            raise StudyConfigurationError(f"which must be 'mean' or 'linear', got {which!r}")
+        return pd.Series(expit(linear.to_numpy()), index=exog.index, name="predicted")
 
     @property
     def deviance(self) -> float:
@@ -505,6 +548,30 @@ class CoxPHResults(LikelihoodResults):
             "ties": self.ties,
             "strata": list(self.strata),
         }
+
+    def predict_log_partial_hazard(self, df: pd.DataFrame) -> pd.Series:
+        """``x'beta`` for each row of ``df`` (NaN where a covariate is missing).
+
+        Not centred: lifelines subtracts the training data's column means (``(x - xbar)'beta``),
+        which stay at the sites; differences between rows, hazard ratios and
+        :meth:`predict_survival_function` are the same either way.
+        """
+        linear, _ = self._linear_predictor(self.design, df, None)
+        return linear.rename("log partial hazard")
+
+    def predict_partial_hazard(self, df: pd.DataFrame) -> pd.Series:
+        """``exp(x'beta)`` for each row of ``df`` (not centred; see
+        :meth:`predict_log_partial_hazard`)."""
+        return np.exp(self.predict_log_partial_hazard(df)).rename("partial hazard")
+
+    def predict_survival_function(self, df: pd.DataFrame) -> pd.DataFrame:
+        """``S(t | x) = exp(-H0(t) exp(x'beta))`` on the grid, one column per row of ``df``
+        (pooled model only: Breslow's baseline ``H0`` of :attr:`baseline_cumulative_hazard_`,
+        at ``x = 0``), as lifelines' ``predict_survival_function``."""
+        baseline = self.baseline_cumulative_hazard_["cumulative_hazard"].to_numpy()
+        hazard = self.predict_partial_hazard(df).to_numpy()
+        table = np.exp(-np.outer(baseline, hazard))
+        return pd.DataFrame(table, index=self.baseline_cumulative_hazard_.index, columns=df.index)
 
     @property
     def baseline_cumulative_hazard_(self) -> pd.DataFrame:

@@ -19,9 +19,9 @@ from fedstats.contract.design import (
     DesignSpec,
     counting_outcome,
     model_frame,
-    normalise_level,
     parse_formula,
 )
+from fedstats.contract.design_matrix import agreed_codes, assemble, plain
 from fedstats.contract.dp_request import NoisyGroup
 from fedstats.contract.tasks.design import _string_list, spec_from_args
 from fedstats.errors import (
@@ -326,12 +326,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             column=spec.formula,
             reason=f"yields design columns {got}, not the agreed {expected}",
         )
-    X = np.empty((len(data), spec.n_params), dtype=np.float64)
-    for j, name in enumerate(spec.columns):
-        if spec.site_intercepts and _is_site_column(spec, name):
-            X[:, j] = 1.0 if name == SITE_COLUMN.format(site) else 0.0
-        elif rhs is not None:
-            X[:, j] = rhs[name].to_numpy(dtype=np.float64)
+    X = assemble(spec, rhs, len(data), site)
     bad = ~np.isfinite(X).all(axis=0)
     if bad.any():
         column = spec.columns[int(np.flatnonzero(bad)[0])]
@@ -551,23 +546,13 @@ def check_design_cross_cells(
 
 
 def as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple) -> pd.Categorical:
-    allowed = {normalise_level(v) for v in levels}
-    values = column.map(lambda v: normalise_level(plain(v)))
-    unknown = values[~values.isin(allowed)]
+    codes, unknown = agreed_codes(column, levels)
     if len(unknown):
-        counts = unknown.value_counts()
         raise UnknownLevelError(
-            site=site, column=var, level=plain(counts.index[0]), count=int(counts.iloc[0])
+            site=site, column=var, level=plain(unknown.index[0]), count=int(unknown.iloc[0])
         )
-    return pd.Categorical(values, categories=list(levels))
+    return codes
 
 
 def _is_site_column(spec: DesignSpec, column: str) -> bool:
     return column in {SITE_COLUMN.format(s) for s in spec.sites}
-
-
-def plain(value: Any) -> Any:
-    """numpy scalars to Python numbers; everything else unchanged."""
-    if isinstance(value, np.generic):
-        return value.item()
-    return value

@@ -1,0 +1,151 @@
+"""An agreed design built from a frame the analyst holds: the same columns every site built.
+
+A fit's results carry the design the sites agreed on (:class:`DesignSpec`: formula,
+levels, columns). :func:`design_matrix` builds that design from a ``pandas``
+DataFrame — new patients to predict for — with the same parser, expression
+evaluator and model frame the sites use (:func:`fedstats.contract.design.model_frame`,
+:func:`fedstats.contract.formula_grammar.evaluate`), so a coefficient multiplies
+the same column on both sides. Categorical levels are the agreed ones (a level the
+fit never saw is refused, naming the column and the value); rows with a missing
+value are kept, and their predictions are missing (NaN): never dropped silently, so a
+prediction stays aligned with its row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from fedstats.contract.design import (
+    SITE_COLUMN,
+    DesignSpec,
+    Level,
+    model_frame,
+    normalise_level,
+    parse_formula,
+)
+from fedstats.contract.formula_grammar import DomainError, UnsafeTermError, evaluate
+from fedstats.errors import FormulaError
+
+
+class PredictionInputError(FormulaError):
+    """A frame given to ``predict`` cannot be built into the fit's design."""
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars to Python numbers; everything else unchanged."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def agreed_codes(column: pd.Series, levels: Sequence[Level]) -> tuple[pd.Categorical, pd.Series]:
+    """``column`` as a categorical of the agreed ``levels`` and the values outside them (with
+    their counts, most frequent first; missing values are neither)."""
+    allowed = {normalise_level(v) for v in levels}
+    values = column.map(lambda v: v if pd.isna(v) else normalise_level(plain(v)))
+    unknown = values[values.notna() & ~values.isin(allowed)]
+    return pd.Categorical(values, categories=list(levels)), unknown.value_counts()
+
+
+def site_columns(spec: DesignSpec) -> set[str]:
+    """The per-site intercept columns of a design fitted with ``site_intercepts``."""
+    return {SITE_COLUMN.format(s) for s in spec.sites} if spec.site_intercepts else set()
+
+
+def assemble(
+    spec: DesignSpec, rhs: pd.DataFrame | None, n_rows: int, site: str | None
+) -> np.ndarray:
+    """The agreed columns in order: the model frame's, and 1 in ``site``'s own intercept column
+    (0 in the other sites')."""
+    X = np.zeros((n_rows, len(spec.columns)), dtype=np.float64)
+    own = None if site is None else SITE_COLUMN.format(site)
+    for j, name in enumerate(spec.columns):
+        if name in site_columns(spec):
+            X[:, j] = 1.0 if name == own else 0.0
+        elif rhs is not None:
+            X[:, j] = rhs[name].to_numpy(dtype=np.float64)
+    return X
+
+
+def design_matrix(
+    spec: DesignSpec, frame: pd.DataFrame, *, site: str | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """``(X, complete, offset)`` of ``frame`` under ``spec``: one row per row of ``frame``.
+
+    ``complete`` marks the rows whose covariates are all present (the others' rows of
+    ``X`` are NaN). ``offset`` is the design's offset column (plus the log of its exposure
+    column) when it has one. ``site`` names the site whose intercept applies to a fit with
+    per-site intercepts; without it such a fit cannot predict. Raises
+    :class:`PredictionInputError` naming the column for a column the frame lacks, a level
+    the sites never agreed on, or an expression that cannot be computed.
+    """
+    if not isinstance(frame, pd.DataFrame):
+        raise PredictionInputError(
+            f"predict takes a pandas DataFrame with the formula's columns, got "
+            f"{type(frame).__name__}"
+        )
+    if spec.site_intercepts and site not in spec.sites:
+        raise PredictionInputError(
+            f"this fit has one intercept per site {list(spec.sites)}: pass site= to say whose "
+            f"intercept applies (got {site!r})"
+        )
+    parsed = parse_formula(spec.formula)
+    survival = spec.outcome_kind == "survival"
+    needed = [v for v in spec.variables if v in parsed.covariates]
+    needed += [c for c in (spec.offset, spec.exposure) if c and c not in needed]
+    missing = [column for column in needed if column not in frame.columns]
+    if missing:
+        raise PredictionInputError(
+            f"the frame has no column {missing[0]!r}, which the fit's design "
+            f"({spec.formula!r}) needs; columns needed: {needed}"
+        )
+    data = frame[needed].reset_index(drop=True)
+    complete = ~data.isna().any(axis=1).to_numpy()
+    rows = data[complete]
+    values: dict[str, Any] = {}
+    for factor in parsed.factors:
+        if factor.kind == "expression":
+            try:
+                values[factor.name] = evaluate(factor, {v: rows[v] for v in factor.variables})
+            except (UnsafeTermError, DomainError) as error:
+                raise PredictionInputError(
+                    f"{factor.name} cannot be computed for every row of the frame: {error}"
+                ) from None
+        elif factor.column in spec.levels:
+            codes, unknown = agreed_codes(rows[factor.column], spec.levels[factor.column])
+            if len(unknown):
+                raise PredictionInputError(
+                    f"column {factor.column!r} has {int(unknown.iloc[0])} value(s) "
+                    f"{plain(unknown.index[0])!r} outside the levels the fit agreed on "
+                    f"{list(spec.levels[factor.column])}; recode them or leave the rows out"
+                )
+            values[factor.name] = codes
+        else:
+            values[factor.name] = pd.to_numeric(rows[factor.column], errors="coerce").to_numpy()
+    n = int(complete.sum())
+    rhs = model_frame(parsed, values, n)[0] if n else None
+    if rhs is not None:
+        wanted = [c for c in spec.columns if c not in site_columns(spec)]
+        got = [
+            c for c in rhs.columns if not ((survival or spec.site_intercepts) and c == "Intercept")
+        ]
+        if got != wanted:
+            raise PredictionInputError(
+                f"the frame yields design columns {got}, not the fit's {wanted}"
+            )
+    X = np.full((len(data), len(spec.columns)), np.nan)
+    X[complete] = assemble(spec, rhs, n, site)
+    offset = None
+    if spec.offset or spec.exposure:
+        offset = np.zeros(len(data))
+        if spec.offset:
+            offset += pd.to_numeric(data[spec.offset], errors="coerce").to_numpy(dtype=float)
+        if spec.exposure:
+            exposure = pd.to_numeric(data[spec.exposure], errors="coerce").to_numpy(dtype=float)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                offset += np.where(exposure > 0, np.log(exposure), np.nan)
+    return X, complete, offset
