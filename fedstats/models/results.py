@@ -22,6 +22,7 @@ from scipy.special import expit
 from fedstats.contract.design import DesignSpec
 from fedstats.contract.design_matrix import design_matrix
 from fedstats.errors import StudyConfigurationError
+from fedstats.models.plot_text import literal
 from fedstats.models.privacy import PrivacyAccount
 from fedstats.models.summary import Summary, render_html, render_summary
 from studyfiles.fit_records import checked_result_record
@@ -308,6 +309,26 @@ class LikelihoodResults:
         return {}
 
     # ---- presentation
+    def plot(self, ax=None, alpha: float = 0.05):  # type: ignore[no-untyped-def]
+        """Each coefficient (the intercepts left out, as lifelines' ``CoxPHFitter.plot``) with
+        its ``1 - alpha`` interval, one row per term; returns the figure, as every ``plot`` of
+        fedstats does (Kaplan–Meier, cumulative incidence, heterogeneity)."""
+        import matplotlib.pyplot as plt
+
+        ci = self.conf_int(alpha)
+        terms = [t for t in self.params.index if t != "Intercept" and not t.startswith("site[")]
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 0.4 * len(terms) + 1.2))
+        rows = np.arange(len(terms))[::-1]
+        estimate = self.params[terms].to_numpy()
+        low, high = ci.loc[terms, "lower"].to_numpy(), ci.loc[terms, "upper"].to_numpy()
+        ax.errorbar(estimate, rows, xerr=[estimate - low, high - estimate], fmt="o", capsize=3)
+        ax.axvline(0.0, color="grey", linewidth=0.8)
+        ax.set_yticks(rows, labels=[literal(t) for t in terms])
+        ax.set_xlabel(literal(f"coefficient with {100 * (1 - alpha):g}% interval"))
+        ax.set_title(literal(self.model_name))
+        return ax.figure
+
     def to_frame(self, alpha: float = 0.05) -> pd.DataFrame:
         """The coefficient table; a private fit adds each coefficient's ``noise share``."""
         ci = self.conf_int(alpha)

@@ -213,6 +213,18 @@ class ClientDP:
         return accounting.calibrate_gaussian(self.epsilon, self.delta, compositions=self.releases)
 
 
+CLIENT_LEVEL_NAMES = {
+    "ClientDP": "fedstats.ClientDP is client-level DP of the statistical models' Newton "
+    "steps; a network's client-level DP is DP-FedAvg (McMahan et al., ICLR 2018): "
+    "fedstats.DPFedAvg(...) or DPFedAvg.for_budget(epsilon, delta, rounds, ...)",
+    "DPFedAvg": "fedstats.DPFedAvg is client-level DP of a network's averaged updates "
+    "(FederatedTrainer); a statistical model's client-level DP clips each site's score and "
+    "information: fedstats.ClientDP(epsilon=..., gradient_clip=..., hessian_clip=...)",
+}
+"""Said when one client-level option is given where the other belongs: both are client-level
+DP at the coordinator, of different mechanisms (Newton steps, averaged network updates)."""
+
+
 def privacy_levels(privacy: Any, client_type: type, expected: str) -> tuple[RecordDP | None, Any]:
     """Split a fit's ``privacy=`` into its record-level and client-level options.
 
@@ -227,5 +239,9 @@ def privacy_levels(privacy: Any, client_type: type, expected: str) -> tuple[Reco
     record = [o for o in options if isinstance(o, RecordDP)]
     client = [o for o in options if isinstance(o, client_type)]
     if len(record) + len(client) != len(options) or len(record) > 1 or len(client) > 1:
-        raise StudyConfigurationError(f"privacy must be {expected}")
+        others = [type(o).__name__ for o in options if not isinstance(o, (RecordDP, client_type))]
+        raise StudyConfigurationError(
+            f"privacy must be {expected}"
+            + "".join(f"; {CLIENT_LEVEL_NAMES[n]}" for n in others if n in CLIENT_LEVEL_NAMES)
+        )
     return (record[0] if record else None), (client[0] if client else None)
