@@ -192,13 +192,12 @@ def run_demo_study(
     recorder.record_fit(
         "logistic-exact", exact, description="Logistic regression, exact (no privacy noise)"
     )
-    with federation.analyses_started() as analyses:  # the table and its one fit per site
-        spread = fedstats.heterogeneity(model, federation)
+    spread = fedstats.heterogeneity(model, federation)
     recorder.record_diagnostic(
         "heterogeneity-exact",
         "Between-site heterogeneity of the exact fit (Cochran's Q, I², DerSimonian–Laird tau²)",
         spread.summary_frame,
-        analyses=analyses,
+        analyses=spread.analyses,  # the table's design and its one fit per site
     )
     emit(_log, "demo.fitting", "fitting under record-level DP", fit="logistic-record-dp")
     with _warnings_in_the_record():

@@ -29,6 +29,7 @@ separation, a constant column) is listed with the reason and left out.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import warnings
 from dataclasses import dataclass, field
@@ -50,6 +51,9 @@ class HeterogeneityResults:
     std_errors: pd.DataFrame  # sites x coefficients
     prevalence: pd.Series  # by site
     excluded: dict[str, str] = field(default_factory=dict)  # site -> why it has no estimates
+    analyses: tuple[str, ...] = ()
+    """The analyses (message-inventory labels) it started: its design's and one fit per site;
+    what a study records with the table (``StudyRecorder.record_diagnostic(..., analyses=)``)."""
 
     @property
     def summary_frame(self) -> pd.DataFrame:
@@ -127,8 +131,15 @@ def heterogeneity(model, federation: Federation) -> HeterogeneityResults:
 
     The categorical levels are agreed across the whole federation first, so
     every site codes its design the same way. With ``site_intercepts=True``
-    each site's fit has its own ``Intercept``.
+    each site's fit has its own ``Intercept``. The result names the analyses it started
+    (``analyses``).
     """
+    with federation.analyses_started() as analyses:
+        result = _site_by_site(model, federation)
+    return dataclasses.replace(result, analyses=tuple(analyses))
+
+
+def _site_by_site(model, federation: Federation) -> HeterogeneityResults:
     from fedstats.models.logistic import LogisticRegression
 
     analysis = federation.new_analysis("heterogeneity")
