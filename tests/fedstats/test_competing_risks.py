@@ -201,7 +201,9 @@ def test_fine_gray_equals_weighted_cox_on_finegray_rows_synthetic():
     frame = synthetic(seed=11)
     fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
     grid = np.sort(frame["t"].unique())
-    result = fedstats.FineGray("Surv(t, status) ~ x + C(arm)", cause=1, grid=grid).fit(fed)
+    result = fedstats.FineGray(
+        "Surv(t, status) ~ x + C(arm)", cause=1, grid=grid, convention="finegray"
+    ).fit(fed)
     rows = finegray_rows(frame, "t", "status", cause=1)
     rows = rows.assign(arm_b=(rows["arm"] == "b") * 1.0, arm_c=(rows["arm"] == "c") * 1.0)
     reference = weighted_cox(rows, ["x", "arm_b", "arm_c"])
@@ -212,7 +214,7 @@ def test_fine_gray_equals_weighted_cox_on_finegray_rows_synthetic():
     assert np.allclose(ratios["hazard_ratio"], np.exp(expected), rtol=1e-5)
     assert "robust (sandwich)" in result.summary()
     model_based = fedstats.FineGray(
-        "Surv(t, status) ~ x + C(arm)", cause=1, grid=grid, robust=False
+        "Surv(t, status) ~ x + C(arm)", cause=1, grid=grid, robust=False, convention="finegray"
     ).fit(fed)
     assert (
         np.max(np.abs(model_based.bse.to_numpy() - reference.standard_errors_.to_numpy())) <= 1e-6
@@ -225,7 +227,9 @@ def test_fine_gray_breslow_equals_reference_without_ties():
     frame = untied(synthetic(seed=12, n=300))
     fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
     grid = np.sort(frame["t"].unique())
-    result = fedstats.FineGray("Surv(t, status) ~ x", cause=2, grid=grid, ties="breslow").fit(fed)
+    result = fedstats.FineGray(
+        "Surv(t, status) ~ x", cause=2, grid=grid, ties="breslow", convention="finegray"
+    ).fit(fed)
     expected = weighted_cox(finegray_rows(frame, "t", "status", cause=2), ["x"]).params_.to_numpy()
     assert np.max(np.abs(result.params.to_numpy() - expected)) <= 1e-6
 
@@ -238,7 +242,7 @@ def test_fine_gray_equals_weighted_cox_on_canadian_senators(cause):
     fed = fedstats.Federation.in_process(split(frame, frame["region"].to_numpy()), disclosure=OPEN)
     grid = np.sort(frame["years"].unique())
     result = fedstats.FineGray(
-        "Surv(years, status) ~ liberal + decade", cause=cause, grid=grid
+        "Surv(years, status) ~ liberal + decade", cause=cause, grid=grid, convention="finegray"
     ).fit(fed)
     rows = finegray_rows(frame, "years", "status", cause)
     expected = weighted_cox(rows, ["liberal", "decade"]).params_.to_numpy()
@@ -278,7 +282,9 @@ def test_fine_gray_robust_covariance_equals_the_sandwich_on_finegray_rows(cause)
     frame = untied(synthetic(seed=12, n=300))
     fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
     grid = np.sort(frame["t"].unique())
-    result = fedstats.FineGray("Surv(t, status) ~ x + C(arm)", cause=cause, grid=grid).fit(fed)
+    result = fedstats.FineGray(
+        "Surv(t, status) ~ x + C(arm)", cause=cause, grid=grid, convention="finegray"
+    ).fit(fed)
     rows = finegray_rows(frame, "t", "status", cause)
     rows = rows.assign(arm_b=(rows["arm"] == "b") * 1.0, arm_c=(rows["arm"] == "c") * 1.0)
     expected = lin_wei_sandwich(rows, result.params.to_numpy(), ["x", "arm_b", "arm_c"])
@@ -308,7 +314,9 @@ def test_fine_gray_on_a_coarse_grid_equals_the_reference_on_coarsened_times():
     there); Efron's ties on both sides."""
     frame = synthetic(seed=13)
     fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
-    result = fedstats.FineGray("Surv(t, status) ~ x", cause=1, width=2, horizon=20).fit(fed)
+    result = fedstats.FineGray(
+        "Surv(t, status) ~ x", cause=1, width=2, horizon=20, convention="finegray"
+    ).fit(fed)
     grid = result.grid
     point = np.searchsorted(grid, frame["t"], side="left")
     coarse = frame.assign(
@@ -325,7 +333,9 @@ def test_fine_gray_with_missing_covariates_drops_the_same_rows_as_the_reference(
     frame.loc[frame.index % 17 == 0, "x"] = np.nan
     fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
     grid = np.sort(frame["t"].unique())
-    result = fedstats.FineGray("Surv(t, status) ~ x", cause=2, grid=grid, missing="drop").fit(fed)
+    result = fedstats.FineGray(
+        "Surv(t, status) ~ x", cause=2, grid=grid, missing="drop", convention="finegray"
+    ).fit(fed)
     complete = frame.dropna().reset_index(drop=True)
     reference = weighted_cox(finegray_rows(complete, "t", "status", cause=2), ["x"])
     assert np.max(np.abs(result.params.to_numpy() - reference.params_.to_numpy())) <= 1e-6

@@ -279,7 +279,7 @@ def senators_fit(cause: int, ties: str = "efron", robust: bool = True):
     grid = np.sort(frame["years"].unique())
     return fedstats.FineGray(
         "Surv(years, status) ~ liberal + decade", cause=cause, grid=grid, ties=ties,
-        robust=robust,
+        robust=robust, convention="finegray",
     ).fit(fed)  # fmt: skip
 
 
@@ -289,11 +289,11 @@ def test_fine_gray_equals_r_finegray_and_weighted_coxph_on_senators(senators_in_
     ``coxph(Surv(fgstart, fgstop, fgstatus) ~ liberal + decade, weights = fgwt, cluster =
     id, data = fg, ties = ties)``.
 
-    The oracle is ``finegray()`` + ``coxph``, not ``cmprsk::crr``, because that is what
-    fedstats' Fine–Gray is defined as (README, ``fedstats.models.fine_gray``): the weighted
-    Cox fit of ``finegray()``'s rows, Efron's ties by default, its robust errors treating
-    the censoring weights as known. ``crr`` has Breslow's ties and a variance that also
-    accounts for estimating the censoring curve (the next test).
+    The oracle is ``finegray()`` + ``coxph`` because that is what fedstats' Fine–Gray
+    ``convention="finegray"`` is defined as (README, ``fedstats.models.fine_gray``): the
+    weighted Cox fit of ``finegray()``'s rows, Efron's ties by default, its robust errors
+    treating the censoring weights as known. The default ``convention="crr"`` is checked
+    against ``cmprsk::crr`` by ``test_fine_gray_equals_r_crr_with_tied_times``.
 
     Senators dealt to four regions; tied times of different causes kept. Efron's ties:
     coefficients, model-based standard errors (``robust=False``, R's ``fit$naive.var``),
@@ -335,9 +335,9 @@ def test_fine_gray_coefficients_equal_r_crr_without_tied_times(tmp_path):
 
     Without tied times ``crr`` solves the same estimating equation as the weighted Cox fit
     of ``finegray()``'s rows (with ties ``crr`` uses Breslow's ties and its own censoring
-    curve's convention at tied times), so its coefficients are an oracle here. Its standard
-    errors are not: they also account for estimating the censoring curve, which fedstats'
-    (as ``coxph`` on ``finegray()`` rows) treat as known.
+    curve's convention at tied times), so its coefficients are an oracle for
+    ``convention="finegray"`` here. Its standard errors are not: they also account for
+    estimating the censoring curve, which ``coxph`` on ``finegray()`` rows treats as known.
 
     The synthetic two-cause data of ``test_competing_risks`` (seed 12, 300 patients, one
     row per distinct time), three sites.
@@ -362,7 +362,9 @@ for (cause in 1:2) {
         tmp_path,
     )
     for cause in (1, 2):
-        fit = fedstats.FineGray("Surv(t, status) ~ x + C(arm)", cause=cause, grid=grid).fit(fed)
+        fit = fedstats.FineGray(
+            "Surv(t, status) ~ x + C(arm)", cause=cause, grid=grid, convention="finegray"
+        ).fit(fed)
         assert list(fit.params.index) == ["x", "C(arm)[T.b]", "C(arm)[T.c]"]
         assert largest(fit.params, r[f"crr{cause}"]) < TOL
         assert largest(fit.bse, r[f"robust{cause}"]) < TOL
