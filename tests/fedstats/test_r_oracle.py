@@ -314,8 +314,9 @@ def test_fine_gray_equals_r_finegray_and_weighted_coxph_on_senators(senators_in_
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
-    reason="fedstats' robust Fine–Gray errors use Breslow-type score residuals whatever the "
-    "ties (fedstats.site.handlers.fine_gray.score_residuals); R's coxph(..., cluster = id) "
+    reason="fedstats' robust Fine–Gray errors (convention='finegray') use Breslow-type score "
+    "residuals whatever the ties (fedstats.site.handlers.fine_gray.score_residuals); R's "
+    "coxph(..., cluster = id) "
     "with Efron's ties uses Efron-type residuals, so at tied event times the two differ "
     "(here by about 5e-6 to 8e-6); the README and fedstats.models.fine_gray state the "
     "equality with R for Breslow ties or untied times only",

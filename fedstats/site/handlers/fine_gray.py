@@ -197,7 +197,10 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     Each ``U_i`` is the patient's own event term less its weighted share of every risk set
     it belongs to, so the reply sums over cells of 0 or at least ``k`` patients (the events
     of a grid point, the risk set of a point, the competing events of a point), as the
-    summaries do.
+    summaries do. Under ``cmprsk::crr``'s convention the request also carries the pooled
+    ``censoring_term`` and ``censoring_hazard`` and ``U_i`` adds ``psi_i``
+    (:func:`censoring_residuals`), which depends on the patient only through their grid
+    point and whether they were censored there: the same cells.
     """
     p = spec_from_args(args).n_params
     beta = checked_beta(ctx.name, args, p)
