@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.contract.fine_gray import robust_inputs
-from fedstats.contract.paths import FINE_GRAY_FIELDS, DampedNewtonPath, FedAvgPath, NewtonPath
+from fedstats.contract.fine_gray import CENSORING_INPUTS, relayed_fields, relayed_inputs
+from fedstats.contract.paths import DampedNewtonPath, FedAvgPath, NewtonPath
 
 FAIR_PATH = DampedNewtonPath(
     evaluation="tpr-parity", max_trials=30, armijo=1e-4, warm_start="gamma"
@@ -43,13 +43,15 @@ PATH_RULES: dict[str, NewtonPath] = {
 @dataclass(frozen=True)
 class RelayedEvaluation:
     """An evaluation of a fit whose request carries arrays derived from the summed replies at
-    the fit's last point (``derived``, computed by ``derive`` from the summed ``fields``): a
-    site that verifies paths checks them against the relayed, signed replies of task ``of``."""
+    the fit's last point (some of ``derived``, computed by ``derive`` from the summed
+    ``fields`` of the fit's arguments, and from those arguments): a site that verifies paths
+    checks them against the relayed, signed replies of task ``of``, and refuses any other of
+    ``derived`` the request carries."""
 
     of: str
     derived: tuple[str, ...]
-    fields: tuple[str, ...]
-    derive: Callable[[Mapping[str, Any]], tuple[np.ndarray, ...]]
+    fields: Callable[[Mapping[str, Any]], tuple[str, ...]]
+    derive: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, np.ndarray]]
 
 
 TRAINED_EVALUATIONS: dict[str, str] = {"deep.evaluate": "deep.train"}
@@ -77,9 +79,9 @@ point (what the relayed replies were signed over)."""
 RELAYED_EVALUATIONS: dict[str, RelayedEvaluation] = {
     "fine_gray.robust": RelayedEvaluation(
         of="fine_gray.grid_summaries",
-        derived=("hazard", "means"),
-        fields=FINE_GRAY_FIELDS,
-        derive=robust_inputs,
+        derived=("hazard", "means", *CENSORING_INPUTS),
+        fields=relayed_fields,
+        derive=relayed_inputs,
     ),
 }
 """Evaluations answered, at a site that verifies paths, only with the fit's last point relayed."""

@@ -123,7 +123,9 @@ class CoxFit(BaseModel):
 
 class FineGrayFit(BaseModel):
     """A ``[[fits]]`` entry of kind ``fine_gray``: :class:`fedstats.FineGray` of one ``cause``
-    on a grid of ``width`` up to ``horizon``."""
+    on a grid of ``width`` up to ``horizon``; ``convention`` ``"crr"`` (``cmprsk::crr``, the
+    default) or ``"finegray"`` (``coxph`` on ``survival::finegray()`` rows), ``ties`` the
+    convention's default unless given."""
 
     model_config = STRICT
     kind: Literal["fine_gray"]
@@ -132,7 +134,8 @@ class FineGrayFit(BaseModel):
     cause: Annotated[int, Field(ge=1)]
     width: Annotated[float, Field(gt=0)]
     horizon: Annotated[float, Field(gt=0)]
-    ties: Literal["efron", "breslow"] = "efron"
+    convention: Literal["crr", "finegray"] = "crr"
+    ties: Literal["efron", "breslow"] | None = None
 
 
 class KaplanMeierFit(BaseModel):

@@ -18,8 +18,18 @@ coarsened up to the next grid point) these are the pooled counts, and with
   + S(g_{l-1})^2 d_l (n_l - d_l) / n_l^3
   - 2 (F(t) - F(g_l)) S(g_{l-1}) d_l / n_l^2``
   (the first term is 0 where everyone at risk fails, as in Greenwood's);
+* Gray's variance, what R's ``cmprsk::cuminc`` reports as ``var`` (Gray, Ann Stat
+  1988, 16:1141–1154): the same expansion of ``F(t)`` in the hazard increments
+  ``h_{k,l} = d_{k,l} / n_l`` of each cause ``k``, each with variance
+  ``v_{k,l} = d_{k,l} (n_l - d_{k,l}) / (n_l^2 (n_l - 1))`` (``d_{k,l} / n_l^2`` where
+  ``n_l = 1``) and the causes' increments uncorrelated:
+  ``Var F(t) = sum_{l: g_l<=t} (F(t) - F(g_l))^2 (v_{1,l} + v_{2,l}) / (1 - D_l/n_l)^2
+  + S(g_{l-1})^2 v_{1,l} - 2 (F(t) - F(g_l)) S(g_{l-1}) v_{1,l} / (1 - D_l/n_l)``
+  (cause 1 the cause of interest, 2 every other; the terms with ``1 - D_l/n_l = 0``
+  are 0, as ``F`` no longer changes);
 * the interval on the ``log(-log F)`` scale, which stays inside (0, 1):
-  ``exp(-exp(log(-log F) -/+ z se))`` with ``se = sqrt(Var F) / (F |log F|)``.
+  ``exp(-exp(log(-log F) -/+ z se))`` with ``se = sqrt(Var F) / (F |log F|)``, from the
+  delta-method variance by default or Gray's (``variance="gray"``).
 
 With a grid holding every distinct follow-up time (allowed only when the
 disclosure threshold is 1) the results are those of the pooled data. Each
@@ -86,6 +96,43 @@ def aalen_johansen(
     return incidence, variance
 
 
+def gray_variance(at_risk: np.ndarray, events: np.ndarray, competing: np.ndarray) -> np.ndarray:
+    """Gray's variance of the cumulative incidence per group and grid point, as
+    ``cmprsk::cuminc``'s ``var`` (module docstring; Gray 1988). Along the last axis (the grid);
+    NaN once nobody is left at risk."""
+    n, d, e = at_risk, events, competing
+    D = d + e
+    with np.errstate(divide="ignore", invalid="ignore"):
+        hazard = np.where(n > 0, d / n, 0.0)
+        survival = np.cumprod(np.where(n > 0, 1.0 - D / n, 1.0), axis=-1)
+        lagged = np.concatenate([np.ones_like(survival[..., :1]), survival[..., :-1]], axis=-1)
+        F = np.cumsum(lagged * hazard, axis=-1)
+
+        def increment(count: np.ndarray) -> np.ndarray:
+            """The variance of one cause's hazard increment ``count / n``."""
+            spread = np.where(n > 1, (n - count) / (n - 1), 1.0)
+            return np.where(n > 0, count / n**2 * spread, 0.0)
+
+        own = increment(d)
+        left = np.where(n > D, 1.0 - D / n, 0.0)
+        a = np.where(left > 0, (own + increment(e)) / left**2, 0.0)
+        c = np.where(left > 0, lagged * own / left, 0.0)
+    first = (
+        F**2 * np.cumsum(a, axis=-1)
+        - 2 * F * np.cumsum(a * F, axis=-1)
+        + np.cumsum(a * F**2, axis=-1)
+    )
+    third = F * np.cumsum(c, axis=-1) - np.cumsum(c * F, axis=-1)
+    variance = np.maximum(first + np.cumsum(lagged**2 * own, axis=-1) - 2 * third, 0.0)
+    gone = np.cumsum(n[..., ::-1] > 0, axis=-1)[..., ::-1] == 0
+    return np.where(gone, np.nan, variance)
+
+
+VARIANCES = ("delta", "gray")
+"""The variances a cumulative incidence's intervals may use: the delta method's (lifelines'
+``AalenJohansenFitter``) or Gray's (``cmprsk::cuminc``)."""
+
+
 def loglog_interval(
     incidence: np.ndarray, variance: np.ndarray, alpha: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -118,6 +165,11 @@ class CumulativeIncidence:
         The shared time grid, as for :class:`fedstats.KaplanMeier`.
     alpha:
         ``1 - alpha`` confidence intervals.
+    variance:
+        The variance behind the intervals and the standard errors of ``to_frame()``:
+        ``"delta"`` (default; the delta-method variance of lifelines'
+        ``AalenJohansenFitter``) or ``"gray"`` (Gray's, R's ``cmprsk::cuminc(...)$var``).
+        Both are always computed (``variance_`` and ``gray_variance_``).
 
     Examples
     --------
@@ -137,9 +189,16 @@ class CumulativeIncidence:
         width: float | None = None,
         horizon: float | None = None,
         alpha: float = 0.05,
+        variance: str = "delta",
     ) -> None:
         if not 0 < alpha < 1:
             raise StudyConfigurationError(f"alpha must be in (0, 1), got {alpha}")
+        if not (isinstance(variance, str) and variance in VARIANCES):
+            raise StudyConfigurationError(
+                f"variance must be one of {VARIANCES} ('delta': lifelines' AalenJohansenFitter; "
+                f"'gray': cmprsk::cuminc), got {variance!r}"
+            )
+        self.variance = variance
         self.time, self.event, self.group = time, event, group
         self.cause = checked_cause(cause)
         self.levels = list(levels) if levels is not None else None
@@ -193,6 +252,7 @@ class CumulativeIncidence:
             sites=len(federation.sites),
             secure=secure_aggregation is not None,
             alpha=self.alpha,
+            variance=self.variance,
         )
 
 
@@ -204,9 +264,14 @@ class CumulativeIncidenceResults:
     cumulative_incidence_:
         ``F(t)`` per grid time (rows) and group (columns).
     variance_:
-        The delta-method variance of ``F(t)`` (module docstring).
+        The delta-method variance of ``F(t)`` (module docstring): lifelines'
+        ``AalenJohansenFitter(calculate_variance=True).variance_``.
+    gray_variance_:
+        Gray's variance of ``F(t)`` (module docstring): R's ``cmprsk::cuminc(...)$var``
+        (``timepoints(cuminc(time, status, group, cencode = 0), grid)$var``).
     confidence_interval_:
-        ``{"lower": ..., "upper": ...}``, on the ``log(-log F)`` scale.
+        ``{"lower": ..., "upper": ...}``, on the ``log(-log F)`` scale, from the variance the
+        fit asked for (``variance="delta"`` or ``"gray"``).
     """
 
     def __init__(
@@ -223,6 +288,7 @@ class CumulativeIncidenceResults:
         alpha: float,
         sites: int,
         secure: bool = False,
+        variance: str = "delta",
     ) -> None:
         self.grid, self.groups, self.cause, self.alpha = grid, groups, cause, alpha
         self.sites, self.secure = sites, secure
@@ -230,11 +296,15 @@ class CumulativeIncidenceResults:
         self.truncated, self.n_obs = truncated, n_obs
         index = pd.Index(grid, name="time")
         columns = list(groups)
-        incidence, variance = aalen_johansen(at_risk, events, competing)
-        lower, upper = loglog_interval(incidence, variance, alpha)
+        incidence, delta = aalen_johansen(at_risk, events, competing)
+        gray = gray_variance(at_risk, events, competing)
+        self.variance = variance
+        chosen = gray if variance == "gray" else delta
+        lower, upper = loglog_interval(incidence, chosen, alpha)
         frame = lambda values: pd.DataFrame(values.T, index=index, columns=columns)  # noqa: E731
         self.cumulative_incidence_ = frame(incidence)
-        self.variance_ = frame(variance)
+        self.variance_ = frame(delta)
+        self.gray_variance_ = frame(gray)
         self.confidence_interval_ = {"lower": frame(lower), "upper": frame(upper)}
 
     @property
@@ -248,11 +318,13 @@ class CumulativeIncidenceResults:
         return pd.DataFrame(frames, index=pd.Index(self.grid, name="time"))
 
     def to_frame(self) -> pd.DataFrame:
-        """``F(t)``, its standard error and interval per grid time, columns by group."""
+        """``F(t)``, its standard error (from the variance the fit asked for) and interval per
+        grid time, columns by group."""
         columns = {}
         for group in self.cumulative_incidence_.columns:
             columns[(group, "F(t)")] = self.cumulative_incidence_[group]
-            columns[(group, "std err")] = np.sqrt(self.variance_[group])
+            chosen = self.gray_variance_ if self.variance == "gray" else self.variance_
+            columns[(group, "std err")] = np.sqrt(chosen[group])
             columns[(group, "lower")] = self.confidence_interval_["lower"][group]
             columns[(group, "upper")] = self.confidence_interval_["upper"][group]
         return pd.DataFrame(columns)
@@ -270,8 +342,13 @@ class CumulativeIncidenceResults:
     def _notes(self) -> list[str]:
         notes = [
             f"Aalen-Johansen cumulative incidence of cause {self.cause}; every other cause "
-            "competes; delta-method (Greenwood-type) variance, log(-log) intervals at "
-            f"{1 - self.alpha:.0%}"
+            "competes; "
+            + (
+                "Gray's variance (as cmprsk::cuminc)"
+                if self.variance == "gray"
+                else "delta-method (Greenwood-type) variance"
+            )
+            + f", log(-log) intervals at {1 - self.alpha:.0%}"
         ]
         if self.secure:
             notes.append(

@@ -1,14 +1,33 @@
 """Federated Fine–Gray regression: proportional subdistribution hazards of one cause.
 
-Fine & Gray (JASA 1999) model the hazard of the subdistribution of a cause
-``k``, ``lambda_k(t) = -d log(1 - F_k(t)) / dt``, as ``lambda_0(t) exp(x' beta)``:
-``exp(beta)`` are subdistribution hazard ratios, and ``F_k`` is the
-cumulative incidence of :class:`fedstats.CumulativeIncidence`. The estimate
-maximises a weighted Cox partial likelihood whose risk sets keep the
-patients who failed from a competing cause, with weight ``G(t-) / G(T_i-)``
-(``G`` the Kaplan–Meier curve of the censoring distribution, censorings at a
-time after its events): R's ``survival::finegray()`` expands the data to these
-rows and ``coxph`` fits them.
+Fine & Gray (JASA 1999, 94:496–509) model the hazard of the subdistribution of a
+cause ``k``, ``lambda_k(t) = -d log(1 - F_k(t)) / dt``, as ``lambda_0(t) exp(x' beta)``:
+``exp(beta)`` are subdistribution hazard ratios, and ``F_k`` is the cumulative
+incidence of :class:`fedstats.CumulativeIncidence`. The estimate maximises a
+weighted Cox partial likelihood whose risk sets keep the patients who failed from
+a competing cause, with weight ``G(t-) / G(T_i-)`` (``G`` the Kaplan–Meier curve of
+the censoring distribution).
+
+Two conventions, each equal to one R call (``convention=``,
+:mod:`fedstats.contract.fine_gray`):
+
+* ``"crr"`` (default) — ``cmprsk::crr(ftime, fstatus, cov1, failcode = k, cencode = 0)``,
+  what most published Fine–Gray analyses report: ``G`` is the ordinary Kaplan–Meier
+  of the censorings (a patient failing at a time is still at risk of censoring
+  then), Breslow's ties, and ``crr``'s standard errors: the sandwich
+  ``V (sum_i (eta_i + psi_i)(eta_i + psi_i)') V`` whose score residual adds to each
+  patient's Lin–Wei residual ``eta_i`` the term ``psi_i`` of the estimated censoring
+  curve (Fine & Gray 1999, section 4);
+* ``"finegray"`` — R's ``survival::finegray()`` rows fitted by ``coxph(Surv(fgstart,
+  fgstop, fgstatus) ~ ..., weights = fgwt, cluster = id)``: censorings at a time
+  counted after the events at it, Efron's ties by default (``ties="breslow"`` too),
+  and robust errors ``V (sum_i eta_i eta_i') V`` (Lin & Wei, JASA 1989) that take the
+  censoring weights as known. The residuals are Breslow-type, so with Efron's ties
+  and tied event times they are about 1e-4 relative from R's Efron-type ones.
+
+With tied times the two conventions give different estimates (the censoring
+curve and the ties differ); without tied times the same estimate, and standard
+errors that differ by the censoring term.
 
 Federated, on a shared time grid (times coarsened up to the next point, as
 for the pooled-baseline :class:`fedstats.CoxPH`):
@@ -20,26 +39,20 @@ for the pooled-baseline :class:`fedstats.CoxPH`):
    the coordinator computes ``G`` from their sums and sends it to the
    sites as numbers on the grid;
 3. Newton rounds: each site returns the weighted risk-set and tied-event
-   sums at ``beta`` (:mod:`fedstats.site.handlers.fine_gray`) and the
-   coordinator evaluates the Breslow or Efron partial likelihood from their
-   totals (:func:`fedstats.cox_math.grid_partial_likelihood`), steps, and
-   halves a step that lowers it.
+   sums at ``beta`` (:mod:`fedstats.site.handlers.fine_gray`; under ``"crr"`` also
+   the competing events' sums per grid point) and the coordinator evaluates the
+   Breslow or Efron partial likelihood from their totals
+   (:func:`fedstats.cox_math.grid_partial_likelihood`), steps, and halves a step
+   that lowers it;
+4. the robust variance: the coordinator sends the pooled increments, means and
+   (``"crr"``) censoring terms derived from the last round's sums
+   (:func:`fedstats.contract.fine_gray.relayed_inputs`); each site returns
+   ``sum_i U_i U_i'`` over its patients.
 
 With a grid holding every distinct time (allowed when the disclosure
-threshold is 1) the estimate is the weighted Cox fit of the pooled
-``finegray()`` rows.
-
-Standard errors: by default the **robust** (sandwich) covariance
-``V (sum_i U_i U_i') V`` over patients (Lin & Wei, JASA 1989), with ``V`` the
-inverse weighted information and ``U_i`` each patient's score residual summed
-over their expanded rows (:func:`fedstats.site.handlers.fine_gray.score_residuals`):
-what R reports for ``coxph(Surv(fgstart, fgstop, fgstatus) ~ ..., weights =
-fgwt, cluster = id)`` on ``finegray()`` rows with Breslow ties or untied times (the
-residuals are Breslow-type; under Efron ties with tied event times R's are Efron-type,
-about 1e-4 relative apart). It treats the censoring weights
-as known, as that fit does (``crr``'s variance also accounts for their
-estimation; the two are usually close). ``robust=False`` reports the
-model-based ``V`` instead.
+threshold is 1) the estimate and standard errors are those of the R call of
+the convention on the pooled rows. ``robust=False`` reports the model-based
+``V`` (the inverse weighted information) instead.
 """
 
 from __future__ import annotations
@@ -52,7 +65,12 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract.design import DesignSpec, Level, counting_outcome, parse_formula
-from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts, robust_inputs
+from fedstats.contract.fine_gray import (
+    CONVENTIONS,
+    COUNT_FIELDS,
+    censoring_from_counts,
+    relayed_inputs,
+)
 from fedstats.contract.newton import (
     DECREMENT_TOL,
     check_rank,
@@ -72,7 +90,13 @@ from fedstats.models.results import WALD_INFORMATION, CoxPHResults, Provenance
 from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
 
 ROBUST_WALD = "Wald, from the robust (sandwich) covariance over patients (Lin & Wei, JASA 1989)"
-"""The interval method of a robust Fine–Gray fit."""
+"""The interval method of a robust Fine–Gray fit of the ``"finegray"`` convention."""
+
+CRR_WALD = (
+    "Wald, from cmprsk::crr's sandwich covariance with the censoring-estimation term "
+    "(Fine & Gray, JASA 1999)"
+)
+"""The interval method of a robust Fine–Gray fit of the ``"crr"`` convention."""
 
 
 class FineGray:
@@ -88,11 +112,17 @@ class FineGray:
         positive code is a competing event.
     grid, width, horizon:
         The shared time grid (as for :class:`fedstats.KaplanMeier`).
+    convention:
+        ``"crr"`` (default): R's ``cmprsk::crr`` (its censoring curve at tied times,
+        Breslow's ties, its variance with the censoring-estimation term);
+        ``"finegray"``: R's ``coxph(..., weights = fgwt, cluster = id)`` on
+        ``survival::finegray()`` rows (module docstring).
     ties:
-        ``"efron"`` (default, as R's ``coxph`` on ``finegray()`` rows) or ``"breslow"``.
+        ``"crr"``: ``"breslow"`` only (the default). ``"finegray"``: ``"efron"``
+        (default, as R's ``coxph``) or ``"breslow"``.
     robust:
-        ``True`` (default): robust (sandwich) standard errors over patients, as R
-        reports for Fine–Gray fits; ``False``: model-based (module docstring).
+        ``True`` (default): the sandwich standard errors of the convention's R call;
+        ``False``: model-based (module docstring).
     levels, missing, maxiter, tol:
         As for :class:`fedstats.CoxPH`.
     """
@@ -105,7 +135,8 @@ class FineGray:
         grid: Sequence[float] | np.ndarray | None = None,
         width: float | None = None,
         horizon: float | None = None,
-        ties: str = "efron",
+        convention: str = "crr",
+        ties: str | None = None,
         levels: Mapping[str, Sequence[Level]] | None = None,
         missing: str = "raise",
         maxiter: int = 50,
@@ -114,8 +145,20 @@ class FineGray:
     ) -> None:
         if not isinstance(formula, str):
             raise FormulaError(f"formula must be a string, got {type(formula).__name__}")
+        if not (isinstance(convention, str) and convention in CONVENTIONS):
+            raise StudyConfigurationError(
+                f"convention must be one of {CONVENTIONS} ('crr': cmprsk::crr; 'finegray': "
+                f"coxph on survival::finegray() rows), got {convention!r}"
+            )
+        if ties is None:
+            ties = "breslow" if convention == "crr" else "efron"
         if ties not in TIES:
             raise StudyConfigurationError(f"ties must be one of {TIES}, got {ties!r}")
+        if convention == "crr" and ties != "breslow":
+            raise StudyConfigurationError(
+                "cmprsk::crr has Breslow's ties only; for Efron's use convention='finegray' "
+                "(coxph on survival::finegray() rows)"
+            )
         if missing not in ("raise", "drop"):
             raise StudyConfigurationError(f"missing must be 'raise' or 'drop', got {missing!r}")
         if type(maxiter) is not int or maxiter < 1:
@@ -125,6 +168,7 @@ class FineGray:
         self.formula = formula
         self.cause = checked_cause(cause)
         self.grid = time_grid(grid, width, horizon)
+        self.convention = convention
         self.ties = ties
         self.levels = dict(levels or {})
         self.missing = missing
@@ -135,7 +179,10 @@ class FineGray:
         self.robust = robust
 
     def __repr__(self) -> str:
-        return f"FineGray({self.formula!r}, cause={self.cause}, ties={self.ties!r})"
+        return (
+            f"FineGray({self.formula!r}, cause={self.cause}, convention={self.convention!r}, "
+            f"ties={self.ties!r})"
+        )
 
     def agree(self, federation: Federation, analysis: str) -> DesignSpec:
         """The survival design agreed with every site (levels of categorical covariates)."""
@@ -174,7 +221,13 @@ class FineGray:
         p = len(names)
 
         path = PathRelay(federation)
-        fixed = {"design": design, "cause": self.cause, "grid": self.grid, "ties": self.ties}
+        fixed = {
+            "design": design,
+            "cause": self.cause,
+            "grid": self.grid,
+            "ties": self.ties,
+            "convention": self.convention,
+        }
 
         def request(
             beta: np.ndarray, G: np.ndarray, base: np.ndarray, task: str = TASK, **extra: Any
@@ -213,7 +266,7 @@ class FineGray:
                 "site's follow-up ends before its first interval with fewer than k patients in "
                 "a cell); use a coarser grid"
             )
-        G = censoring_from_counts(totals)
+        G = censoring_from_counts(totals, self.convention)
 
         last: dict[str, Any] = {}
 
@@ -245,25 +298,30 @@ class FineGray:
         notes += [
             f"subdistribution hazards of cause {self.cause} (Fine & Gray 1999); patients with "
             "a competing event stay at risk with censoring weights G(t-)/G(T-)",
+            "conventions of cmprsk::crr (censoring curve with the failures at a time still "
+            "at risk of censoring, Breslow's ties)"
+            if self.convention == "crr"
+            else "conventions of survival::finegray() and coxph (censorings after the events "
+            "at a time)",
             f"one baseline across sites, on a grid of {len(self.grid)} points (times coarsened "
             f"up to the next point); ties: {self.ties}",
         ]
         cov = inverse_information(state[2])
         if self.robust:
-            hazard, means = robust_inputs(last["total"])
-            relayed = {}
+            inputs = relayed_inputs(last["total"], {"convention": self.convention, "censoring": G})
             if path.enabled and path.last is not None:  # the fit's last point, with its sums
-                relayed[PATH_KEY] = PathRequest(
+                inputs[PATH_KEY] = PathRequest(
                     path.sites, path.round + 1, None, previous=path.last
                 ).to_wire()
-            meat = request(beta, G, beta, ROBUST_TASK, hazard=hazard, means=means, **relayed)[
-                "meat"
-            ]
+            meat = request(beta, G, beta, ROBUST_TASK, **inputs)["meat"]
             cov = cov @ meat @ cov
             rounds += 1
             notes.append(
-                "robust (sandwich) standard errors over patients (Lin & Wei 1989), censoring "
-                "weights taken as known, as R's coxph on finegray() rows"
+                "robust (sandwich) standard errors over patients with the censoring-estimation "
+                "term of Fine & Gray (1999), as cmprsk::crr"
+                if self.convention == "crr"
+                else "robust (sandwich) standard errors over patients (Lin & Wei 1989), "
+                "censoring weights taken as known, as R's coxph on finegray() rows"
             )
         else:
             notes.append("standard errors are model-based (inverse weighted information)")
@@ -276,12 +334,19 @@ class FineGray:
             )
         return FineGrayResults(
             cause=self.cause,
+            convention=self.convention,
             censoring=G,
             grid=self.grid,
             names=names,
             params=beta,
             cov=cov,
-            interval_method=ROBUST_WALD if self.robust else WALD_INFORMATION,
+            interval_method=(
+                WALD_INFORMATION
+                if not self.robust
+                else CRR_WALD
+                if self.convention == "crr"
+                else ROBUST_WALD
+            ),
             llf=state[0],
             converged=converged,
             iterations=rounds,
@@ -297,16 +362,27 @@ class FineGray:
 class FineGrayResults(CoxPHResults):
     """Results of :class:`fedstats.FineGray`: log subdistribution hazard ratios.
 
-    ``llf`` is the weighted log partial likelihood; standard errors are
-    model-based (see :mod:`fedstats.models.fine_gray`). ``censoring_survival_``
+    ``llf`` is the weighted log partial likelihood; standard errors are those of
+    the fit's ``convention`` (``"crr"``: ``cmprsk::crr``'s; ``"finegray"``: R's
+    ``coxph(..., cluster = id)`` on ``finegray()`` rows), or model-based with
+    ``robust=False`` (see :mod:`fedstats.models.fine_gray`). ``censoring_survival_``
     is the pooled censoring curve ``G`` the weights came from.
     """
 
     model_name = "Federated Fine-Gray subdistribution hazards regression"
 
-    def __init__(self, *, cause: int, censoring: np.ndarray, grid: np.ndarray, **kwargs: Any):
+    def __init__(
+        self,
+        *,
+        cause: int,
+        censoring: np.ndarray,
+        grid: np.ndarray,
+        convention: str = "crr",
+        **kwargs: Any,
+    ):
         super().__init__(**kwargs)
         self.cause = cause
+        self.convention = convention
         self.grid = grid
         self.censoring_survival_ = censoring
 
@@ -317,7 +393,8 @@ class FineGrayResults(CoxPHResults):
     def _info(self) -> list[tuple[str, str]]:
         info = super()._info()
         info.insert(2, ("Cause", str(self.cause)))
+        info.insert(3, ("Convention", self.convention))
         return info
 
     def _record_fields(self) -> dict[str, Any]:
-        return {**super()._record_fields(), "cause": self.cause}
+        return {**super()._record_fields(), "cause": self.cause, "convention": self.convention}

@@ -47,7 +47,7 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts
+from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts, convention_of
 from fedstats.contract.path_rules import (
     PATH_RULES,
     RELAYED_EVALUATIONS,
@@ -371,7 +371,9 @@ def _after_prelude(
     ):
         raise _refused(ctx, task, "round 2 of a Fine-Gray path asks at the start again")
     try:
-        derived = censoring_from_counts({f: summed(first["replies"], f) for f in COUNT_FIELDS})
+        derived = censoring_from_counts(
+            {f: summed(first["replies"], f) for f in COUNT_FIELDS}, convention_of(args)
+        )
         agrees = derived.shape == censoring.shape and np.allclose(
             censoring, derived, rtol=1e-12, atol=0.0
         )
@@ -427,7 +429,8 @@ def _relayed_last_point(
 
 def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any], pin: Any) -> None:
     """An evaluation whose inputs derive from the sums at the fit's last point (the
-    Fine–Gray robust variance's ``hazard`` and ``means``): the request relays that point
+    Fine–Gray robust variance's ``hazard`` and ``means``, and under ``cmprsk::crr``'s
+    convention ``censoring_term`` and ``censoring_hazard``): the request relays that point
     (:func:`_relayed_last_point`), and the inputs must be those the summed replies give
     (:data:`fedstats.contract.path_rules.RELAYED_EVALUATIONS`)."""
     evaluation = RELAYED_EVALUATIONS[task]
@@ -437,19 +440,27 @@ def _check_relayed_evaluation(ctx: SiteContext, task: str, args: dict[str, Any],
         ctx, task, args.get(PATH_KEY), pin, of=evaluation.of, fit_args=fit_args, beta=beta
     )
     try:
-        derived = evaluation.derive({f: summed(last["replies"], f) for f in evaluation.fields})
-        agrees = all(
+        total = {f: summed(last["replies"], f) for f in evaluation.fields(fit_args)}
+        derived = evaluation.derive(total, fit_args)
+        agrees = {name for name in evaluation.derived if name in args} == set(derived) and all(
             isinstance(args.get(name), np.ndarray)
             and args[name].shape == value.shape
-            and np.allclose(args[name], value, rtol=1e-9, atol=0.0)
-            for name, value in zip(evaluation.derived, derived, strict=True)
+            and np.allclose(args[name], value, rtol=1e-9, atol=1e-12 * _scale(value))
+            for name, value in derived.items()
         )
-    except (KeyError, ValueError, TypeError):
+    except (KeyError, ValueError, TypeError, IndexError):
         agrees = False
     if not agrees:
         raise _refused(
             ctx, task, f"{', '.join(evaluation.derived)} are not those the relayed sums give"
         )
+
+
+def _scale(values: np.ndarray) -> float:
+    """The largest magnitude of ``values`` (0 for none): a derived array's entries near 0 by
+    cancellation are compared to it, as sites summing in another order differ in the last
+    bits."""
+    return float(np.max(np.abs(values), initial=0.0))
 
 
 def _relayed_fit(

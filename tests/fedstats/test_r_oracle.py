@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from lifelines.datasets import load_rossi, load_stanford_heart_transplants
-from test_competing_risks import senators, synthetic, untied
+from test_competing_risks import senators, shared_times, synthetic, tied, untied
 from test_cox_counting import STANFORD, by_patient
 from test_cox_parity import ROSSI, split
 
@@ -279,7 +279,7 @@ def senators_fit(cause: int, ties: str = "efron", robust: bool = True):
     grid = np.sort(frame["years"].unique())
     return fedstats.FineGray(
         "Surv(years, status) ~ liberal + decade", cause=cause, grid=grid, ties=ties,
-        robust=robust,
+        robust=robust, convention="finegray",
     ).fit(fed)  # fmt: skip
 
 
@@ -289,11 +289,11 @@ def test_fine_gray_equals_r_finegray_and_weighted_coxph_on_senators(senators_in_
     ``coxph(Surv(fgstart, fgstop, fgstatus) ~ liberal + decade, weights = fgwt, cluster =
     id, data = fg, ties = ties)``.
 
-    The oracle is ``finegray()`` + ``coxph``, not ``cmprsk::crr``, because that is what
-    fedstats' Fine–Gray is defined as (README, ``fedstats.models.fine_gray``): the weighted
-    Cox fit of ``finegray()``'s rows, Efron's ties by default, its robust errors treating
-    the censoring weights as known. ``crr`` has Breslow's ties and a variance that also
-    accounts for estimating the censoring curve (the next test).
+    The oracle is ``finegray()`` + ``coxph`` because that is what fedstats' Fine–Gray
+    ``convention="finegray"`` is defined as (README, ``fedstats.models.fine_gray``): the
+    weighted Cox fit of ``finegray()``'s rows, Efron's ties by default, its robust errors
+    treating the censoring weights as known. The default ``convention="crr"`` is checked
+    against ``cmprsk::crr`` by ``test_fine_gray_equals_r_crr_with_tied_times``.
 
     Senators dealt to four regions; tied times of different causes kept. Efron's ties:
     coefficients, model-based standard errors (``robust=False``, R's ``fit$naive.var``),
@@ -314,8 +314,9 @@ def test_fine_gray_equals_r_finegray_and_weighted_coxph_on_senators(senators_in_
 @pytest.mark.xfail(
     raises=AssertionError,
     strict=True,
-    reason="fedstats' robust Fine–Gray errors use Breslow-type score residuals whatever the "
-    "ties (fedstats.site.handlers.fine_gray.score_residuals); R's coxph(..., cluster = id) "
+    reason="fedstats' robust Fine–Gray errors (convention='finegray') use Breslow-type score "
+    "residuals whatever the ties (fedstats.site.handlers.fine_gray.score_residuals); R's "
+    "coxph(..., cluster = id) "
     "with Efron's ties uses Efron-type residuals, so at tied event times the two differ "
     "(here by about 5e-6 to 8e-6); the README and fedstats.models.fine_gray state the "
     "equality with R for Breslow ties or untied times only",
@@ -335,9 +336,9 @@ def test_fine_gray_coefficients_equal_r_crr_without_tied_times(tmp_path):
 
     Without tied times ``crr`` solves the same estimating equation as the weighted Cox fit
     of ``finegray()``'s rows (with ties ``crr`` uses Breslow's ties and its own censoring
-    curve's convention at tied times), so its coefficients are an oracle here. Its standard
-    errors are not: they also account for estimating the censoring curve, which fedstats'
-    (as ``coxph`` on ``finegray()`` rows) treat as known.
+    curve's convention at tied times), so its coefficients are an oracle for
+    ``convention="finegray"`` here. Its standard errors are not: they also account for
+    estimating the censoring curve, which ``coxph`` on ``finegray()`` rows treats as known.
 
     The synthetic two-cause data of ``test_competing_risks`` (seed 12, 300 patients, one
     row per distinct time), three sites.
@@ -362,10 +363,100 @@ for (cause in 1:2) {
         tmp_path,
     )
     for cause in (1, 2):
-        fit = fedstats.FineGray("Surv(t, status) ~ x + C(arm)", cause=cause, grid=grid).fit(fed)
+        fit = fedstats.FineGray(
+            "Surv(t, status) ~ x + C(arm)", cause=cause, grid=grid, convention="finegray"
+        ).fit(fed)
         assert list(fit.params.index) == ["x", "C(arm)[T.b]", "C(arm)[T.c]"]
         assert largest(fit.params, r[f"crr{cause}"]) < TOL
         assert largest(fit.bse, r[f"robust{cause}"]) < TOL
+
+
+CRR_DATA = {
+    "tied": ("t", "x + C(arm)", "~ x + arm"),
+    "senators": ("years", "liberal + decade", "~ liberal + decade"),
+}
+"""Each dataset's time column, fedstats' covariates and R's model matrix formula."""
+
+
+@pytest.mark.parametrize("name", list(CRR_DATA))
+def test_fine_gray_equals_r_crr_with_tied_times(tmp_path, name):
+    """R: ``crr(time, status, cov1 = model.matrix(covariates, data)[, -1], failcode = cause,
+    cencode = 0)`` (cmprsk), causes 1 and 2: ``fit$coef`` and ``sqrt(diag(fit$var))``, the
+    standard errors with the censoring-estimation term; and ``sqrt(diag(fit$invinf))``, the
+    model-based ones (``robust=False``). ``crr`` runs to ``gtol = 1e-12``.
+
+    The default ``convention="crr"``, a grid of every distinct time, on the tied data of
+    ``test_competing_risks`` (times rounded up to half units: failures tied with censorings
+    and across causes; three sites) and on the Canadian senators (four regions as sites).
+    """
+    time, covariates, matrix = CRR_DATA[name]
+    if name == "tied":
+        frame = tied()
+        assert min(shared_times(frame).values()) >= 5
+        site = np.arange(len(frame)) % 3
+    else:
+        frame = senators()
+        site = frame["region"].to_numpy()
+    fed = fedstats.Federation.in_process(split(frame, site), disclosure=OPEN)
+    grid = np.sort(frame[time].unique())
+    r = run_r(
+        f"""
+for (cause in 1:2) {{
+  fit <- crr(data${time}, data$status, model.matrix({matrix}, data)[, -1], failcode = cause,
+             cencode = 0, gtol = 1e-12, maxiter = 100)
+  emit(paste0("coef", cause), fit$coef)
+  emit(paste0("se", cause), sqrt(diag(fit$var)))
+  emit(paste0("model", cause), sqrt(diag(fit$invinf)))
+}}
+""",
+        frame,
+        tmp_path,
+    )
+    formula = f"Surv({time}, status) ~ {covariates}"
+    for cause in (1, 2):
+        fit = fedstats.FineGray(formula, cause=cause, grid=grid).fit(fed)
+        assert largest(fit.params, r[f"coef{cause}"]) < TOL
+        assert largest(fit.bse, r[f"se{cause}"]) < TOL
+        model_based = fedstats.FineGray(formula, cause=cause, grid=grid, robust=False).fit(fed)
+        assert largest(model_based.bse, r[f"model{cause}"]) < TOL
+
+
+def test_cumulative_incidence_and_gray_variance_equal_r_cuminc_with_tied_times(tmp_path):
+    """R: ``timepoints(cuminc(t, status, cencode = 0), grid)`` and ``timepoints(cuminc(t,
+    status, arm, cencode = 0), grid)`` (cmprsk), causes 1 and 2: ``$est`` and ``$var`` (Gray's
+    variance, fedstats' ``gray_variance_``) at every distinct time, overall and per arm, NA
+    where R has nobody left (fedstats' NaN). The tied data of ``test_competing_risks``."""
+    frame = tied()
+    fed = fedstats.Federation.in_process(split(frame, np.arange(len(frame)) % 3), disclosure=OPEN)
+    grid = np.sort(frame["t"].unique())
+    r = run_r(
+        """
+grid <- read.csv("grid.csv")$grid
+overall <- timepoints(cuminc(data$t, data$status, cencode = 0), grid)
+by <- timepoints(cuminc(data$t, data$status, data$arm, cencode = 0), grid)
+for (cause in 1:2) {
+  for (part in c("est", "var")) {
+    emit(paste0("all_", cause, "_", part), overall[[part]][paste(1, cause), ])
+    for (arm in c("a", "b", "c")) {
+      emit(paste0(arm, "_", cause, "_", part), by[[part]][paste(arm, cause), ])
+    }
+  }
+}
+""",
+        frame[["t", "status", "arm"]],
+        tmp_path,
+        grid=pd.DataFrame({"grid": grid}),
+    )
+    for cause in (1, 2):
+        overall = fedstats.CumulativeIncidence("t", "status", cause=cause, grid=grid).fit(fed)
+        assert largest(overall.cumulative_incidence_["all"], r[f"all_{cause}_est"]) < FINE
+        assert largest(overall.gray_variance_["all"], r[f"all_{cause}_var"]) < FINE
+        by = fedstats.CumulativeIncidence("t", "status", cause=cause, group="arm", grid=grid).fit(
+            fed
+        )
+        for arm in ("a", "b", "c"):
+            assert largest(by.cumulative_incidence_[arm], r[f"{arm}_{cause}_est"]) < FINE
+            assert largest(by.gray_variance_[arm], r[f"{arm}_{cause}_var"]) < FINE
 
 
 def test_cumulative_incidence_equals_r_cuminc_on_senators(tmp_path):
@@ -375,9 +466,9 @@ def test_cumulative_incidence_equals_r_cuminc_on_senators(tmp_path):
     where R has nobody left (fedstats' NaN).
 
     Tied times of different causes are kept (lifelines' ``AalenJohansenFitter`` jitters
-    them, so ``test_competing_risks`` leaves them out). Variances are not compared:
-    ``cuminc`` computes its own estimator, not the delta-method variance fedstats documents
-    (that of lifelines, checked there).
+    them, so ``test_competing_risks`` leaves them out). ``cuminc``'s ``var`` is Gray's
+    variance, compared with fedstats' ``gray_variance_``; ``variance_`` is the delta-method
+    variance of lifelines, checked in ``test_competing_risks``.
     """
     frame = senators()
     fed = fedstats.Federation.in_process(split(frame, frame["region"].to_numpy()), disclosure=OPEN)
@@ -385,10 +476,12 @@ def test_cumulative_incidence_equals_r_cuminc_on_senators(tmp_path):
     r = run_r(
         """
 grid <- read.csv("grid.csv")$grid
-overall <- timepoints(cuminc(data$years, data$status, cencode = 0), grid)$est
+fit <- timepoints(cuminc(data$years, data$status, cencode = 0), grid)
+overall <- fit$est
 by <- timepoints(cuminc(data$years, data$status, data$liberal, cencode = 0), grid)$est
 for (cause in 1:2) {
   emit(paste0("all_", cause), overall[paste(1, cause), ])
+  emit(paste0("all_", cause, "_var"), fit$var[paste(1, cause), ])
   for (level in 0:1) emit(paste0(level, "_", cause), by[paste(level, cause), ])
 }
 """,
@@ -402,6 +495,7 @@ for (cause in 1:2) {
         by = fedstats.CumulativeIncidence(
             "years", "status", cause=cause, group="liberal", grid=grid
         ).fit(fed)
+        assert largest(overall.gray_variance_["all"], r[f"all_{cause}_var"]) < FINE
         assert [float(level) for level in by.cumulative_incidence_.columns] == [0.0, 1.0]
         for column, level in zip(by.cumulative_incidence_.columns, (0, 1), strict=True):
             assert largest(by.cumulative_incidence_[column], r[f"{level}_{cause}"]) < FINE

@@ -126,3 +126,29 @@ def test_a_fine_gray_entry_without_its_cause_names_the_field(tmp_path: Path):
     study.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError, match="cause"):
         load_study_config(study)
+
+
+def test_a_fine_gray_entry_names_its_convention(tmp_path: Path):
+    """``convention = "finegray"`` fits R's coxph on finegray() rows (Efron's ties by default),
+    as the API does; the default is cmprsk::crr's; crr with Efron's ties is refused."""
+    study = tmp_path / "study.toml"
+    text = STUDY.format(out=tmp_path / "out").replace(
+        "cause = 1\n", 'cause = 1\nconvention = "finegray"\n'
+    )
+    study.write_text(text, encoding="utf-8")
+    sites = frames()
+    recorded = run_fits(load_study_config(study), fedstats.Federation.in_process(sites))
+    direct = fedstats.FineGray(
+        "Surv(months, status) ~ age + smoker", cause=1, width=6, horizon=36, convention="finegray"
+    ).fit(fedstats.Federation.in_process(sites))
+    record = recorded["relapse"]
+    assert record["convention"] == "finegray" and record["ties"] == "efron"
+    assert np.allclose(list(record["params"].values()), direct.params, rtol=0, atol=1e-12)
+    assert np.allclose(list(record["bse"].values()), direct.bse, rtol=0, atol=1e-12)
+    crr = fedstats.FineGray(
+        "Surv(months, status) ~ age + smoker", cause=1, width=6, horizon=36
+    ).fit(fedstats.Federation.in_process(sites))
+    assert not np.allclose(crr.bse, direct.bse, rtol=1e-6)
+    with pytest.raises(ConfigError, match="convention"):
+        study.write_text(text.replace('"finegray"', '"stata"'), encoding="utf-8")
+        load_study_config(study)

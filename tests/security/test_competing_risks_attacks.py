@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 import fedstats
 from fedstats.contract import codec
+from fedstats.contract.fine_gray import COMPETING_FIELDS
 from fedstats.errors import StatusCodeError, StudyConfigurationError
 from fedstats.site.handlers import competing, fine_gray
 from fedstats.site.protocol import Protocol
@@ -288,3 +289,130 @@ def test_a_protocol_admits_only_its_fine_gray_terms():
     assert result.converged
     with pytest.raises(fedstats.errors.ProtocolError, match="'z'"):
         fedstats.FineGray("Surv(t, status) ~ x + z", cause=1, grid=grid).fit(fed)
+
+
+# ------------------------------------------------------------------ cmprsk::crr's convention
+
+
+def crr_args(censoring: np.ndarray, grid: np.ndarray, frame: pd.DataFrame) -> dict:
+    """A Fine–Gray request of ``cmprsk::crr``'s convention (Breslow's ties)."""
+    return fine_gray_args(censoring, grid, frame) | {"convention": "crr", "ties": "breslow"}
+
+
+def crr_cohort(seed: int = 0) -> pd.DataFrame:
+    frame = cohort(seed=seed).assign(x=np.random.default_rng(seed + 1).normal(size=300))
+    frame["status"] = np.minimum(frame["status"], 2)
+    return frame
+
+
+CRR_GRID = np.array([25.0, 50.0, 75.0, 100.0])
+HONEST_G = np.array([1.0, 0.9, 0.8, 0.5])
+
+
+def crr_robust(term: np.ndarray, hazard: np.ndarray) -> dict:
+    """A ``"crr"`` robust request's inputs: increments and means, and the censoring term."""
+    return {"hazard": np.full(4, 0.1), "means": np.zeros((4, 1)),
+            "censoring_term": term, "censoring_hazard": hazard}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "censoring",
+    [
+        np.array([1.0, 0.9, 1.0, 0.5]),
+        np.array([1.0, 0.9, 0.8, 0.0]),
+        np.array([1.2, 1.1, 1.0, 0.9]),
+    ],
+)
+def test_crafted_censoring_weights_are_refused_under_the_crr_convention(censoring):
+    """The censoring curve of a ``"crr"`` request passes the same check as any other."""
+    frame = crr_cohort()
+    silo = Silo("site", frame, policy=POLICY)
+    reply = ask(silo, fine_gray.TASK, crr_args(censoring, CRR_GRID, frame))
+    assert reply["error"]["type"] == "DisclosureError"
+    assert "censoring weights" in reply["error"]["values"]["reason"]
+    honest = ask(silo, fine_gray.TASK, crr_args(HONEST_G, CRR_GRID, frame))
+    assert honest["status"] == "ok"
+    assert set(COMPETING_FIELDS) <= set(honest["result"])
+
+
+@pytest.mark.parametrize(
+    ("inputs", "convention"),
+    [
+        (crr_robust(np.zeros((4, 1)), np.array([0.1, 1.5, 0.1, 0.1])), "crr"),  # above 1
+        (crr_robust(np.zeros((4, 1)), np.array([0.1, -0.1, 0.1, 0.1])), "crr"),
+        (crr_robust(np.full((4, 1), np.inf), np.full(4, 0.1)), "crr"),
+        (crr_robust(np.zeros((4, 2)), np.full(4, 0.1)), "crr"),  # another design's size
+        (crr_robust(np.zeros((3, 1)), np.full(3, 0.1)), "crr"),  # another grid's length
+        ({"hazard": np.full(4, 0.1), "means": np.zeros((4, 1))}, "crr"),  # term missing
+        (crr_robust(np.zeros((4, 1)), np.full(4, 0.1)), "finegray"),  # not its convention
+    ],
+)
+def test_crafted_crr_variance_inputs_are_refused(inputs, convention):
+    frame = crr_cohort()
+    silo = Silo("site", frame, policy=POLICY)
+    args = crr_args(HONEST_G, CRR_GRID, frame) if convention == "crr" else (
+        fine_gray_args(HONEST_G, CRR_GRID, frame))  # fmt: skip
+    reply = ask(silo, fine_gray.ROBUST_TASK, args | inputs)
+    assert reply["error"]["type"] == "MalformedRequestError"
+    honest_inputs = crr_robust(np.ones((4, 1)), np.full(4, 0.1))
+    honest = ask(silo, fine_gray.ROBUST_TASK, crr_args(HONEST_G, CRR_GRID, frame) | honest_inputs)
+    assert honest["status"] == "ok" and honest["result"]["meat"].shape == (1, 1)
+
+
+def test_a_crr_request_with_efron_ties_or_an_unknown_convention_is_malformed():
+    frame = crr_cohort()
+    silo = Silo("site", frame, policy=POLICY)
+    for changed in ({"ties": "efron"}, {"convention": "cmprsk"}, {"convention": 1}):
+        reply = ask(silo, fine_gray.TASK, crr_args(HONEST_G, CRR_GRID, frame) | changed)
+        assert reply["error"]["type"] == "MalformedRequestError"
+
+
+def swapped_within_cells(frame: pd.DataFrame, grid: np.ndarray) -> pd.DataFrame:
+    """``frame`` with the covariate of two patients swapped in every (grid point, status) cell
+    that holds two: the same cells, each holding the same values, but not on the same
+    patients, nor at the same raw times."""
+    point = np.searchsorted(grid, frame["t"].to_numpy(), side="left")
+    swapped = frame.copy()
+    for _, rows in frame.groupby([point, frame["status"].to_numpy()]).groups.items():
+        if len(rows) >= 2:
+            a, b = rows[0], rows[-1]
+            swapped.loc[[a, b], "x"] = frame.loc[[b, a], "x"].to_numpy()
+    assert not swapped["x"].equals(frame["x"])
+    return swapped
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    beta=st.floats(-3, 3),
+    drops=st.lists(st.floats(0.0, 0.5), min_size=4, max_size=4),
+    term=st.lists(st.floats(-1e3, 1e3), min_size=4, max_size=4),
+    hazard=st.lists(st.floats(0.0, 1.0), min_size=4, max_size=4),
+    seed=st.integers(0, 1000),
+)
+def test_crafted_crr_inputs_cannot_tell_apart_patients_of_one_cell(beta, drops, term, hazard, seed):
+    """The attack: a malicious coordinator crafts ``beta``, the censoring curve, the censoring
+    term ``q(u)/n_u`` and hazard ``c_u/n_u`` of a ``"crr"`` request (any values the site's
+    checks let through) to make the competing events' sums or the robust variance's
+    cross-products isolate one patient. Every patient enters them only through their grid
+    point and status, so the replies stay the same when two patients of each (point, status)
+    cell swap covariates: no crafted input singles out a patient within a cell, and every
+    cell holds 0 or at least ``k`` patients (the horizon rule)."""
+    frame = crr_cohort(seed)
+    swapped = swapped_within_cells(frame, CRR_GRID)
+    G = np.cumprod(1 - np.asarray(drops))
+    G = np.maximum(G, 1e-3)
+    inputs = crr_robust(np.asarray(term).reshape(4, 1), np.asarray(hazard))
+    replies = []
+    for rows in (frame, swapped):
+        silo = Silo("site", rows, policy=POLICY)
+        args = crr_args(G, CRR_GRID, rows) | {"beta": np.array([beta])}
+        summaries = ask(silo, fine_gray.TASK, args)
+        robust = ask(silo, fine_gray.ROBUST_TASK, args | inputs)
+        assert summaries["status"] == "ok" and robust["status"] == "ok"
+        replies.append((summaries["result"], robust["result"]["meat"]))
+    (first, meat), (second, swapped_meat) = replies
+    for field in (*COMPETING_FIELDS, "S0", "S1"):
+        np.testing.assert_allclose(first[field], second[field], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(meat, swapped_meat, rtol=1e-10, atol=1e-9)
+    released = first["competing_S0"] != 0
+    assert (first["competing"][released] >= K).all()

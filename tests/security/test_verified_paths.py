@@ -24,7 +24,13 @@ from lifelines.datasets import load_rossi
 import fedstats
 from fedstats import datasets
 from fedstats.contract import codec
-from fedstats.contract.fine_gray import COUNT_FIELDS, censoring_from_counts, robust_inputs
+from fedstats.contract.fine_gray import (
+    COUNT_FIELDS,
+    censoring_from_counts,
+    relayed_fields,
+    relayed_inputs,
+    robust_inputs,
+)
 from fedstats.contract.path_rules import FAIR_PATH
 from fedstats.contract.paths import (
     FINE_GRAY_FIELDS,
@@ -715,10 +721,11 @@ def competing() -> dict[str, pd.DataFrame]:
 FG_MODEL = fedstats.FineGray("Surv(t, status) ~ x", cause=1, grid=FG_GRID)
 
 
-def fg_at(fed, relay: PathRelay, wire: dict, beta, base, censoring) -> dict:
-    """One point of a Fine–Gray path through ``relay`` (raw request)."""
+def fg_at(fed, relay: PathRelay, wire: dict, beta, base, censoring, **extra) -> dict:
+    """One point of a Fine–Gray path through ``relay`` (raw request; ``extra`` fields such as
+    the convention)."""
     args = {"design": wire, "cause": 1, "grid": FG_GRID, "ties": "efron", "beta": beta,
-            "censoring": censoring}  # fmt: skip
+            "censoring": censoring, **extra}  # fmt: skip
     replies = fed.request("fine_gray.grid_summaries", relay.arguments(args, beta, base),
                           analysis="a")  # fmt: skip
     relay.answered(beta, base)
@@ -803,6 +810,89 @@ def test_the_fine_gray_robust_variance_only_at_the_fits_relayed_sums(competing):
         with pytest.raises(fedstats.DisclosureError) as refused:
             fed.request("fine_gray.robust", {**honest, **crafted}, analysis="a")
         assert refused.value.rule == "path"
+
+
+CRR = {"ties": "breslow", "convention": "crr"}
+"""The request fields of a Fine–Gray path of ``cmprsk::crr``'s convention."""
+
+
+def test_a_crr_path_refuses_the_other_conventions_censoring_curve(competing):
+    """Round 2 of a ``"crr"`` path only with the censoring curve of ``crr``'s convention: the
+    curve of ``finegray()``'s (valid, from the same relayed counts) is refused, and the other
+    way round."""
+    fed = federation(competing)
+    wire = FG_MODEL.agree(fed, "agree").to_wire()
+    zero, ones = np.zeros(1), np.ones(len(FG_GRID))
+    for convention, other in (("crr", "finegray"), ("finegray", "crr")):
+        extra = CRR if convention == "crr" else {"convention": "finegray"}
+        relay = PathRelay(fed)
+        first = fg_at(fed, relay, wire, zero, zero, ones, **extra)
+        counts = {f: summed(first, f) for f in COUNT_FIELDS}
+        mine, theirs = (censoring_from_counts(counts, c) for c in (convention, other))
+        assert not np.allclose(mine, theirs)
+        attempt = PathRelay(fed)
+        attempt.round, attempt.last = relay.round, relay.last
+        with pytest.raises(fedstats.DisclosureError) as refused:
+            fg_at(fed, attempt, wire, zero, zero, theirs, **extra)
+        assert refused.value.rule == "path"
+        fg_at(fed, relay, wire, zero, zero, mine, **extra)  # as derived: answered
+
+
+def test_the_crr_variance_only_with_the_censoring_terms_the_relayed_sums_give(competing):
+    """A ``"crr"`` robust variance also carries the censoring term and hazard of its
+    censoring-estimation term: a verifying site answers only when both are what the fit's
+    relayed last round gives; crafted values, a missing or an extra term are refused. The
+    fit itself (the default convention) is answered at every round."""
+    fed = federation(competing)
+    fit = FG_MODEL.fit(fed)
+    assert fit.convention == "crr" and np.isfinite(fit.bse).all()
+    robust = [r for r in fed.inventory if r.task == "fine_gray.robust"]
+    assert robust and all(r.status == "ok" for r in robust)
+    wire = FG_MODEL.agree(fed, "agree").to_wire()
+    relay = PathRelay(fed)
+    zero, ones = np.zeros(1), np.ones(len(FG_GRID))
+    first = fg_at(fed, relay, wire, zero, zero, ones, **CRR)
+    G = censoring_from_counts({f: summed(first, f) for f in COUNT_FIELDS}, "crr")
+    at_zero = fg_at(fed, relay, wire, zero, zero, G, **CRR)
+    # the fit's arguments in fg_at's order: the codec writes them so, into the signed digest
+    fit_args = {"design": wire, "cause": 1, "grid": FG_GRID, "ties": "breslow", "beta": zero,
+                "censoring": G, "convention": "crr"}  # fmt: skip
+    total = {f: summed(at_zero, f) for f in relayed_fields(fit_args)}
+    inputs = relayed_inputs(total, fit_args)
+    assert set(inputs) == {"hazard", "means", "censoring_term", "censoring_hazard"}
+    assert np.abs(inputs["censoring_term"]).max() > 0  # the term is there to be crafted
+    honest = {**fit_args, **inputs,
+              PATH_KEY: PathRequest(relay.sites, relay.round + 1, zero,
+                                    previous=relay.last).to_wire()}  # fmt: skip
+    assert fed.request("fine_gray.robust", honest, analysis="a")
+    spike = np.zeros_like(inputs["censoring_term"])
+    spike[3] = 1e3  # the whole term on one grid point
+    for crafted in (
+        {"censoring_term": inputs["censoring_term"] * 1.01},
+        {"censoring_term": spike},
+        {"censoring_hazard": np.minimum(inputs["censoring_hazard"] + 0.01, 1.0)},
+        {"censoring_hazard": np.zeros(len(FG_GRID))},
+    ):
+        with pytest.raises(fedstats.DisclosureError) as refused:
+            fed.request("fine_gray.robust", {**honest, **crafted}, analysis="a")
+        assert refused.value.rule == "path"
+    missing = {k: v for k, v in honest.items() if k != "censoring_term"}
+    with pytest.raises(fedstats.DisclosureError) as refused:
+        fed.request("fine_gray.robust", missing, analysis="a")
+    assert refused.value.rule == "path"
+
+
+def test_a_crr_fit_inside_secure_aggregation_is_verified_and_equals_the_clear_fit(competing):
+    """Inside secure aggregation the competing events' sums are masked like every field, and
+    verifying sites re-derive the censoring inputs from the unmasked total: the fit is
+    answered at every round and equals the clear one."""
+    fed = federation(competing)
+    clear = FG_MODEL.fit(fed)
+    hidden = FG_MODEL.fit(fed, secure_aggregation=fedstats.SecureAggregation())
+    robust = [r for r in fed.inventory if r.task == "fine_gray.robust"]
+    assert len(robust) >= 2 and all(r.status == "ok" for r in robust)
+    assert np.max(np.abs(hidden.params - clear.params)) <= 1e-9
+    assert np.max(np.abs(hidden.bse - clear.bse)) <= 1e-9
 
 
 # ------------------------------------------------------------------ the site's own audit

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fedstats.contract.fine_gray import COMPETING_FIELDS, convention_of
 from fedstats.contract.task_spec import TaskSpec
 from fedstats.contract.tasks.competing import checked_cause
 from fedstats.contract.tasks.design import spec_from_args
@@ -39,10 +40,24 @@ def summaries_schema(args: dict[str, Any]) -> dict:
         raise MalformedRequestError(
             site=None, task=None, reason=f"'ties' must be one of {list(TIES)}"
         )
+    try:
+        convention = convention_of(args)
+    except ValueError as error:
+        raise MalformedRequestError(site=None, task=None, reason=str(error)) from None
+    if convention == "crr" and ties != "breslow":
+        raise MalformedRequestError(
+            site=None, task=None, reason="the 'crr' convention has Breslow's ties only"
+        )
     p, K = spec.n_params, len(checked_grid(args))
+    competing = (
+        {COMPETING_FIELDS[0]: Array((K,)), COMPETING_FIELDS[1]: Array((K, p))}
+        if convention == "crr"
+        else {}
+    )
     return {
         **grid_sums_schema(K, p),
         **{name: Array((K,)) for name in COUNT_FIELDS},
+        **competing,
         "truncated": Number(),
         "n_obs": Number(),
         "n_dropped": Number(),

@@ -15,7 +15,12 @@ first round, at ``beta = 0``, any valid ``G``) and sends it as numbers on the
 grid. For coefficients ``beta`` the site returns the risk-set and tied-event
 sums of :class:`fedstats.cox_math.GridSums` for those weights, with the events
 of the cause only, plus the counts per grid point (at risk, events, competing
-events, censorings).
+events, censorings). Under ``cmprsk::crr``'s convention (request field
+``convention``, :mod:`fedstats.contract.fine_gray`) it adds, per grid point, the
+sums of ``exp(x' beta)`` and ``exp(x' beta) x`` over the competing events there
+(``competing_S0``, ``competing_S1``: a cell of 0 or at least ``k`` patients, as
+the events of the cause in the Cox sums), from which the coordinator derives
+the censoring term of ``crr``'s variance (:func:`score_residuals`).
 
 Disclosure control: the horizon, the status cells and the pinned grid of
 :mod:`fedstats.site.handlers.competing`, and the agreed design's own rules
@@ -40,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from fedstats.contract.design import DesignSpec, survival_outcome
+from fedstats.contract.fine_gray import CENSORING_INPUTS, COMPETING_FIELDS, convention_of
 from fedstats.contract.tasks.competing import checked_cause
 from fedstats.contract.tasks.design import checked_beta, spec_from_args
 from fedstats.contract.tasks.fine_gray import ROBUST_TASK, SUM_FIELDS, TASK
@@ -94,6 +100,8 @@ class Prepared:
     """Each kept row's status code (0 for patients censored at the horizon)."""
     cause: int
     censoring: np.ndarray
+    convention: str
+    """``"crr"`` or ``"finegray"`` (:data:`fedstats.contract.fine_gray.CONVENTIONS`)."""
     n_obs: int
     n_dropped: int
     truncated: int
@@ -105,6 +113,10 @@ def prepared(ctx: SiteContext, args: dict[str, Any], task: str) -> Prepared:
     cause = checked_cause(args)
     grid = checked_grid(args)
     G = checked_censoring(ctx.name, args, len(grid))
+    try:
+        convention = convention_of(args)
+    except ValueError as error:
+        raise MalformedRequestError(site=ctx.name, task=None, reason=str(error)) from None
     names = survival_outcome(spec.outcome)
     if names is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
@@ -129,6 +141,7 @@ def prepared(ctx: SiteContext, args: dict[str, Any], task: str) -> Prepared:
         codes=np.where(late, 0.0, codes)[kept],
         cause=cause,
         censoring=G,
+        convention=convention,
         n_obs=design.n_obs,
         n_dropped=design.n_dropped,
         truncated=protected_count(truncated, ctx.policy.min_count),
@@ -155,7 +168,22 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         n_obs=rows.n_obs,
         n_dropped=rows.n_dropped,
     )
+    if rows.convention == "crr":
+        payload.update(zip(COMPETING_FIELDS, competing_sums(rows, beta), strict=True))
     return TaskReply(payload, contributors=rows.n_obs)
+
+
+def competing_sums(rows: Prepared, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per grid point, ``sum exp(x' beta)`` and ``sum exp(x' beta) x`` over the competing
+    events there (the events of every cause but the one modelled)."""
+    K, p = len(rows.censoring), rows.X.shape[1]
+    competing = (rows.codes > 0) & (rows.codes != rows.cause)
+    Xc, e = rows.X[competing], rows.point[competing]
+    r = risk_scores(Xc, beta)
+    S0 = np.bincount(e, weights=r, minlength=K).astype(np.float64)
+    S1 = np.zeros((K, p))
+    np.add.at(S1, e, r[:, None] * Xc)
+    return S0, S1
 
 
 # ------------------------------------------------------------------ robust variance
@@ -169,7 +197,10 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     Each ``U_i`` is the patient's own event term less its weighted share of every risk set
     it belongs to, so the reply sums over cells of 0 or at least ``k`` patients (the events
     of a grid point, the risk set of a point, the competing events of a point), as the
-    summaries do.
+    summaries do. Under ``cmprsk::crr``'s convention the request also carries the pooled
+    ``censoring_term`` and ``censoring_hazard`` and ``U_i`` adds ``psi_i``
+    (:func:`censoring_residuals`), which depends on the patient only through their grid
+    point and whether they were censored there: the same cells.
     """
     p = spec_from_args(args).n_params
     beta = checked_beta(ctx.name, args, p)
@@ -190,11 +221,64 @@ def robust(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
             task=None,
             reason=f"'hazard' must be {K} finite numbers >= 0 and 'means' a finite {K} x {p} array",
         )
+    censoring = checked_censoring_inputs(ctx.name, args, rows.convention, K, p)
     try:
         residuals = score_residuals(rows, beta, hazard.astype(float), means.astype(float))
+        if censoring is not None:
+            residuals += censoring_residuals(rows, *censoring)
     except ValueError as error:
         raise MalformedRequestError(site=ctx.name, task=None, reason=str(error)) from None
     return TaskReply({"meat": residuals.T @ residuals}, contributors=rows.n_obs)
+
+
+def checked_censoring_inputs(
+    site: str, args: dict[str, Any], convention: str, K: int, p: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """``censoring_term`` (K x p, finite) and ``censoring_hazard`` (K numbers in [0, 1]) of a
+    ``"crr"`` robust variance; ``None`` under ``"finegray"``, which must send neither."""
+    if convention != "crr":
+        if any(name in args for name in CENSORING_INPUTS):
+            raise MalformedRequestError(
+                site=site,
+                task=None,
+                reason="the censoring-estimation term belongs to the 'crr' convention only",
+            )
+        return None
+    term, hazard = (args.get(name) for name in CENSORING_INPUTS)
+    if not (
+        isinstance(term, np.ndarray)
+        and term.shape == (K, p)
+        and np.isfinite(term).all()
+        and isinstance(hazard, np.ndarray)
+        and hazard.shape == (K,)
+        and np.isfinite(hazard).all()
+        and ((hazard >= 0) & (hazard <= 1)).all()
+    ):
+        raise MalformedRequestError(
+            site=site,
+            task=None,
+            reason=f"'censoring_term' must be a finite {K} x {p} array and 'censoring_hazard' "
+            f"{K} numbers in [0, 1]",
+        )
+    return term.astype(np.float64), hazard.astype(np.float64)
+
+
+def censoring_residuals(rows: Prepared, term: np.ndarray, hazard: np.ndarray) -> np.ndarray:
+    """``psi_i``, each patient's censoring-estimation term of ``cmprsk::crr``'s score residual
+    (Fine & Gray, JASA 1999, section 4): ``psi_i = sum_u b_u [I(T_i = u, censored) - I(T_i >=
+    u) lambda_u]`` with the pooled ``b_u = q(u) / n_u`` (``term``) and ``lambda_u = c_u / n_u``
+    (``hazard``) of :func:`fedstats.contract.fine_gray.censoring_terms`.
+
+    It depends on the patient only through their grid point and whether they were censored
+    there, so every sum it enters is over cells of 0 or at least ``k`` patients, whatever
+    ``term`` and ``hazard`` the coordinator sends.
+    """
+    point = rows.point
+    cumulative = np.cumsum(term * hazard[:, None], axis=0)
+    psi = -cumulative[point]
+    censored = rows.codes == 0
+    psi[censored] += term[point[censored]]
+    return psi
 
 
 def score_residuals(
