@@ -46,7 +46,7 @@ def agreed_codes(column: pd.Series, levels: Sequence[Level]) -> tuple[pd.Categor
     """``column`` as a categorical of the agreed ``levels`` and the values outside them (with
     their counts, most frequent first; missing values are neither)."""
     allowed = {normalise_level(v) for v in levels}
-    values = column.map(lambda v: v if pd.isna(v) else normalise_level(plain(v)))
+    values = column.astype(object).map(lambda v: v if pd.isna(v) else normalise_level(plain(v)))
     unknown = values[values.notna() & ~values.isin(allowed)]
     return pd.Categorical(values, categories=list(levels)), unknown.value_counts()
 

@@ -165,3 +165,23 @@ def test_pooled_cox_survival_function_equals_lifelines_breslow(trial_frames):
     mine = fit.predict_survival_function(sample)
     theirs = oracle.predict_survival_function(sample[["age"]], times=grid)
     assert np.max(np.abs(mine.to_numpy() - theirs.to_numpy())) < 1e-6
+
+
+@settings(max_examples=60)
+@given(
+    values=st.lists(st.sampled_from(["a", "b", "c", "zz", None]), min_size=1, max_size=30),
+    categorical=st.booleans(),
+)
+def test_agreed_codes_count_exactly_the_values_outside_the_levels(values, categorical):
+    """The one reading of agreed levels both sides use (a site's design and predict): whatever
+    the column's dtype (a harmonised frame holds categoricals), only values outside the levels
+    are counted, each as often as it occurs; missing values are neither."""
+    from fedstats.contract.design_matrix import agreed_codes
+
+    column = pd.Series(values, dtype="category" if categorical else object)
+    codes, unknown = agreed_codes(column, ("a", "b", "c"))
+    expected = pd.Series([v for v in values if v == "zz"]).value_counts()
+    assert dict(unknown) == dict(expected)
+    assert list(codes.categories) == ["a", "b", "c"]
+    kept = [v if v in ("a", "b", "c") else None for v in values]
+    assert [None if pd.isna(v) else v for v in codes] == kept
