@@ -16,7 +16,7 @@ class FakeRuntime:
 
     def AcquireTask(self, _request):  # Flower's name
         if self.tasks == 0:
-            site_worker._Stop.requested = True
+            site_worker.STOP.set()
             return SimpleNamespace(HasField=lambda _: False, token="")
         self.tasks -= 1
         return SimpleNamespace(HasField=lambda name: name == "task", token=f"t{self.tasks}")
@@ -35,8 +35,11 @@ def test_a_task_that_fails_to_push_does_not_stop_the_worker(monkeypatch, caplog)
 
     monkeypatch.setattr(site_worker, "_client", lambda *a: FakeRuntime(tasks=3))
     monkeypatch.setattr(site_worker, "run_task", run_task)
-    monkeypatch.setattr(site_worker._Stop, "requested", False)
-    site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
+    site_worker.STOP.clear()
+    try:
+        site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
+    finally:
+        site_worker.STOP.clear()
     assert ran == ["t2", "t1", "t0"]  # the tasks after the failed one were served
     assert "the site keeps serving" in caplog.text
 
