@@ -1,7 +1,7 @@
 """The long-lived site worker stops within ``STOP_WITHIN`` seconds of SIGTERM, exit code 0.
 
 A site's SuperNode and its worker run as two processes (README, deployment
-guide step 4; ``fedstats site run`` starts and stops them too). The worker must
+guide step 5; ``fedstats site run`` starts and stops them too). The worker must
 stop promptly whatever its SuperNode is doing: still answering (the worker is
 polling it), stopped first (the worker is in Flower's HTTP retry, which on its
 own retries for ever with waits up to 20 s), or frozen (the worker's poll hangs
