@@ -1,5 +1,5 @@
-"""Command-line interface: ``fedstats demo``, ``harmonize``, ``budget show``/``set``,
-``report``, ``site run`` and ``study run``.
+"""Command-line interface: ``fedstats demo``, ``harmonize``, ``synthetic-export``,
+``budget show``/``set``, ``report``, ``site run`` and ``study run``.
 
 Help texts are plain text (no reStructuredText markup): they are what a user
 reads in a terminal. Progress and events go to stderr through ``logging``
@@ -191,6 +191,77 @@ def harmonize(
             f"(report in {out / 'report.json'})",
             HarmonizeExit.EMPTY_COHORT,
         )
+
+
+SYNTHETIC_MARK = "SYNTHETIC-EXPORT.txt"
+"""The note ``fedstats synthetic-export`` leaves in its folder: the files are synthetic, and
+the folder may be written again (any other folder that holds files is refused)."""
+
+
+def synthetic_seed(site: str) -> int:
+    """The generator seed of a site's synthetic export: the first 8 bytes of SHA-256(site name).
+
+    Every site of a trial study gets other patients, and a rerun writes the same files.
+    """
+    import hashlib
+
+    return int.from_bytes(hashlib.sha256(site.encode("utf-8")).digest()[:8], "big")
+
+
+@app.command("synthetic-export")
+def synthetic_export(
+    site: Annotated[str, typer.Option(help="The site's name (seeds its patients).")],
+    fhir: Annotated[
+        Path | None, typer.Option(help="Write FHIR R4 Bulk Data NDJSON into this new folder.")
+    ] = None,
+    omop: Annotated[
+        Path | None, typer.Option(help="Write OMOP CDM 5.4 CSV tables into this new folder.")
+    ] = None,
+    patients: Annotated[
+        int, typer.Option(min=50, max=100_000, help="Number of synthetic patients.")
+    ] = 1000,
+    seed: Annotated[
+        int | None,
+        typer.Option(min=0, help="Generator seed (default: from the site's name)."),
+    ] = None,
+) -> None:
+    """Write a synthetic EHR export (no real patient) to try the study's tools on.
+
+    The patients (harmonize.synthetic_ehr) have visits, systolic blood
+    pressure and BMI measurements, diabetes and hypertension diagnoses,
+    statin prescriptions and deaths, coded as the demonstration study
+    (fedstats/examples/demo/study.toml) expects. A real site points
+    fedstats harmonize at its own export instead. The folder gets a note
+    saying its files are synthetic; a folder written so before is written
+    again. Exit code 2 when the folder holds other files (nothing is
+    overwritten) or the options are wrong.
+    """
+    from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson, write_omop_csv
+
+    if (fhir is None) == (omop is None):
+        fail("give exactly one folder: --fhir DIR or --omop DIR", 2)
+    folder = fhir if fhir is not None else omop
+    earlier = folder.is_dir() and (folder / SYNTHETIC_MARK).is_file()
+    if folder.exists() and not earlier and (not folder.is_dir() or any(folder.iterdir())):
+        fail(
+            f"{folder} already exists and holds files that fedstats synthetic-export did not "
+            "write: name a new folder (nothing was written, nothing is overwritten)",
+            2,
+        )
+    if earlier:
+        for old in folder.iterdir():
+            if old.is_file():
+                old.unlink()
+    ehr = synthetic_ehr(patients, seed=synthetic_seed(site) if seed is None else seed)
+    written = write_fhir_ndjson(ehr, folder) if fhir is not None else write_omop_csv(ehr, folder)
+    kind = "FHIR R4 NDJSON" if fhir is not None else "OMOP CDM 5.4 CSV"
+    (folder / SYNTHETIC_MARK).write_text(
+        f"Synthetic patients (no real person) of site {site!r}, written by fedstats "
+        f"synthetic-export: {patients} patients, {kind}, seed "
+        f"{synthetic_seed(site) if seed is None else seed}.\n",
+        encoding="utf-8",
+    )
+    typer.echo(f"{patients} synthetic patients of site {site!r} written to {written} ({kind})")
 
 
 @app.command()

@@ -17,6 +17,13 @@ run names: a run of another Flower App is answered with an error reply.
 Run it beside the SuperNode::
 
     python -m fedstats.flower_apps.site_worker --runtime-api-address 127.0.0.1:9094
+
+SIGTERM or SIGINT stops it promptly (:data:`STOP_WITHIN` seconds at most): a poll of
+the SuperNode in flight is abandoned, a task being answered is finished (its
+reply pushed) unless the SuperNode is gone, no retry waits any longer, and the
+worker closes its connection and exits with :data:`EXIT_STOPPED` (0). Flower's
+HTTP retries would otherwise wait for a stopped SuperNode for ever, and a poll
+of a SuperNode that no longer answers holds for the client's 30 s timeout.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
+import threading
 import time
 from types import FrameType
 
@@ -41,7 +49,7 @@ from flwr.supercore.inflatable.inflatable_protobuf_utils import (
 )
 from flwr.supercore.inflatable.inflatable_utils import pull_and_inflate_object_from_tree
 from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-from flwr.supercore.retry import make_simple_http_retry_invoker
+from flwr.supercore.retry import RetryInvoker, make_simple_http_retry_invoker
 from flwr.supercore.run import Run
 from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.tls import validate_and_resolve_root_certificates
@@ -56,11 +64,43 @@ OBJECT_PULL_BACKOFF = (0.005, 0.05)
 The SuperNode offers a task before it holds the message's objects; Flower's
 ``pull_task_input`` then waits 1 s before its second try (``PULL_INITIAL_BACKOFF``).
 """
+EXIT_STOPPED = 0
+"""The worker's exit code after SIGTERM or SIGINT (argument errors exit 2, as argparse's)."""
+STOP_WITHIN = 5.0
+"""Seconds within which the worker exits after SIGTERM while idle or with its SuperNode gone
+(``tests/flower/test_site_worker_stop.py``)."""
 log = logging.getLogger(__name__)
 
+STOP = threading.Event()
+"""Set by SIGTERM or SIGINT: ask for no more tasks, retry nothing, exit."""
 
-class _Stop:
-    requested = False
+
+class _Polling:
+    """Whether the worker is between tasks (polling or waiting): a stop abandons that at once."""
+
+    now = False
+
+
+class StopRequested(BaseException):
+    """Raised by the signal handler into a poll or wait, to abandon it (not an ``Exception``:
+    no ``except Exception`` of the HTTP client or the retry loop swallows it)."""
+
+
+def stop_aware(invoker: RetryInvoker, stop: threading.Event = STOP) -> RetryInvoker:
+    """Flower's HTTP retry invoker, made to give up once ``stop`` is set.
+
+    Flower's invoker retries an unreachable SuperNode with no limit of tries or
+    time and waits up to 20 s between tries; a worker asked to stop must not.
+    Its waits end when ``stop`` is set, and a failure after that is not retried.
+    """
+    giveup = invoker.should_giveup
+
+    def should_giveup(error: Exception) -> bool:
+        return stop.is_set() or (giveup is not None and giveup(error))
+
+    invoker.should_giveup = should_giveup
+    invoker.wait_function = stop.wait
+    return invoker
 
 
 def _client(address: str, certificates: bytes | None, token: str | None) -> RuntimeHttpClient:
@@ -72,7 +112,7 @@ def _client(address: str, certificates: bytes | None, token: str | None) -> Runt
         insecure=certificates is None,
         root_certificates=certificates,
         interceptors=interceptors,
-        retry_invoker=make_simple_http_retry_invoker(),
+        retry_invoker=stop_aware(make_simple_http_retry_invoker()),
     )
 
 
@@ -139,26 +179,34 @@ def run_task(address: str, certificates: bytes | None, token: str) -> None:
         client.close()
 
 
+def request_stop(_signal: int, _frame: FrameType | None) -> None:
+    """SIGTERM/SIGINT: stop asking for tasks; abandon a poll or wait in progress."""
+    STOP.set()
+    if _Polling.now:
+        _Polling.now = False
+        raise StopRequested
+
+
 def serve(address: str, certificates: bytes | None = None, poll_interval: float = 0.01) -> None:
-    """Answer tasks from the SuperNode at ``address`` until SIGTERM or SIGINT."""
-
-    def request_stop(_signal: int, _frame: FrameType | None) -> None:
-        _Stop.requested = True
-
+    """Answer tasks from the SuperNode at ``address`` until SIGTERM or SIGINT (module docstring)."""
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     client = _client(address, certificates, None)
+    log.info("asking the SuperNode at %s for tasks", address)
     try:
-        while not _Stop.requested:
+        while not STOP.is_set():
+            _Polling.now = True
             try:
                 response = client.AcquireTask(
                     AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP])
                 )
             except Exception as error:  # noqa: BLE001 - the SuperNode may be restarting
-                log.warning("cannot reach the SuperNode at %s: %s", address, error)
-                time.sleep(1.0)
+                if not STOP.is_set():
+                    log.warning("cannot reach the SuperNode at %s: %s", address, error)
+                STOP.wait(1.0)
                 continue
             if response.HasField("task") and response.token:
+                _Polling.now = False
                 try:
                     run_task(address, certificates, response.token)
                 except Exception:
@@ -167,9 +215,13 @@ def serve(address: str, certificates: bytes | None = None, poll_interval: float 
                     # round, per its policy) and the site keeps serving
                     log.exception("a task could not be completed; the site keeps serving")
                 continue
-            time.sleep(poll_interval)
+            STOP.wait(poll_interval)
+    except StopRequested:
+        pass
     finally:
+        _Polling.now = False
         client.close()
+    log.info("stopped on request")
 
 
 QUIET_LOGGERS = ("httpx", "httpcore")
@@ -198,6 +250,7 @@ def main(argv: list[str] | None = None) -> None:
         args.root_certificates, args.root_certificates is None
     )
     serve(args.runtime_api_address, certificates, args.poll_interval)
+    raise SystemExit(EXIT_STOPPED)
 
 
 if __name__ == "__main__":

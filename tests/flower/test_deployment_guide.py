@@ -4,16 +4,22 @@ README.md's "Deploying a study step by step" marks its commands with fenced
 blocks whose info string is ``bash deploy coordinator``, ``bash deploy site``
 or ``toml deploy flwr-config``. This test runs them in document order — the
 coordinator's as they are, the sites' once per site — changing only what a
-real deployment changes: ``/etc/fedstats/`` becomes each machine's temporary
-folder, ``coordinator.example.org`` becomes 127.0.0.1, and the ports become
-free ones. Commands ending in ``&`` are started in the background (and all
-stopped at the end); the others must succeed. Files that travel between the
-machines in the guide (``node.pub`` to the coordinator, ``study-ca.crt`` and,
-when the guide enrols the sites, ``enrolment.toml`` to the sites) are copied,
-and each site's ``site.toml`` and the coordinator's ``study.toml`` are written
-as the guide describes them. The last command,
-``fedstats study run``, must finish the study: every fit recorded, the
-compliance report written, and the fit equal to the embedded runtime's.
+real deployment changes: ``/etc/fedstats/``, ``/var/lib/fedstats/`` and the
+export folder ``/srv/ehr-export/`` become each machine's temporary folders,
+``coordinator.example.org`` becomes 127.0.0.1, the ports become free ones and
+``region_0`` each site's name. Commands ending in ``&`` are started in the
+background (and all stopped at the end); the others must succeed. ``cp`` of a
+relative path copies from the fedstats checkout (the guide's commands run in
+it), and the copied file gets the same changes: so the sites serve the example
+``site.toml`` and the coordinator runs the example ``study.toml`` that the
+guide copies (``fedstats/examples/flower/``), and each site serves the frame
+its guide commands harmonised from its (synthetic) export. The test writes no
+configuration of its own. Files that travel between the machines in the guide
+(``node.pub`` to the coordinator; ``study-ca.crt``, ``enrolment.toml``,
+``roster.toml`` and ``study-spec.toml`` to the sites) are copied. The last
+command, ``fedstats study run``, must finish the study: every fit recorded,
+the compliance report written, and each fit equal to the embedded runtime's on
+the sites' frames.
 """
 
 from __future__ import annotations
@@ -25,26 +31,29 @@ import shlex
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import tomli_w
 
 from fedstats import Federation, LogisticRegression
 from fedstats.flower import processes
+from fedstats.jobs.site_config import load_site_config
+from fedstats.jobs.study_config import load_study_config
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
-SITES = ["region_0", "region_1"]
-FORMULA = "y ~ age + x"
+EXAMPLES = ROOT / "fedstats" / "examples" / "flower"
 BLOCK = re.compile(r"^```(bash|toml) deploy ([\w-]+)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 GUIDE_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
     "FLWR_DISABLE_UPDATE_CHECK": "1",
     "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
 }
+SENT_TO_SITES = ["study-ca.crt", "enrolment.toml", "roster.toml", "study-spec.toml"]
+"""What the coordinator keeps in ``/etc/fedstats/pki/`` and sends every site, which keeps it in
+``/etc/fedstats/`` (the guide, steps 1 and 3)."""
 
 
 def guide_blocks() -> list[tuple[str, str, str]]:
@@ -60,12 +69,17 @@ def commands(text: str) -> list[str]:
 
 @dataclass
 class Machine:
-    """One machine of the guide: its /etc/fedstats/ folder and substitutions."""
+    """One machine of the guide: its folders (under ``root``) and substitutions."""
 
     root: Path
     replacements: dict[str, str]
     homes: int = 0
     background: list[subprocess.Popen] = field(default_factory=list)
+
+    @property
+    def etc(self) -> Path:
+        """This machine's ``/etc/fedstats/``."""
+        return Path(self.text("/etc/fedstats/"))
 
     def text(self, text: str) -> str:
         for old, new in self.replacements.items():
@@ -83,10 +97,21 @@ class Machine:
         return environment
 
     def run(self, command: str, timeout: float = 300) -> subprocess.CompletedProcess | None:
-        """Run one of the guide's commands here (a ``&`` command in the background)."""
+        """Run one of the guide's commands here (a ``&`` command in the background).
+
+        ``cp`` copies a relative path from the checkout (ROOT), and the copy gets this
+        machine's substitutions, as the commands do.
+        """
         command = self.text(command)
         background = command.endswith("&")
         argv = shlex.split(command.rstrip("&").strip())
+        copied = None
+        if argv[0] == "cp":
+            assert len(argv) == 3, command
+            source, target = ROOT / argv[1], Path(argv[2])
+            assert source.is_file() and target.is_absolute(), command
+            argv = ["cp", str(source), str(target)]
+            copied = target / source.name if target.is_dir() else target
         if background:
             self.homes += 1
             home = self.root / "flwr-homes" / f"{self.homes}-{Path(argv[0]).name}"
@@ -113,7 +138,14 @@ class Machine:
             check=False,
         )
         assert done.returncode == 0, (command, done.stdout[-3000:], done.stderr[-3000:])
+        if copied is not None:
+            copied.write_text(self.text(copied.read_text(encoding="utf-8")), encoding="utf-8")
         return done
+
+    def run_all(self, block: list[str]) -> None:
+        """Run a block's commands here, in order."""
+        for command in block:
+            self.run(command)
 
     def logs(self) -> str:
         return "\n".join(
@@ -122,77 +154,18 @@ class Machine:
         )
 
 
-def site_frames() -> dict[str, pd.DataFrame]:
-    rng = np.random.default_rng(11)
-    frames = {}
-    for index, site in enumerate(SITES):
-        n = 150 + 40 * index
-        age = rng.normal(60, 10, n)
-        x = rng.normal(0, 1, n)
-        y = (rng.random(n) < 1 / (1 + np.exp(-(-3 + 0.05 * age + 0.5 * x)))).astype(int)
-        frames[site] = pd.DataFrame({"y": y, "age": age, "x": x})
-    return frames
-
-
-ENROLMENT = "enrolment.toml"
-"""The study's enrolment list (``study_pki enrol``), when the guide makes one."""
-ROSTER = "roster.toml"
-"""The study's roster of node keys (``study_pki roster``), which the sites pin."""
-
-
-def write_site_files(
-    site: Machine, name: str, frame: pd.DataFrame, superlink: str, *, enrolled: bool
-) -> None:
-    """site.toml as step 4 describes it (fedstats/examples/flower/site.toml), and its frame."""
-    frame.to_parquet(site.root / "frame.parquet")
-    config = {
-        "site": {"name": name, "workdir": str(site.root / "work")},
-        "data": {"frame": str(site.root / "frame.parquet")},
-        "privacy": {"ledger": str(site.root / "site.ledger")},
-        "disclosure": {"min_count": 10},
-        "coordinator": {
-            "superlink": superlink,
-            "root_certificates": str(site.root / "study-ca.crt"),
-            "auth_private_key": str(site.root / "node" / "node.key"),
-        },
-    }
-    if enrolled:
-        config["coordinator"]["enrolment"] = str(site.root / ENROLMENT)
-    config["secure_aggregation"] = {  # verified paths, on by default, sign with the node key
-        "roster": str(site.root / ROSTER),
-        "signing_key": str(site.root / "node" / "node.key"),
-    }
-    (site.root / "site.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
-
-
-def write_study_file(coordinator: Machine, superlink: str, *, enrolled: bool) -> Path:
-    """study.toml as step 5 describes it (fedstats/examples/flower/study.toml), one logistic fit."""
-    out = coordinator.root / "out"
-    config = {
-        "study": {"name": "heart", "sites": SITES, "out": str(out)},
-        "coordinator": {
-            "superlink": superlink,
-            "root_certificates": str(coordinator.root / "pki" / "study-ca.crt"),
-            "run_timeout": 240,
-        },
-        "policy": {"round_timeout": 60, "discovery_timeout": 90},
-        "fits": [{"kind": "logistic", "name": "y_logistic", "formula": FORMULA}],
-    }
-    if enrolled:
-        config["identity"] = {
-            "enrolment": str(coordinator.root / "pki" / ENROLMENT),
-            "study_ca": str(coordinator.root / "pki" / "study-ca.crt"),
-        }
-    (coordinator.root / "study.toml").write_text(tomli_w.dumps(config), encoding="utf-8")
-    return out
-
-
 def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
     blocks = guide_blocks()
     roles = [role for _language, role, _text in blocks]
     assert {"coordinator", "site", "flwr-config"} <= set(roles), roles
-    guide = "".join(text for _language, _role, text in blocks)
+    guide = "".join(text for _language, role, text in blocks)
     assert "--host 0.0.0.0" in guide and "study-ca.crt" in guide and "superlink.crt" in guide
+    site_commands = [c for _l, role, text in blocks if role == "site" for c in commands(text)]
+    assert any(c.startswith("fedstats harmonize ") for c in site_commands), site_commands
+    assert "cp fedstats/examples/flower/site.toml /etc/fedstats/site.toml" in site_commands
+    assert "cp fedstats/examples/flower/study.toml /etc/fedstats/study.toml" in guide
+    study_example = load_study_config(EXAMPLES / "study.toml")
+    sites = study_example.study.sites  # the example study's sites are the guide's
 
     port = processes.free_port()
     superlink = f"127.0.0.1:{port}"
@@ -201,30 +174,32 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
         "--port 8000": f"--port {port}",
         "coordinator.example.org": "127.0.0.1",
     }
-    coordinator = Machine(
-        tmp_path / "coordinator", {"/etc/fedstats/": f"{tmp_path / 'coordinator'}/", **common}
-    )
-    sites = {
+
+    def folders(root: Path) -> dict[str, str]:
+        return {
+            "/etc/fedstats/": f"{root / 'etc'}/",
+            "/var/lib/fedstats/": f"{root / 'var'}/",
+            "/srv/ehr-export/": f"{root / 'export'}/",
+        }
+
+    coordinator = Machine(tmp_path / "coordinator", {**folders(tmp_path / "coordinator"), **common})
+    machines = {
         name: Machine(
             tmp_path / name,
             {
-                "/etc/fedstats/": f"{tmp_path / name}/",
+                **folders(tmp_path / name),
                 "region_0": name,
                 "9094": str(processes.free_port()),
                 **common,
             },
         )
-        for name in SITES
+        for name in sites
     }
-    for machine in (coordinator, *sites.values()):
+    for machine in (coordinator, *machines.values()):
         machine.root.mkdir()
-    frames = site_frames()
-    enrolled = "study_pki enrol" in guide
-    out = write_study_file(coordinator, superlink, enrolled=enrolled)
-    for name, site in sites.items():
-        write_site_files(site, name, frames[name], superlink, enrolled=enrolled)
+        machine.etc.mkdir(parents=True)
 
-    everyone = [coordinator, *sites.values()]
+    everyone = [coordinator, *machines.values()]
     try:
         for language, role, text in blocks:
             if role == "flwr-config":
@@ -235,14 +210,13 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
                 continue
             if role == "coordinator":
                 if "flwr supernode register" in text:  # each site's node.pub has arrived
-                    for name, site in sites.items():
+                    for name, site in machines.items():
                         shutil.copy(
-                            site.root / "node" / "node.pub",
-                            coordinator.root / "pki" / f"{name}.pub",
+                            site.etc / "node" / "node.pub", coordinator.etc / "pki" / f"{name}.pub"
                         )
                 for command in commands(text):
                     if "flwr supernode register" in command:
-                        for name in SITES:
+                        for name in sites:
                             coordinator.run(command.replace("region_0", name))
                     else:
                         coordinator.run(command)
@@ -250,32 +224,49 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
                         processes.wait_for_port(port, 60, coordinator.background[-1])
                 continue
             assert role == "site", role
-            for site in sites.values():
-                ca = coordinator.root / "pki" / "study-ca.crt"
-                if ca.exists():  # the coordinator sent the study CA
-                    shutil.copy(ca, site.root / "study-ca.crt")
-                if (ca.parent / ENROLMENT).exists():  # and the enrolment list
-                    shutil.copy(ca.parent / ENROLMENT, site.root / ENROLMENT)
-                if (ca.parent / ROSTER).exists():  # and the roster
-                    shutil.copy(ca.parent / ROSTER, site.root / ROSTER)
-                for command in commands(text):
-                    site.run(command)
+            for site in machines.values():
+                for sent in SENT_TO_SITES:  # what the coordinator has sent so far
+                    if (coordinator.etc / "pki" / sent).exists():
+                        shutil.copy(coordinator.etc / "pki" / sent, site.etc / sent)
+            with ThreadPoolExecutor(len(machines)) as pool:  # the sites are separate machines
+                block = commands(text)
+                for done in [pool.submit(site.run_all, block) for site in machines.values()]:
+                    done.result()
 
+        study = load_study_config(coordinator.etc / "study.toml")
+        out = study.study.out
+        assert study.study.sites == sites and str(out).startswith(str(coordinator.root))
         status = json.loads((out / "status.json").read_text(encoding="utf-8"))
         assert status["status"] == "completed", status
         assert (out / "compliance-report.html").stat().st_size > 0
         assert (out / "study").is_dir()
-        over_flower = json.loads((out / "results" / "y_logistic.json").read_text())
-        reference = LogisticRegression(FORMULA).fit(Federation.in_process(frames))
-        for name, value in reference.params.items():
-            assert abs(over_flower["params"][name] - value) <= 1e-8, name
-        for site in sites.values():
-            assert (site.root / "work" / "journal.jsonl").stat().st_size > 0
+        frames = {}
+        for name, site in machines.items():
+            config = load_site_config(site.etc / "site.toml")
+            assert config.name == name
+            # the frame the site served is the one its guide commands harmonised from its export
+            assert config.data.frame is not None and config.data.frame.is_relative_to(site.root)
+            assert (
+                json.loads((config.data.frame.parent / "report.json").read_text())["site"] == name
+            )
+            frames[name] = pd.read_parquet(config.data.frame)
+            assert (site.root / "var" / "site" / "journal.jsonl").stat().st_size > 0
+            assert (config.workdir / "journal.jsonl").stat().st_size > 0
+        assert not frames[sites[0]].equals(frames[sites[1]])  # each site its own patients
+        assert study.fits and all(fit.kind == "logistic" for fit in study.fits)
+        for fit in study.fits:
+            over_flower = json.loads((out / "results" / f"{fit.name}.json").read_text())
+            reference = LogisticRegression(fit.formula).fit(Federation.in_process(frames))
+            for term, value in reference.params.items():
+                assert abs(over_flower["params"][term] - value) <= 1e-8, (fit.name, term)
         # every exact round lay on a verified path the sites can re-derive on their own
-        assert list((sites[SITES[0]].root / "work" / "paths").glob("*.request"))
-        if enrolled:
+        first = load_site_config(machines[sites[0]].etc / "site.toml")
+        assert list((first.workdir / "paths").glob("*.request"))
+        if "study_pki enrol" in guide:
             admitted = status["site_identity"]["sites"]
-            assert sorted(admitted) == SITES and all(s["enrolled"] for s in admitted.values())
+            assert sorted(admitted) == sorted(sites) and all(
+                s["enrolled"] for s in admitted.values()
+            )
     except AssertionError as error:
         logs = "\n".join(m.logs() for m in everyone)
         raise AssertionError(f"{error}\n{logs}") from error

@@ -16,7 +16,7 @@ class FakeRuntime:
 
     def AcquireTask(self, _request):  # Flower's name
         if self.tasks == 0:
-            site_worker._Stop.requested = True
+            site_worker.STOP.set()
             return SimpleNamespace(HasField=lambda _: False, token="")
         self.tasks -= 1
         return SimpleNamespace(HasField=lambda name: name == "task", token=f"t{self.tasks}")
@@ -35,8 +35,11 @@ def test_a_task_that_fails_to_push_does_not_stop_the_worker(monkeypatch, caplog)
 
     monkeypatch.setattr(site_worker, "_client", lambda *a: FakeRuntime(tasks=3))
     monkeypatch.setattr(site_worker, "run_task", run_task)
-    monkeypatch.setattr(site_worker._Stop, "requested", False)
-    site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
+    site_worker.STOP.clear()
+    try:
+        site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
+    finally:
+        site_worker.STOP.clear()
     assert ran == ["t2", "t1", "t0"]  # the tasks after the failed one were served
     assert "the site keeps serving" in caplog.text
 
@@ -50,3 +53,52 @@ def test_the_worker_logs_tasks_served_not_polls():
     for name in ("httpx", "httpcore"):
         assert not logging.getLogger(name).isEnabledFor(logging.INFO), name
     assert site_worker.log.isEnabledFor(logging.INFO)
+
+
+def test_a_stop_during_a_task_finishes_that_task_and_asks_for_no_more(monkeypatch):
+    """SIGTERM while a reply is being answered (the handler runs inside ``run_task``): the
+    task completes, no exception is raised into it, and the worker asks for no other task."""
+    runtime = FakeRuntime(tasks=3)
+    finished: list[str] = []
+
+    def run_task(_address, _certificates, token):
+        site_worker.request_stop(15, None)  # SIGTERM arrives mid-task
+        finished.append(token)
+
+    monkeypatch.setattr(site_worker, "_client", lambda *a: runtime)
+    monkeypatch.setattr(site_worker, "run_task", run_task)
+    site_worker.STOP.clear()
+    try:
+        site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
+    finally:
+        site_worker.STOP.clear()
+    assert finished == ["t2"] and runtime.tasks == 2  # one task, answered in full
+
+
+def test_retries_give_up_and_waits_end_once_a_stop_is_asked():
+    """Flower's HTTP retry invoker retries an unreachable SuperNode for ever, waiting up to
+    20 s; made stop-aware, a failure after the stop is raised at once."""
+    import threading
+    import time
+
+    import httpx
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+
+    stop = threading.Event()
+    invoker = site_worker.stop_aware(make_simple_http_retry_invoker(), stop)
+    calls: list[float] = []
+
+    def unreachable():
+        calls.append(time.monotonic())
+        if len(calls) == 2:
+            threading.Timer(0.2, stop.set).start()  # the stop comes during the next wait
+        raise httpx.ConnectError("Connection refused")
+
+    started = time.monotonic()
+    try:
+        invoker.invoke(unreachable)
+    except httpx.ConnectError:
+        pass
+    else:
+        raise AssertionError("the invoker returned without a reply")
+    assert stop.is_set() and time.monotonic() - started < 5.0, len(calls)
