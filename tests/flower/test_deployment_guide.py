@@ -41,6 +41,7 @@ from fedstats import Federation, LogisticRegression
 from fedstats.flower import processes
 from fedstats.jobs.site_config import load_site_config
 from fedstats.jobs.study_config import load_study_config
+from tests.reports.release_checks import assert_every_release_named
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
@@ -253,8 +254,12 @@ def test_the_readme_deployment_guide_runs_as_written(tmp_path: Path) -> None:
             assert (site.root / "var" / "site" / "journal.jsonl").stat().st_size > 0
             assert (config.workdir / "journal.jsonl").stat().st_size > 0
         assert not frames[sites[0]].equals(frames[sites[1]])  # each site its own patients
-        assert study.fits and all(fit.kind == "logistic" for fit in study.fits)
-        for fit in study.fits:
+        assert sorted(fit.kind for fit in study.fits) == ["deep", "logistic"]
+        # the report names every analysis that left a site, the network's training included
+        report, tasks = assert_every_release_named(out / "study")
+        assert {"deep.train", "deep.evaluate", "logistic.summaries"} <= tasks
+        assert "1 exact trained network (died_mlp)" in report.verdict.text
+        for fit in (fit for fit in study.fits if fit.kind == "logistic"):
             over_flower = json.loads((out / "results" / f"{fit.name}.json").read_text())
             reference = LogisticRegression(fit.formula).fit(Federation.in_process(frames))
             for term, value in reference.params.items():
