@@ -160,6 +160,18 @@ class CurveRecord(_Record):
     """Per site, whether its noise came from a fixed seed (private curves)."""
     ledger_heads: dict[str, dict[str, int | str]] | None = None
     """Per site, its ledger's entry count and chain head after this release (private curves)."""
+    horizons: dict[str, dict[str, Number | None]] | None = None
+    """Per site and group, the last grid time its counts reach (``None``: before the first;
+    the grid's last time for a site that censored nobody at a horizon); empty for private
+    curves; ``None`` when unknown (secure aggregation with patients censored at horizons, or
+    a record written before horizons were recorded)."""
+    not_released_from: dict[str, Number | None] | None = None
+    """Per group, the first grid time whose value is not a pooled estimate because some site's
+    counts stop earlier (``None``: every value is released; the field itself ``None`` in a
+    record written before it existed)."""
+    horizon_warnings: list[str] = []
+    """Each group whose pooled curve is not released to the grid's end, naming the sites and
+    horizons that stop it."""
 
     @model_validator(mode="after")
     def _one_value_per_group_and_time(self) -> CurveRecord:
@@ -177,9 +189,42 @@ class CurveRecord(_Record):
             )
         if sorted(self.median) != sorted(self.groups):
             problems.append(f"median holds groups {sorted(self.median)}, expected {self.groups}")
+        problems.extend(self._released_problems())
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _released_problems(self) -> list[str]:
+        """A record names each group's first time not released, and holds no value from there."""
+        if self.not_released_from is None:
+            return []
+        problems = []
+        if sorted(self.not_released_from) != sorted(self.groups):
+            problems.append(
+                f"not_released_from holds groups {sorted(self.not_released_from)}, expected "
+                f"{self.groups}"
+            )
+        for site, by_group in (self.horizons or {}).items():
+            if sorted(by_group) != sorted(self.groups):
+                problems.append(f"horizons.{site} holds groups {sorted(by_group)}")
+        for group, first in self.not_released_from.items():
+            values = self.survival.get(group, [])
+            held = [
+                t for t, v in zip(self.grid, values, strict=False) if first is not None and
+                t >= first and v is not None
+            ]  # fmt: skip
+            if held:
+                problems.append(
+                    f"survival.{group} holds values at {held[:3]}, from {first}, where the "
+                    "pooled curve is not released"
+                )
+        return problems
+
+    def released(self, group: str) -> list[bool]:
+        """Per grid time, whether the group's value is a pooled estimate (all ``True`` in a
+        record written before this was recorded)."""
+        first = None if self.not_released_from is None else self.not_released_from.get(group)
+        return [first is None or t < first for t in self.grid]
 
     @property
     def private(self) -> bool:
