@@ -633,7 +633,7 @@ class KaplanMeierResults:
             "horizons": None
             if self.horizons_ is None
             else {
-                site: {g: json_number(h) for g, h in by_site.items()}
+                site: {str(g): json_number(h) for g, h in by_site.items()}
                 for site, by_site in self.horizons_.items()
             },
             "not_released_from": {

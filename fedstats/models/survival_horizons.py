@@ -45,6 +45,7 @@ are not the pooled counts, and which point that is stays hidden).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -78,8 +79,8 @@ def released_points(reach: Mapping[str, np.ndarray] | None, shape: tuple[int, in
 
 
 def horizon_times(
-    reach: Mapping[str, np.ndarray], grid: np.ndarray, labels: Sequence[str]
-) -> dict[str, dict[str, float | None]]:
+    reach: Mapping[str, np.ndarray], grid: np.ndarray, labels: Sequence[Any]
+) -> dict[str, dict[Any, float | None]]:
     """Per site and group, the last grid time its counts reach (``None``: before the first)."""
     return {
         site: {
