@@ -31,7 +31,7 @@ def curve_summary(curve: CurveFitRecord) -> CurveSummary:
                 result.at_risk[group],
                 result.events[group],
                 shares,
-                result.released(group),
+                result.released_at(group),
                 strict=True,
             )
         )

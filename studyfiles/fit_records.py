@@ -166,9 +166,13 @@ class CurveRecord(_Record):
     curves; ``None`` when unknown (secure aggregation with patients censored at horizons, or
     a record written before horizons were recorded)."""
     not_released_from: dict[str, Number | None] | None = None
-    """Per group, the first grid time whose value is not a pooled estimate because some site's
-    counts stop earlier (``None``: every value is released; the field itself ``None`` in a
-    record written before it existed)."""
+    """Per group, the first grid time some site's counts do not reach, from which the value is
+    not a pooled estimate (``None``: they all reach the grid's end; the field itself ``None``
+    in a record written before it existed)."""
+    released: dict[str, list[bool]] | None = None
+    """Per group and grid time, whether the value is released as a pooled estimate (not past
+    :attr:`not_released_from`, nor, for a deferred curve, before its first released death);
+    ``None`` in a record written before it existed."""
     horizon_warnings: list[str] = []
     """Each group whose pooled curve is not released to the grid's end, naming the sites and
     horizons that stop it."""
@@ -195,10 +199,17 @@ class CurveRecord(_Record):
         return self
 
     def _released_problems(self) -> list[str]:
-        """A record names each group's first time not released, and holds no value from there."""
+        """A record says where each group's curve is released, and holds no value elsewhere."""
         if self.not_released_from is None:
             return []
         problems = []
+        if self.released is not None and sorted(self.released) != sorted(self.groups):
+            problems.append(f"released holds groups {sorted(self.released)}")
+        problems.extend(
+            f"released.{group} holds {len(rows)} values for {len(self.grid)} grid times"
+            for group, rows in (self.released or {}).items()
+            if len(rows) != len(self.grid)
+        )
         if sorted(self.not_released_from) != sorted(self.groups):
             problems.append(
                 f"not_released_from holds groups {sorted(self.not_released_from)}, expected "
@@ -207,22 +218,25 @@ class CurveRecord(_Record):
         for site, by_group in (self.horizons or {}).items():
             if sorted(by_group) != sorted(self.groups):
                 problems.append(f"horizons.{site} holds groups {sorted(by_group)}")
-        for group, first in self.not_released_from.items():
+        for group in self.groups:
             values = self.survival.get(group, [])
             held = [
-                t for t, v in zip(self.grid, values, strict=False) if first is not None and
-                t >= first and v is not None
-            ]  # fmt: skip
+                t
+                for t, v, released in zip(self.grid, values, self.released_at(group), strict=False)
+                if not released and v is not None
+            ]
             if held:
                 problems.append(
-                    f"survival.{group} holds values at {held[:3]}, from {first}, where the "
-                    "pooled curve is not released"
+                    f"survival.{group} holds values at {held[:3]}, where the pooled curve is "
+                    "not released"
                 )
         return problems
 
-    def released(self, group: str) -> list[bool]:
-        """Per grid time, whether the group's value is a pooled estimate (all ``True`` in a
-        record written before this was recorded)."""
+    def released_at(self, group: str) -> list[bool]:
+        """Per grid time, whether the group's value is released as a pooled estimate (all
+        ``True`` in a record written before this was recorded)."""
+        if self.released is not None and group in self.released:
+            return list(self.released[group])
         first = None if self.not_released_from is None else self.not_released_from.get(group)
         return [first is None or t < first for t in self.grid]
 

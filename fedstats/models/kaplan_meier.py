@@ -109,6 +109,8 @@ class GridCounts:
     ``s * len(groups) + g`` holds group ``g`` of stratum ``s``."""
     weights: str | None = None
     """The column of frequency weights the counts sum, when weighted."""
+    deferred: bool = False
+    """Whether the sites deferred sparse deaths (``sparse_events="defer"``)."""
     reach: dict[str, np.ndarray] | None = field(default_factory=dict)
     """Per site, per row of the counts, the last grid index its counts reach
     (:func:`fedstats.models.survival_horizons.site_reach`, computed from the released counts);
@@ -225,6 +227,7 @@ def grid_counts(
         "strata": strata,
         "strata_levels": tuple(itertools.product(*agreed_strata)) if strata else (),
         "weights": weights,
+        "deferred": sparse_events == "defer",
     }
     if privacy is not None:
         return _private_counts(federation, args, privacy, analysis, secure, layout)
@@ -498,12 +501,17 @@ class KaplanMeierResults:
         from :attr:`survival_function_` (NaN there), the sites left out may differ from the
         others, and its values are biased (upwards when the sites about to have a few deaths
         drop out)."""
-        released = counts.released
+        reached = counts.released
+        self.reached_ = pd.DataFrame(reached.T, index=index, columns=columns)
+        """Per grid time and group, whether every site's counts reach that time
+        (:mod:`fedstats.models.survival_horizons`): up to a time, then not."""
+        undetermined = deferred_certainty(counts, survival)
+        released = reached & ~undetermined
         self.released_ = pd.DataFrame(released.T, index=index, columns=columns)
-        """Per grid time and group, whether the value is a pooled estimate: every site's counts
-        reach that time (:mod:`fedstats.models.survival_horizons`). Elsewhere
-        :attr:`survival_function_`, its interval and Greenwood's variance are NaN, "not
-        released"."""
+        """Per grid time and group, whether the value is released as a pooled estimate: every
+        site's counts reach that time, and, with deferred deaths, at least one death has been
+        released by then (:func:`deferred_certainty`). Elsewhere :attr:`survival_function_`,
+        its interval and Greenwood's variance are NaN, "not released"."""
         self.horizons_: dict[str, dict[str, float | None]] | None = (
             None if counts.reach is None else horizon_times(counts.reach, counts.grid, columns)
         )
@@ -516,8 +524,10 @@ class KaplanMeierResults:
             counts.reach, counts.grid, [str(c) for c in columns],
             truncated=sum(counts.truncated.values()),
         )  # fmt: skip
+        self.horizon_warnings += deferred_warnings(undetermined & reached, counts.grid, columns)
         """Each group whose pooled curve is not released to the grid's end, with the sites and
-        horizons that stop it (:class:`~fedstats.SurvivalHorizonWarning`)."""
+        horizons that stop it, and each group whose deferred curve is not released before its
+        first released death (:class:`~fedstats.SurvivalHorizonWarning`)."""
         survival = np.where(released, survival, np.nan)
         variance = np.where(released, variance, np.nan)
         self.survival_function_ = pd.DataFrame(survival.T, index=index, columns=columns)
@@ -574,7 +584,7 @@ class KaplanMeierResults:
         for group in self.survival_function_.columns:
             curve = self.survival_function_[group]
             below = curve.index[curve <= 0.5]
-            whole = bool(self.released_[group].all())
+            whole = bool(self.reached_[group].all())
             out[group] = float(below[0]) if len(below) else (np.inf if whole else np.nan)
         return pd.Series(out, name="median")
 
@@ -593,8 +603,9 @@ class KaplanMeierResults:
         never reached or not released); ``n_obs`` and ``truncated`` per site (empty under
         privacy); ``horizons`` per site and group (the last grid time its counts reach,
         ``None`` before the first; ``None`` as a whole when secure aggregation hides them),
-        ``not_released_from`` per group (the first grid time whose value is not a pooled
-        estimate, ``None`` if every one is) and ``horizon_warnings``; ``interval_method``,
+        ``not_released_from`` per group (the first grid time some site's counts do not reach,
+        ``None`` if they all reach the end), ``released`` per group and time (whether the
+        value is released as a pooled estimate) and ``horizon_warnings``; ``interval_method``,
         ``noise_share`` (per group and time, ``None`` for an exact fit) and
         ``utility_warnings``. Privacy facts,
         ``None`` for an exact fit: ``noise_multiplier``, ``noise_sd_per_count``
@@ -637,9 +648,10 @@ class KaplanMeierResults:
                 for site, by_site in self.horizons_.items()
             },
             "not_released_from": {
-                str(g): None if released.all() else json_number(float(released.idxmin()))
-                for g, released in self.released_.items()
+                str(g): None if reached.all() else json_number(float(reached.idxmin()))
+                for g, reached in self.reached_.items()
             },
+            "released": {str(g): [bool(r) for r in rows] for g, rows in self.released_.items()},
             "horizon_warnings": list(self.horizon_warnings),
             "interval_method": self.interval_method,
             "noise_share": None if self.noise_share_ is None else by_group(self.noise_share_),
@@ -776,6 +788,36 @@ class KaplanMeierResults:
     def __repr__(self) -> str:
         groups = ", ".join(map(str, self.counts.groups))
         return f"<KaplanMeierResults: {len(self.grid)} grid points, groups {groups}>"
+
+
+def deferred_certainty(counts: GridCounts, survival: np.ndarray) -> np.ndarray:
+    """``cells x grid``: where a deferred curve's ``S = 1`` is not known (always ``False``
+    without deferral).
+
+    With ``sparse_events="defer"`` a site holds back the deaths of an interval
+    with fewer than ``k`` of them until ``k`` have accumulated, so at any time
+    each site may hold up to ``k - 1`` deaths not yet released. Where no death
+    has been released yet the curve reads ``S = 1`` with the zero-width
+    interval ``[1, 1]``, which would claim that nobody died; it is not
+    released. From the first released death on the curve is released, as the
+    Kaplan–Meier estimate of the deferred times (it can overstate survival by
+    the deaths still held back; see :class:`KaplanMeier`). Post-processing of
+    the released counts: nothing here depends on what a site held back."""
+    if not counts.deferred:
+        return np.zeros(survival.shape, dtype=bool)
+    return survival == 1.0
+
+
+def deferred_warnings(undetermined: np.ndarray, grid: np.ndarray, groups: Sequence[Any]) -> list:
+    """One warning per group whose deferred curve is not released before its first death."""
+    return [
+        f"the deferred survival curve of group {group} is not released up to time "
+        f"{grid[np.flatnonzero(rows)[-1]]:g}: no death was released by then, but under "
+        "sparse_events='defer' each site may hold up to k - 1 deaths not yet released, so "
+        "S = 1 there is not known"
+        for group, rows in zip(groups, undetermined, strict=True)
+        if rows.any()
+    ]
 
 
 def _kaplan_meier(at_risk: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

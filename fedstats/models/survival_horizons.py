@@ -144,6 +144,6 @@ def cut_short_warnings(
         "these sites' counts stop earlier, at their safe horizon (a later count would stand "
         f"for fewer than k patients): {describe_stops(stops, grid)}; a value past a site's "
         "horizon would leave that site's patients out, so it is not a pooled estimate. Use a "
-        "coarser grid or sparse_events='defer'"
+        "coarser grid (or sparse_events='defer', if the sites do not defer already)"
         for label, (first, stops) in cut_short(reach, grid, labels).items()
     ]
