@@ -28,7 +28,10 @@ site ends each group's counts at its own horizon (see
 :mod:`fedstats.site.handlers.survival`); the patients so censored are reported per
 site (``counts.truncated``; a count below the site's threshold ``k`` is
 reported as ``k``, an upper bound), and a grid too fine for the sites' events shows
-as curves ending early.
+as curves ending early. Past one site's horizon the sums lack that site's patients,
+so a pooled value is released only where every site's counts reach
+(:mod:`fedstats.models.survival_horizons`); elsewhere it is NaN, "not released", and
+a :class:`~fedstats.SurvivalHorizonWarning` names the sites and their horizons.
 """
 
 from __future__ import annotations
@@ -382,7 +385,9 @@ class KaplanMeier:
         ``"defer"`` moves those deaths to the next grid point by which ``k``
         have accumulated (:func:`fedstats.site.handlers.survival.deferred_points`),
         which overstates survival a little between the two points but keeps
-        the curve going.
+        the curve going. As each site may then hold up to ``k - 1`` deaths not
+        yet released, ``S = 1`` before the first released death is not
+        released (:func:`deferred_certainty`).
     privacy:
         :class:`fedstats.RecordDP`: each site releases Gaussian-noised deaths
         and censorings per interval instead (one release, ``epsilon`` and
