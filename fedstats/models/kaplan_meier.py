@@ -230,7 +230,7 @@ def grid_counts(
         "strata": strata,
         "strata_levels": tuple(itertools.product(*agreed_strata)) if strata else (),
         "weights": weights,
-        "deferred": sparse_events == "defer",
+        "deferred": sparse_events == "defer" and privacy is None,
     }
     if privacy is not None:
         return _private_counts(federation, args, privacy, analysis, secure, layout)
@@ -387,7 +387,7 @@ class KaplanMeier:
         which overstates survival a little between the two points but keeps
         the curve going. As each site may then hold up to ``k - 1`` deaths not
         yet released, ``S = 1`` before the first released death is not
-        released (:func:`deferred_certainty`).
+        released (:func:`unknown_survival_one`).
     privacy:
         :class:`fedstats.RecordDP`: each site releases Gaussian-noised deaths
         and censorings per interval instead (one release, ``epsilon`` and
@@ -510,12 +510,12 @@ class KaplanMeierResults:
         self.reached_ = pd.DataFrame(reached.T, index=index, columns=columns)
         """Per grid time and group, whether every site's counts reach that time
         (:mod:`fedstats.models.survival_horizons`): up to a time, then not."""
-        undetermined = deferred_certainty(counts, survival)
+        undetermined = unknown_survival_one(counts, survival)
         released = reached & ~undetermined
         self.released_ = pd.DataFrame(released.T, index=index, columns=columns)
         """Per grid time and group, whether the value is released as a pooled estimate: every
-        site's counts reach that time, and, with deferred deaths, at least one death has been
-        released by then (:func:`deferred_certainty`). Elsewhere :attr:`survival_function_`,
+        site's counts reach that time, and, with deferred or noisy deaths, at least one death has
+        been released by then (:func:`unknown_survival_one`). Elsewhere :attr:`survival_function_`,
         its interval and Greenwood's variance are NaN, "not released"."""
         self.horizons_: dict[str, dict[str, float | None]] | None = (
             None if counts.reach is None else horizon_times(counts.reach, counts.grid, columns)
@@ -529,7 +529,9 @@ class KaplanMeierResults:
             counts.reach, counts.grid, [str(c) for c in columns],
             truncated=sum(counts.truncated.values()),
         )  # fmt: skip
-        self.horizon_warnings += deferred_warnings(undetermined & reached, counts.grid, columns)
+        unknown_ones = unknown_one_warnings(counts, undetermined & reached, columns)
+        if counts.noise_variance is None:
+            self.horizon_warnings += unknown_ones
         """Each group whose pooled curve is not released to the grid's end, with the sites and
         horizons that stop it, and each group whose deferred curve is not released before its
         first released death (:class:`~fedstats.SurvivalHorizonWarning`)."""
@@ -560,6 +562,7 @@ class KaplanMeierResults:
             self.utility_warnings = [
                 *_dominated_curves_warnings(self.noise_share_),
                 *empty_groups_warnings(counts),
+                *unknown_ones,
             ]
         lower, upper = _loglog_bounds(survival, spread)
         self.confidence_interval_ = {
@@ -795,32 +798,40 @@ class KaplanMeierResults:
         return f"<KaplanMeierResults: {len(self.grid)} grid points, groups {groups}>"
 
 
-def deferred_certainty(counts: GridCounts, survival: np.ndarray) -> np.ndarray:
-    """``cells x grid``: where a deferred curve's ``S = 1`` is not known (always ``False``
-    without deferral).
+def unknown_survival_one(counts: GridCounts, survival: np.ndarray) -> np.ndarray:
+    """``cells x grid``: where the curve's ``S = 1`` is not known (always ``False`` for
+    exact counts without deferral).
 
-    With ``sparse_events="defer"`` a site holds back the deaths of an interval
-    with fewer than ``k`` of them until ``k`` have accumulated, so at any time
-    each site may hold up to ``k - 1`` deaths not yet released. Where no death
-    has been released yet the curve reads ``S = 1`` with the zero-width
-    interval ``[1, 1]``, which would claim that nobody died; it is not
-    released. From the first released death on the curve is released, as the
-    Kaplan–Meier estimate of the deferred times (it can overstate survival by
-    the deaths still held back; see :class:`KaplanMeier`). Post-processing of
-    the released counts: nothing here depends on what a site held back."""
-    if not counts.deferred:
+    Where no death has been released yet the curve reads ``S = 1`` with the
+    zero-width interval ``[1, 1]``, a claim that nobody died. Two releases
+    cannot back it: with ``sparse_events="defer"`` a site holds back the deaths
+    of an interval with fewer than ``k`` of them until ``k`` have accumulated,
+    so each site may hold up to ``k - 1`` deaths not yet released; under
+    record-level privacy the noisy deaths, clipped at 0, can hide a few. Those
+    points are not released. From the first released death on the curve is
+    released (a deferred curve as the Kaplan–Meier estimate of the deferred
+    times, which can overstate survival by the deaths still held back, see
+    :class:`KaplanMeier`). Post-processing of the released counts: nothing here
+    depends on what a site held back."""
+    if not counts.deferred and counts.noise_variance is None:
         return np.zeros(survival.shape, dtype=bool)
     return survival == 1.0
 
 
-def deferred_warnings(undetermined: np.ndarray, grid: np.ndarray, groups: Sequence[Any]) -> list:
-    """One warning per group whose deferred curve is not released before its first death."""
+def unknown_one_warnings(
+    counts: GridCounts, unknown: np.ndarray, groups: Sequence[Any]
+) -> list[str]:
+    """One warning per group whose curve is not released before its first released death."""
+    why = (
+        "the privacy noise (clipped at 0) can hide a few deaths"
+        if counts.noise_variance is not None
+        else "under sparse_events='defer' each site may hold up to k - 1 deaths not yet released"
+    )
     return [
-        f"the deferred survival curve of group {group} is not released up to time "
-        f"{grid[np.flatnonzero(rows)[-1]]:g}: no death was released by then, but under "
-        "sparse_events='defer' each site may hold up to k - 1 deaths not yet released, so "
-        "S = 1 there is not known"
-        for group, rows in zip(groups, undetermined, strict=True)
+        f"the survival curve of group {group} is not released up to time "
+        f"{counts.grid[np.flatnonzero(rows)[-1]]:g}: no death was released by then, but {why}, "
+        "so S = 1 there is not known"
+        for group, rows in zip(groups, unknown, strict=True)
         if rows.any()
     ]
 

@@ -62,7 +62,7 @@ def assert_pooled_or_not_released(result, frames, time, event, rows_of=None, def
         if not deferred:
             assert (released == reached).all()
         else:  # deferred deaths: S = 1 before the first released death is not known
-            assert (released == (reached & (result.survival_reaching_sites_[group] < 1))).all()
+            assert (released == (reached & (result.survival_reaching_sites_[group] != 1.0))).all()
         assert np.isnan(got[~released]).all() and np.isnan(low[~released]).all()
         assert np.isnan(high[~released]).all()
         assert np.isnan(got[at_risk == 0]).all()
@@ -274,7 +274,9 @@ def test_released_values_are_the_pooled_curve_over_every_site(
     deferred = sparse_events == "defer"
     assert_pooled_or_not_released(result, frames, "t", "e", rows_of, deferred)
     released = result.reached_
-    messages = [m for m in messages if not m.startswith("the deferred")]
+    unknown = [m for m in messages if "is not released up to time" in m]  # S = 1, deferred
+    assert len(unknown) == int((result.reached_ & ~result.released_).any().sum())
+    messages = [m for m in messages if m not in unknown]
     assert len(messages) == int((~released.all()).sum())  # one per group cut short
     for group in released.columns[~released.all().to_numpy()]:
         first = float(released.index[~released[group].to_numpy()][0])
@@ -288,3 +290,47 @@ def test_released_values_are_the_pooled_curve_over_every_site(
                 assert f"{site} at {h:g}" in message
             else:
                 assert f"{site} " not in message
+
+
+def test_a_private_curve_does_not_release_s_one_where_the_noise_can_hide_deaths(tmp_path):
+    """Two sites with 3 deaths each in the first interval: at epsilon 1 the summed noisy
+    deaths clip to 0 there for some seed, and the curve then read 1 with the interval
+    [1, 1] although 6 patients died; now that point is not released, with a privacy
+    utility warning, and the points after the first released death are."""
+    import accounting
+
+    rng = np.random.default_rng(2)
+    frames = {}
+    for site in ("a", "b"):
+        t = np.r_[np.full(3, 0.5), rng.uniform(1.0, 6.0, 300)]
+        frames[site] = pd.DataFrame({"t": t, "e": np.r_[np.ones(3), rng.random(300) < 0.5]})
+    books = {}
+    for site in frames:
+        books[site] = accounting.Ledger(tmp_path / f"{site}.ledger", durability="normal")
+        books[site].set_budget(
+            accounting.Scope(unit="patient", owner=site, study="study"), epsilon=1e6, delta=1e-6
+        )
+    privacy = fedstats.RecordDP(epsilon=1.0, delta=1e-6)
+    for seed in range(200):
+        federation = fedstats.Federation.in_process(frames, ledgers=books, noise_seed=seed)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = fedstats.KaplanMeier("t", "e", grid=[1.0, 3.0, 6.0], privacy=privacy).fit(
+                federation
+            )
+        if result.survival_reaching_sites_.loc[1.0, "all"] == 1.0:
+            break
+    else:
+        pytest.fail("no seed clipped the first interval's noisy deaths to 0")
+    assert result.released_["all"].tolist()[0] is False
+    assert np.isnan(result.survival_function_.loc[1.0, "all"])
+    assert np.isnan(result.confidence_interval_["lower"].loc[1.0, "all"])
+    (message,) = [m for m in result.utility_warnings if "not released up to time 1" in m]
+    assert "privacy noise" in message
+    assert any(
+        issubclass(w.category, fedstats.PrivacyUtilityWarning) and str(w.message) == message
+        for w in caught
+    )
+    later = result.survival_function_["all"].iloc[1:]
+    assert later.notna().all() and (later < 1).all()
+    assert result.to_record()["released"]["all"] == [False, True, True]
