@@ -35,6 +35,7 @@ from fedstats.errors import (
     SiteError,
     SiteUnreachableError,
     StudyConfigurationError,
+    SurvivalHorizonWarning,
     UnknownLevelError,
 )
 
@@ -186,6 +187,7 @@ __all__ = [
     "SiteUnreachableError",
     "StudyConfigurationError",
     "SurvivalHeterogeneity",
+    "SurvivalHorizonWarning",
     "UnknownLevelError",
     "__version__",
     "classification_metrics",

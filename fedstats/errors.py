@@ -65,6 +65,12 @@ class PrivacyUtilityWarning(FedstatsWarning):
     misleading: read its intervals, not its point estimates, or do not use it."""
 
 
+class SurvivalHorizonWarning(FedstatsWarning):
+    """A pooled survival curve is not released from some grid time on: some sites' counts
+    stop earlier, at their safe horizon (the disclosure rule), so a sum there is not the
+    pooled count. The warning names the sites and their horizons."""
+
+
 class SiteError(FedstatsError):
     """An error that a site reports about its own data or a task it refused.
 

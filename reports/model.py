@@ -279,6 +279,9 @@ class CurvePoint:
     """Pooled events (noisy under privacy)."""
     noise_share: float | None = None
     """Share of the variance of ``log(-log S)`` that is privacy noise (private curves)."""
+    released: bool = True
+    """Whether the value is a pooled estimate; ``False``: "not released", because some site's
+    counts stop earlier (:attr:`CurveGroup.stops`)."""
 
     @property
     def noise_dominated(self) -> bool:
@@ -291,8 +294,15 @@ class CurveGroup:
 
     group: str
     median: float | None
-    """First grid time with ``S <= 0.5`` (``None``: not reached on the grid)."""
+    """First grid time with ``S <= 0.5`` (``None``: not reached on the grid, or not where the
+    curve is released)."""
     points: tuple[CurvePoint, ...]
+    not_released_from: float | None = None
+    """The first grid time whose value is not released (``None``: every one is)."""
+    stops: tuple[tuple[str, float | None], ...] = ()
+    """The sites whose counts stop before :attr:`not_released_from`, each with the last grid
+    time its counts reach (``None``: before the first); empty when secure aggregation hides
+    them."""
 
 
 @dataclass(frozen=True)
@@ -317,6 +327,11 @@ class CurveSummary:
     """Patients per site (exact curves; sites release no exact count under privacy)."""
     truncated: dict[str, int] | None = None
     """Patients censored at their site's safe horizon, per site (exact curves)."""
+    horizon_warnings: tuple[str, ...] = ()
+    """Each group whose pooled curve is not released to the grid's end, with the sites and
+    horizons that stop it."""
+    horizons: dict[str, dict[str, float | None]] | None = None
+    """Per site and group, the last grid time its counts reach (``None``: before the first)."""
 
     @property
     def noise_dominated(self) -> bool:

@@ -177,6 +177,22 @@ class CurveRecord(_Record):
     """Per site, whether its noise came from a fixed seed (private curves)."""
     ledger_heads: dict[str, dict[str, int | str]] | None = None
     """Per site, its ledger's entry count and chain head after this release (private curves)."""
+    horizons: dict[str, dict[str, Number | None]] | None = None
+    """Per site and group, the last grid time its counts reach (``None``: before the first;
+    the grid's last time for a site that censored nobody at a horizon); empty for private
+    curves; ``None`` when unknown (secure aggregation with patients censored at horizons, or
+    a record written before horizons were recorded)."""
+    not_released_from: dict[str, Number | None] | None = None
+    """Per group, the first grid time some site's counts do not reach, from which the value is
+    not a pooled estimate (``None``: they all reach the grid's end; the field itself ``None``
+    in a record written before it existed)."""
+    released: dict[str, list[bool]] | None = None
+    """Per group and grid time, whether the value is released as a pooled estimate (not past
+    :attr:`not_released_from`, nor, for a deferred curve, before its first released death);
+    ``None`` in a record written before it existed."""
+    horizon_warnings: list[str] = []
+    """Each group whose pooled curve is not released to the grid's end, naming the sites and
+    horizons that stop it."""
 
     @model_validator(mode="after")
     def _one_value_per_group_and_time(self) -> CurveRecord:
@@ -194,9 +210,52 @@ class CurveRecord(_Record):
             )
         if sorted(self.median) != sorted(self.groups):
             problems.append(f"median holds groups {sorted(self.median)}, expected {self.groups}")
+        problems.extend(self._released_problems())
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _released_problems(self) -> list[str]:
+        """A record says where each group's curve is released, and holds no value elsewhere."""
+        if self.not_released_from is None:
+            return []
+        problems = []
+        if self.released is not None and sorted(self.released) != sorted(self.groups):
+            problems.append(f"released holds groups {sorted(self.released)}")
+        problems.extend(
+            f"released.{group} holds {len(rows)} values for {len(self.grid)} grid times"
+            for group, rows in (self.released or {}).items()
+            if len(rows) != len(self.grid)
+        )
+        if sorted(self.not_released_from) != sorted(self.groups):
+            problems.append(
+                f"not_released_from holds groups {sorted(self.not_released_from)}, expected "
+                f"{self.groups}"
+            )
+        for site, by_group in (self.horizons or {}).items():
+            if sorted(by_group) != sorted(self.groups):
+                problems.append(f"horizons.{site} holds groups {sorted(by_group)}")
+        for group in self.groups:
+            values = self.survival.get(group, [])
+            held = [
+                t
+                for t, v, released in zip(self.grid, values, self.released_at(group), strict=False)
+                if not released and v is not None
+            ]
+            if held:
+                problems.append(
+                    f"survival.{group} holds values at {held[:3]}, where the pooled curve is "
+                    "not released"
+                )
+        return problems
+
+    def released_at(self, group: str) -> list[bool]:
+        """Per grid time, whether the group's value is released as a pooled estimate (all
+        ``True`` in a record written before this was recorded)."""
+        if self.released is not None and group in self.released:
+            return list(self.released[group])
+        first = None if self.not_released_from is None else self.not_released_from.get(group)
+        return [first is None or t < first for t in self.grid]
 
     @property
     def private(self) -> bool:

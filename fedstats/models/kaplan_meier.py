@@ -28,14 +28,18 @@ site ends each group's counts at its own horizon (see
 :mod:`fedstats.site.handlers.survival`); the patients so censored are reported per
 site (``counts.truncated``; a count below the site's threshold ``k`` is
 reported as ``k``, an upper bound), and a grid too fine for the sites' events shows
-as curves ending early.
+as curves ending early. Past one site's horizon the sums lack that site's patients,
+so a pooled value is released only where every site's counts reach
+(:mod:`fedstats.models.survival_horizons`); elsewhere it is NaN, "not released", and
+a :class:`~fedstats.SurvivalHorizonWarning` names the sites and their horizons.
 """
 
 from __future__ import annotations
 
 import itertools
+import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,14 +50,23 @@ import accounting
 from fedstats.contract.design import Level, normalise_level
 from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.tasks.survival import TASK, grid_problem
-from fedstats.errors import StudyConfigurationError
+from fedstats.errors import StudyConfigurationError, SurvivalHorizonWarning
 from fedstats.models.agree import agreed_levels
 from fedstats.models.federation import Federation
 from fedstats.models.plot_text import literal
 from fedstats.models.privacy import RecordDP
 from fedstats.models.privacy.spending import reply_ledger_head
 from fedstats.models.secure_aggregation import SecureAggregation, secure_sum, summed_replies
-from fedstats.models.summary import Summary, render_html, render_summary
+from fedstats.models.summary import Summary, _fmt, render_html, render_summary
+from fedstats.models.survival_horizons import (
+    SECURE,
+    cut_short,
+    cut_short_warnings,
+    describe_stops,
+    horizon_times,
+    released_points,
+    site_reach,
+)
 from fedstats.models.utility import NOISE_DOMINATES, warn
 from studyfiles.fit_records import checked_curve_record
 from studyfiles.json_values import json_number, json_numbers
@@ -99,6 +112,18 @@ class GridCounts:
     ``s * len(groups) + g`` holds group ``g`` of stratum ``s``."""
     weights: str | None = None
     """The column of frequency weights the counts sum, when weighted."""
+    deferred: bool = False
+    """Whether the sites deferred sparse deaths (``sparse_events="defer"``)."""
+    reach: dict[str, np.ndarray] | None = field(default_factory=dict)
+    """Per site, per row of the counts, the last grid index its counts reach
+    (:func:`fedstats.models.survival_horizons.site_reach`, computed from the released counts);
+    empty when no site cuts (private counts); ``None`` when unknown (secure aggregation with
+    patients censored at horizons)."""
+
+    @property
+    def released(self) -> np.ndarray:
+        """``cells x grid``: where every site's counts reach the point, so a sum is pooled."""
+        return released_points(self.reach, self.at_risk.shape)
 
     @property
     def n_strata(self) -> int:
@@ -205,6 +230,7 @@ def grid_counts(
         "strata": strata,
         "strata_levels": tuple(itertools.product(*agreed_strata)) if strata else (),
         "weights": weights,
+        "deferred": sparse_events == "defer" and privacy is None,
     }
     if privacy is not None:
         return _private_counts(federation, args, privacy, analysis, secure, layout)
@@ -212,14 +238,16 @@ def grid_counts(
     if secure is not None:
         total = summed_replies(federation, TASK, args, analysis=analysis, secure=secure)
         rounded = np.rint if weights is None else np.asarray
+        cut = round(total["truncated"])
         return GridCounts(
             grid=grid,
             at_risk=rounded(total["at_risk"]),
             events=rounded(total["events"]),
-            truncated={"all sites": round(total["truncated"])},
-            n_obs={"all sites": round(total["n_obs"])},
+            truncated={SECURE: cut},
+            n_obs={SECURE: round(total["n_obs"])},
             sites=sites,
             secure=True,
+            reach=None if cut else {SECURE: site_reach(total["at_risk"], 0)},
             **layout,
         )
     replies = federation.request(TASK, args, analysis=analysis)
@@ -230,6 +258,7 @@ def grid_counts(
         truncated={s: int(r["truncated"]) for s, r in replies.items()},
         n_obs={s: int(r["n_obs"]) for s, r in replies.items()},
         sites=sites,
+        reach={s: site_reach(r["at_risk"], int(r["truncated"])) for s, r in replies.items()},
         **layout,
     )
 
@@ -356,7 +385,9 @@ class KaplanMeier:
         ``"defer"`` moves those deaths to the next grid point by which ``k``
         have accumulated (:func:`fedstats.site.handlers.survival.deferred_points`),
         which overstates survival a little between the two points but keeps
-        the curve going.
+        the curve going. As each site may then hold up to ``k - 1`` deaths not
+        yet released, ``S = 1`` before the first released death is not
+        released (:func:`unknown_survival_one`).
     privacy:
         :class:`fedstats.RecordDP`: each site releases Gaussian-noised deaths
         and censorings per interval instead (one release, ``epsilon`` and
@@ -428,6 +459,8 @@ class KaplanMeier:
         )
         result = KaplanMeierResults(counts, self.alpha, seed=federation.noise_seed)
         warn(result.utility_warnings, stacklevel=3)  # the caller of fit
+        for message in result.horizon_warnings:
+            warnings.warn(message, SurvivalHorizonWarning, stacklevel=2)
         return result
 
 
@@ -466,6 +499,44 @@ class KaplanMeierResults:
         index = pd.Index(counts.grid, name="time")
         columns = list(counts.groups)
         survival, variance = _kaplan_meier(counts.at_risk, counts.events)
+        self.survival_reaching_sites_ = pd.DataFrame(survival.T, index=index, columns=columns)
+        """NOT the pooled curve: at each grid time, the product of the conditional survivals
+        among the sites whose counts reach that time (a site cut at its horizon drops out of
+        every later factor). Offered for inspection only, labelled as such: where it differs
+        from :attr:`survival_function_` (NaN there), the sites left out may differ from the
+        others, and its values are biased (upwards when the sites about to have a few deaths
+        drop out)."""
+        reached = counts.released
+        self.reached_ = pd.DataFrame(reached.T, index=index, columns=columns)
+        """Per grid time and group, whether every site's counts reach that time
+        (:mod:`fedstats.models.survival_horizons`): up to a time, then not."""
+        undetermined = unknown_survival_one(counts, survival)
+        released = reached & ~undetermined
+        self.released_ = pd.DataFrame(released.T, index=index, columns=columns)
+        """Per grid time and group, whether the value is released as a pooled estimate: every
+        site's counts reach that time, and, with deferred or noisy deaths, at least one death has
+        been released by then (:func:`unknown_survival_one`). Elsewhere :attr:`survival_function_`,
+        its interval and Greenwood's variance are NaN, "not released"."""
+        self.horizons_: dict[str, dict[str, float | None]] | None = (
+            None if counts.reach is None else horizon_times(counts.reach, counts.grid, columns)
+        )
+        """Per site and group, the last grid time its counts reach (``None``: they stop before
+        the first); the grid's last time for a site that censored no patient at a horizon.
+        Computed from the released counts (a function of them, so it releases nothing new).
+        Empty for private counts (no horizon); ``None`` under secure aggregation with patients
+        censored at horizons (the sums hide where each site stops)."""
+        self.horizon_warnings: list[str] = cut_short_warnings(
+            counts.reach, counts.grid, [str(c) for c in columns],
+            truncated=sum(counts.truncated.values()),
+        )  # fmt: skip
+        unknown_ones = unknown_one_warnings(counts, undetermined & reached, columns)
+        if counts.noise_variance is None:
+            self.horizon_warnings += unknown_ones
+        """Each group whose pooled curve is not released to the grid's end, with the sites and
+        horizons that stop it, and each group whose deferred curve is not released before its
+        first released death (:class:`~fedstats.SurvivalHorizonWarning`)."""
+        survival = np.where(released, survival, np.nan)
+        variance = np.where(released, variance, np.nan)
         self.survival_function_ = pd.DataFrame(survival.T, index=index, columns=columns)
         self.greenwood_ = pd.DataFrame(variance.T, index=index, columns=columns)
         z = stats.norm.ppf(1 - alpha / 2)
@@ -491,6 +562,7 @@ class KaplanMeierResults:
             self.utility_warnings = [
                 *_dominated_curves_warnings(self.noise_share_),
                 *empty_groups_warnings(counts),
+                *unknown_ones,
             ]
         lower, upper = _loglog_bounds(survival, spread)
         self.confidence_interval_ = {
@@ -514,12 +586,14 @@ class KaplanMeierResults:
 
     @property
     def median_survival_time_(self) -> pd.Series:
-        """First grid time with ``S <= 0.5`` per group (``inf`` if never reached)."""
+        """First grid time with ``S <= 0.5`` per group: ``inf`` if the curve, released to the
+        grid's end, never reaches it; NaN if it does not before it is no longer released."""
         out = {}
         for group in self.survival_function_.columns:
             curve = self.survival_function_[group]
             below = curve.index[curve <= 0.5]
-            out[group] = float(below[0]) if len(below) else np.inf
+            whole = bool(self.reached_[group].all())
+            out[group] = float(below[0]) if len(below) else (np.inf if whole else np.nan)
         return pd.Series(out, name="median")
 
     @property
@@ -534,9 +608,14 @@ class KaplanMeierResults:
         ``greenwood`` (``Var log S``) -- ``None`` where nobody is left at risk --
         and the pooled ``at_risk`` and ``events`` (noisy under privacy);
         ``median`` per group (the first grid time with ``S <= 0.5``, ``None`` if
-        never reached); ``n_obs`` and ``truncated`` per site (empty under
-        privacy); ``interval_method``, ``noise_share`` (per group and time,
-        ``None`` for an exact fit) and ``utility_warnings``. Privacy facts,
+        never reached or not released); ``n_obs`` and ``truncated`` per site (empty under
+        privacy); ``horizons`` per site and group (the last grid time its counts reach,
+        ``None`` before the first; ``None`` as a whole when secure aggregation hides them),
+        ``not_released_from`` per group (the first grid time some site's counts do not reach,
+        ``None`` if they all reach the end), ``released`` per group and time (whether the
+        value is released as a pooled estimate) and ``horizon_warnings``; ``interval_method``,
+        ``noise_share`` (per group and time, ``None`` for an exact fit) and
+        ``utility_warnings``. Privacy facts,
         ``None`` for an exact fit: ``noise_multiplier``, ``noise_sd_per_count``
         (the standard deviation of the noise in each summed count) and
         ``epsilon_spent`` (each site's cumulative epsilon for the study after
@@ -570,6 +649,18 @@ class KaplanMeierResults:
             "median": {str(g): json_number(m) for g, m in self.median_survival_time_.items()},
             "n_obs": {site: int(n) for site, n in counts.n_obs.items()},
             "truncated": {site: int(n) for site, n in counts.truncated.items()},
+            "horizons": None
+            if self.horizons_ is None
+            else {
+                site: {str(g): json_number(h) for g, h in by_site.items()}
+                for site, by_site in self.horizons_.items()
+            },
+            "not_released_from": {
+                str(g): None if reached.all() else json_number(float(reached.idxmin()))
+                for g, reached in self.reached_.items()
+            },
+            "released": {str(g): [bool(r) for r in rows] for g, rows in self.released_.items()},
+            "horizon_warnings": list(self.horizon_warnings),
             "interval_method": self.interval_method,
             "noise_share": None if self.noise_share_ is None else by_group(self.noise_share_),
             "utility_warnings": list(self.utility_warnings),
@@ -603,7 +694,7 @@ class KaplanMeierResults:
 
     def _notes(self) -> list[str]:
         counts = self.counts
-        warned = [f"WARNING: {w}" for w in self.utility_warnings]
+        warned = [f"WARNING: {w}" for w in (*self.horizon_warnings, *self.utility_warnings)]
         method = f"intervals: {self.interval_method}"
         secure = (
             [
@@ -629,6 +720,7 @@ class KaplanMeierResults:
             else []
         )
         return [
+            *warned,
             *weighted,
             *secure,
             *(
@@ -643,13 +735,21 @@ class KaplanMeierResults:
         ]
 
     def _table(self) -> pd.DataFrame:
+        """Per group: S(t), lower, upper (and the noise share); "not released" where the value
+        is not a pooled estimate (:attr:`released_`)."""
         columns = {}
         for group in self.survival_function_.columns:
+            released = self.released_[group]
             columns[(group, "S(t)")] = self.survival_function_[group]
             columns[(group, "lower")] = self.confidence_interval_["lower"][group]
             columns[(group, "upper")] = self.confidence_interval_["upper"][group]
             if self.noise_share_ is not None:
                 columns[(group, "noise share")] = self.noise_share_[group]
+            if not released.all():
+                for name in ("S(t)", "lower", "upper"):
+                    columns[(group, name)] = (
+                        columns[(group, name)].map(_fmt).where(released, "not released")
+                    )
         return pd.DataFrame(columns)
 
     def summary(self) -> Summary:
@@ -660,14 +760,80 @@ class KaplanMeierResults:
         return render_html("Federated Kaplan-Meier", self._info(), self._table(), self._notes())
 
     def plot(self, ax=None):
-        """Step curves with their confidence bands, by group; returns the figure."""
-        return step_curves(
+        """Step curves with their confidence bands, by group, drawn only where released; a
+        curve not released to the grid's end is marked there and the figure's caption names
+        the sites and horizons that stop it. Returns the figure."""
+        figure = step_curves(
             self.survival_function_, self.confidence_interval_, start=1.0, label="survival", ax=ax
         )
+        captions = self._cut_short_captions()
+        if captions:
+            axes = figure.axes[0] if ax is None else ax
+            first = min(first for first, _ in self._cut_short().values())
+            start = max([0.0, *(t for t in self.grid if t < first)])
+            axes.axvspan(start, float(self.grid[-1]), color="grey", alpha=0.1, linewidth=0)
+            axes.set_title(literal("\n".join(captions)), fontsize="small", loc="left")
+        return figure
+
+    def _cut_short(self) -> dict[str, tuple[float, list[tuple[str, float | None]]]]:
+        reach = self.counts.reach
+        if reach is None:
+            return {str(g): (float(self.grid[0]), []) for g in self.counts.groups}
+        return cut_short(reach, self.grid, [str(g) for g in self.counts.groups])
+
+    def _cut_short_captions(self) -> list[str]:
+        """Per group not released to the grid's end: from where, and whose counts stop."""
+        captions = []
+        for group, (first, stops) in self._cut_short().items():
+            whose = (
+                f": counts of {describe_stops(stops, self.grid)} stop earlier"
+                if stops
+                else ": secure aggregation hides where the sites' counts stop"
+            )
+            captions.append(f"group {group} not released from {first:g}{whose}")
+        return captions
 
     def __repr__(self) -> str:
         groups = ", ".join(map(str, self.counts.groups))
         return f"<KaplanMeierResults: {len(self.grid)} grid points, groups {groups}>"
+
+
+def unknown_survival_one(counts: GridCounts, survival: np.ndarray) -> np.ndarray:
+    """``cells x grid``: where the curve's ``S = 1`` is not known (always ``False`` for
+    exact counts without deferral).
+
+    Where no death has been released yet the curve reads ``S = 1`` with the
+    zero-width interval ``[1, 1]``, a claim that nobody died. Two releases
+    cannot back it: with ``sparse_events="defer"`` a site holds back the deaths
+    of an interval with fewer than ``k`` of them until ``k`` have accumulated,
+    so each site may hold up to ``k - 1`` deaths not yet released; under
+    record-level privacy the noisy deaths, clipped at 0, can hide a few. Those
+    points are not released. From the first released death on the curve is
+    released (a deferred curve as the Kaplan–Meier estimate of the deferred
+    times, which can overstate survival by the deaths still held back, see
+    :class:`KaplanMeier`). Post-processing of the released counts: nothing here
+    depends on what a site held back."""
+    if not counts.deferred and counts.noise_variance is None:
+        return np.zeros(survival.shape, dtype=bool)
+    return survival == 1.0
+
+
+def unknown_one_warnings(
+    counts: GridCounts, unknown: np.ndarray, groups: Sequence[Any]
+) -> list[str]:
+    """One warning per group whose curve is not released before its first released death."""
+    why = (
+        "the privacy noise (clipped at 0) can hide a few deaths"
+        if counts.noise_variance is not None
+        else "under sparse_events='defer' each site may hold up to k - 1 deaths not yet released"
+    )
+    return [
+        f"the survival curve of group {group} is not released up to time "
+        f"{counts.grid[np.flatnonzero(rows)[-1]]:g}: no death was released by then, but {why}, "
+        "so S = 1 there is not known"
+        for group, rows in zip(groups, unknown, strict=True)
+        if rows.any()
+    ]
 
 
 def _kaplan_meier(at_risk: np.ndarray, events: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

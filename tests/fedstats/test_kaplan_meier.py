@@ -148,10 +148,21 @@ def test_default_threshold_no_released_count_below_k(width):
         assert sum(result.counts.truncated.values()) == sum(len(f) for f in frames.values())
         return
     assert reached.sum() >= 10  # about 1000 of the 1500 days
+    # The curve over the sites reaching each time is lifelines on the horizon-censored data...
     pooled = pd.concat(pieces, ignore_index=True)
     survival, _ = lifelines_curve(pooled.t, pooled.e, grid)
+    partial = result.survival_reaching_sites_["all"].to_numpy()
+    assert np.max(np.abs(partial[reached] - survival[reached])) < 1e-8
+    # ...but the pooled curve is released only up to the earliest site's horizon, where it is
+    # lifelines on all the (coarsened) data; past it, "not released".
+    reach = min(np.flatnonzero(c["at_risk"][0] > 0)[-1] for c in released)
+    every = pd.concat(frames.values(), ignore_index=True)
+    coarse = grid[np.minimum(np.searchsorted(grid, every.days, side="left"), len(grid) - 1)]
+    truth, _ = lifelines_curve(coarse, every.died & (every.days <= grid[-1]), grid)
     got = result.survival_function_["all"].to_numpy()
-    assert np.max(np.abs(got[reached] - survival[reached])) < 1e-8
+    assert result.released_["all"].tolist() == [j <= reach for j in range(len(grid))]
+    assert np.max(np.abs(got[: reach + 1] - truth[: reach + 1])) < 1e-8
+    assert np.isnan(got[reach + 1 :]).all() and reach + 1 < reached.sum()
 
 
 def test_a_site_with_too_few_events_releases_no_curve():
@@ -386,17 +397,25 @@ def test_deferred_sparse_events_equal_lifelines_on_the_released_data():
         counts = reply["result"]
         assert ((counts["events"] == 0) | (counts["events"] >= k)).all()
         assert ((counts["at_risk"] == 0) | (counts["at_risk"] >= k)).all()
-    pieces = []
+    pieces, lasts = [], []
     for frame in frames.values():
         rows, last = deferred_frame(frame, grid, k)
+        lasts.append(last)
         pieces.append(rows.assign(e=rows["e"] & (rows["t"] <= grid[last]),
                                   t=np.minimum(rows["t"], grid[last])))  # fmt: skip
     released = pd.concat(pieces, ignore_index=True)
     survival, _ = lifelines_curve(released["t"], released["e"], grid)
     reached = deferred.event_table[("all", "at_risk")].to_numpy() > 0
+    # the curve over the sites reaching each time: lifelines on the released data
+    partial = deferred.survival_reaching_sites_["all"].to_numpy()
+    assert np.max(np.abs(partial[reached] - survival[reached])) < 1e-12
+    # the pooled curve: released up to the earlier site's horizon only
+    pooled = deferred.released_["all"].to_numpy()
+    assert pooled.tolist() == [j <= min(lasts) for j in range(len(grid))]
     got = deferred.survival_function_["all"].to_numpy()
-    assert np.max(np.abs(got[reached] - survival[reached])) < 1e-12
-    assert reached.sum() > ended.survival_function_["all"].notna().sum()  # a longer curve
+    assert np.max(np.abs(got[pooled] - survival[pooled])) < 1e-12
+    assert np.isnan(got[~pooled]).all()
+    assert pooled.sum() > ended.released_["all"].sum()  # a longer curve
 
 
 def test_secure_aggregation_gives_the_same_curves_and_test(rossi):

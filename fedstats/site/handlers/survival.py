@@ -25,7 +25,9 @@ Kaplan–Meier estimate. The horizon is decided by the counts of the interval
 after it, so it is not a stopping time of the site's counting process
 (Andersen, Borgan, Gill & Keiding, 1993, IV.3): a pooled curve past one
 site's horizon lacks that site's patients, and as sites with a few events in
-the next interval drop out, it can be biased upwards. A grid too fine for
+the next interval drop out, it can be biased upwards; so the coordinator
+releases no pooled value past any site's horizon, which it reads off these
+counts (:mod:`fedstats.models.survival_horizons`). A grid too fine for
 the site's events ends its curves early, which the analyst sees in the
 truncation counts and cures with a coarser grid.
 
