@@ -72,6 +72,12 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def _own_analysis(result: object) -> list[str]:
+    """The analysis a fitted result names itself (a Kaplan–Meier fit's ``analysis``)."""
+    label = getattr(result, "analysis", None)
+    return [label] if isinstance(label, str) else []
+
+
 def _labels(analyses: Sequence[str]) -> list[str]:
     """Analysis labels as recorded: strings, in order, each once."""
     if isinstance(analyses, str):
@@ -203,7 +209,7 @@ class StudyRecorder:
         a record already made (:class:`studyfiles.fit_records.CurveRecord`), checked before
         it is written. Curves keep the order in which they are first recorded. ``analyses``
         are the message-inventory labels whose answers made them
-        (``Federation.analyses_started``).
+        (``Federation.analyses_started``); by default a fitted result's own ``analysis``.
         """
         name = checked_name("curve", name)
         record = {
@@ -212,7 +218,7 @@ class StudyRecorder:
             "result": checked_curve_record(
                 result if isinstance(result, Mapping) else result.to_record()
             ),
-            "analyses": _labels(analyses),
+            "analyses": _labels(analyses or _own_analysis(result)),
         }
         path = _write_json(self.layout.curves / f"{name}.json", record)
         if name not in self._curves:

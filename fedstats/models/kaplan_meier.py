@@ -403,6 +403,9 @@ class KaplanMeier:
         Sites check the column (:mod:`fedstats.site.handlers.survival_cells`):
         every released sum stands for at least ``k`` rows of positive weight,
         none dominating it. Exact fits only.
+    strata:
+        The same as ``group`` (one curve per level), under the name R's
+        ``survfit(Surv(time, event) ~ arm)`` gives the curves.
     """
 
     def __init__(
@@ -419,9 +422,16 @@ class KaplanMeier:
         privacy: RecordDP | None = None,
         sparse_events: str = "end",
         weights: str | None = None,
+        strata: str | None = None,
     ) -> None:
-        if privacy is not None and not isinstance(privacy, RecordDP):
-            raise StudyConfigurationError("privacy must be a fedstats.RecordDP")
+        if strata is not None:  # R's survfit(Surv(time, event) ~ arm) calls the groups strata
+            if group is not None and group != strata:
+                raise StudyConfigurationError(
+                    f"group= and strata= name the same thing (one curve per level); got "
+                    f"group={group!r} and strata={strata!r}"
+                )
+            group = strata
+        _check_privacy(privacy)
         if weights is not None and not (isinstance(weights, str) and weights):
             raise StudyConfigurationError("weights= names a column of frequency weights")
         if not 0 < alpha < 1:
@@ -435,15 +445,29 @@ class KaplanMeier:
         self.weights = weights
 
     def fit(
-        self, federation: Federation, secure_aggregation: SecureAggregation | None = None
+        self,
+        federation: Federation,
+        secure_aggregation: SecureAggregation | None = None,
+        *,
+        privacy: RecordDP | None = None,
     ) -> KaplanMeierResults:
         """Pool the sites' counts on the grid (by secure aggregation when it is given).
 
+        ``privacy`` may be given here, as every other model takes it (``fit(fed,
+        privacy=fedstats.RecordDP(...))``), or to the constructor; not both.
         Under privacy, the bootstrap of the noise is seeded by the federation's
         ``noise_seed`` (OS entropy unless one was fixed), and each of the
         result's :attr:`~KaplanMeierResults.utility_warnings` is raised as a
-        :class:`~fedstats.PrivacyUtilityWarning`.
+        :class:`~fedstats.PrivacyUtilityWarning`. The result names its analysis
+        (``analysis``, the label of its messages in the inventory).
         """
+        _check_privacy(privacy)
+        if privacy is not None and self.privacy is not None and privacy is not self.privacy:
+            raise StudyConfigurationError(
+                "privacy is given to KaplanMeier(...) and to fit(...): give it once"
+            )
+        privacy = privacy if privacy is not None else self.privacy
+        analysis = federation.new_analysis("kaplan_meier")
         counts = grid_counts(
             federation,
             time=self.time,
@@ -451,17 +475,25 @@ class KaplanMeier:
             group=self.group,
             levels=self.levels,
             grid=self.grid,
-            analysis=federation.new_analysis("kaplan_meier"),
-            privacy=self.privacy,
+            analysis=analysis,
+            privacy=privacy,
             sparse_events=self.sparse_events,
             secure=secure_aggregation,
             weights=self.weights,
         )
         result = KaplanMeierResults(counts, self.alpha, seed=federation.noise_seed)
+        result.analysis = analysis
         warn(result.utility_warnings, stacklevel=3)  # the caller of fit
         for message in result.horizon_warnings:
             warnings.warn(message, SurvivalHorizonWarning, stacklevel=2)
         return result
+
+
+def _check_privacy(privacy: object) -> None:
+    if privacy is not None and not isinstance(privacy, RecordDP):
+        raise StudyConfigurationError(
+            "a Kaplan–Meier curve's privacy is record-level: fedstats.RecordDP(epsilon=...)"
+        )
 
 
 GREENWOOD_LOGLOG = "exponential Greenwood (log-log), Kalbfleisch & Prentice 2002"
@@ -496,6 +528,9 @@ class KaplanMeierResults:
     ) -> None:
         self.counts = counts
         self.alpha = alpha
+        self.analysis: str | None = None
+        """The label of the fit's messages in the message inventory (``None`` for curves made
+        from counts directly); a study records it with the curves."""
         index = pd.Index(counts.grid, name="time")
         columns = list(counts.groups)
         survival, variance = _kaplan_meier(counts.at_risk, counts.events)
