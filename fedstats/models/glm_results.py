@@ -17,8 +17,13 @@ import numpy as np
 import pandas as pd
 from scipy.special import expit
 
-from fedstats.errors import StudyConfigurationError
-from fedstats.models.results import LikelihoodResults, _count, _series_record, _statistic
+from fedstats.models.results import (
+    LikelihoodResults,
+    MeanPredictions,
+    _count,
+    _series_record,
+    _statistic,
+)
 
 FAMILY_TITLES = {
     "binomial": "binomial, logit link",
@@ -27,7 +32,7 @@ FAMILY_TITLES = {
 }
 
 
-class GLMResults(LikelihoodResults):
+class GLMResults(MeanPredictions, LikelihoodResults):
     """Results of :class:`fedstats.GLM`.
 
     Beyond :class:`~fedstats.models.results.LikelihoodResults`: ``family``,
@@ -66,23 +71,9 @@ class GLMResults(LikelihoodResults):
         """The weight total: rows, or patients the frequency weights stand for."""
         return self._nobs
 
-    def predict(
-        self, exog: pd.DataFrame, *, which: str = "mean", site: str | None = None
-    ) -> pd.Series:
-        """The fitted mean ``g^-1(x'beta + offset)`` (``which="mean"``; ``offset`` is the
-        design's offset column plus the log of its exposure column) or the linear predictor
-        ``x'beta + offset`` (``which="linear"``) for each row of ``exog``, as statsmodels'
-        ``GLMResults.predict``; NaN where a covariate is missing."""
-        linear, offset = self._linear_predictor(self.design, exog, site)
-        if offset is not None:
-            linear = linear + offset
-        if which == "linear":
-            return linear
-        if which != "mean":
-            raise StudyConfigurationError(f"which must be 'mean' or 'linear', got {which!r}")
-        eta = linear.to_numpy()
-        mean = {"binomial": expit, "poisson": np.exp, "gaussian": lambda v: v}[self.family](eta)
-        return pd.Series(mean, index=exog.index, name="predicted")
+    def _mean(self, linear: np.ndarray) -> np.ndarray:
+        """The inverse link of the family: expit (binomial), exp (Poisson), identity."""
+        return {"binomial": expit, "poisson": np.exp, "gaussian": lambda v: v}[self.family](linear)
 
     @property
     def model_name(self) -> str:  # type: ignore[override]

@@ -380,7 +380,38 @@ class LikelihoodResults:
         return f"<{type(self).__name__}: {self.n_params} parameters, {self.n_obs} patients>"
 
 
-class LogisticRegressionResults(LikelihoodResults):
+class MeanPredictions:
+    """``predict`` of a model with a link: statsmodels' ``predict(exog, which=...)``."""
+
+    design: dict[str, Any] | None
+
+    def _mean(self, linear: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def predict(
+        self, exog: pd.DataFrame, *, which: str = "mean", site: str | None = None
+    ) -> pd.Series:
+        """The fitted mean ``g^-1(x'beta + offset)`` (``which="mean"``: a probability for a
+        logistic fit, a rate times exposure for Poisson) or the linear predictor ``x'beta +
+        offset`` (``which="linear"``) for each row of ``exog``, a frame with the formula's
+        columns, as statsmodels' ``predict``. ``offset`` is the design's offset column plus
+        the log of its exposure column.
+
+        The design is the one the sites agreed on (levels, columns); a row with a missing
+        covariate gets NaN, a level the fit never saw is refused naming it. ``site`` names
+        whose intercept applies to a fit with one intercept per site.
+        """
+        linear, offset = self._linear_predictor(self.design, exog, site)  # type: ignore[attr-defined]
+        if offset is not None:
+            linear = linear + offset
+        if which == "linear":
+            return linear
+        if which != "mean":
+            raise StudyConfigurationError(f"which must be 'mean' or 'linear', got {which!r}")
+        return pd.Series(self._mean(linear.to_numpy()), index=exog.index, name="predicted")
+
+
+class LogisticRegressionResults(MeanPredictions, LikelihoodResults):
     """Results of :class:`fedstats.LogisticRegression`."""
 
     model_name = "Federated logistic regression"
@@ -401,25 +432,9 @@ class LogisticRegressionResults(LikelihoodResults):
     def _record_fields(self) -> dict[str, Any]:
         return {"n_events": _series_record(self.n_events_by_site)}
 
-    def predict(
-        self, exog: pd.DataFrame, *, which: str = "mean", site: str | None = None
-    ) -> pd.Series:
-        """Predicted probabilities (``which="mean"``: ``1 / (1 + exp(-x'beta))``) or the linear
-        predictor (``which="linear"``: ``x'beta``, plus the design's offset column) for each row
-        of ``exog``, a frame with the formula's columns, as statsmodels' ``predict`` does.
-
-        The design is the one the sites agreed on (levels, columns); a row with a missing
-        covariate gets NaN, a level the fit never saw is refused naming it. ``site`` names
-        whose intercept applies to a fit with one intercept per site.
-        """
-        linear, offset = self._linear_predictor(self.design, exog, site)
-        if offset is not None:
-            linear = linear + offset
-        if which == "linear":
-            return linear
-        if which != "mean":
-            raise StudyConfigurationError(f"which must be 'mean' or 'linear', got {which!r}")
-        return pd.Series(expit(linear.to_numpy()), index=exog.index, name="predicted")
+    def _mean(self, linear: np.ndarray) -> np.ndarray:
+        """The logistic function: a probability from the linear predictor."""
+        return expit(linear)
 
     @property
     def deviance(self) -> float:
