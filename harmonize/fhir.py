@@ -5,23 +5,37 @@
 line by line). Every input record -- a Bundle entry or an NDJSON line -- is
 counted in ``read_counts`` and then becomes exactly one of:
 
-* rows of ``persons`` (Patient) or ``events`` (Encounter, Condition,
-  Observation, MedicationRequest, Procedure), all carrying the record's
-  ``record_ref``, ``"<file name>:<location>"``; the mapping is described in
-  :mod:`harmonize.fhir_mapping`;
+* rows of ``persons`` (Patient, and a Patient contained in the record that
+  its subject names) or ``events`` (Encounter, Condition, Observation,
+  MedicationRequest, Procedure), all carrying the record's ``record_ref``,
+  ``"<file name>:<location>"``; the mapping is described in
+  :mod:`harmonize.fhir_mapping`. A subject ``urn:uuid:...`` or an absolute
+  URL names the Patient of the Bundle entry with that ``fullUrl`` (indexed
+  by the first pass), whose person id is its ``id``, or its ``fullUrl``
+  when it has none (a Patient POSTed in a transaction);
 * an ``excluded_at_read`` count: a resource type the study does not use
   (``resource type not used by the spec``), a status saying the event did
   not happen (``status entered-in-error``, ``status cancelled``,
-  ``status not-done``, ``status refuted``), or the lines of a Bulk Data
-  export log (``log.ndjson``: record type ``BulkDataExportLog``);
+  ``status not-done``, ``status refuted``), the lines of a Bulk Data
+  export log (``log.ndjson``: record type ``BulkDataExportLog``), a batch
+  or transaction entry holding only a request (``not data: a DELETE
+  request``, record type ``Bundle.entry.request``) or only a response, or
+  a record whose codes are in no concept set of the study (``concepts``)
+  and that could not be mapped (:data:`~harmonize.records.OUTSIDE_CONCEPTS`);
 * one ``rejected`` row naming the file, the location (``line N``, counted
-  from 1, or ``entry N``, the index in ``Bundle.entry`` counted from 0), the
-  resource type and id, the field and the reason: malformed JSON, a resource
+  from 1, or ``entry N``, the index in ``Bundle.entry`` counted from 0;
+  ``entry 3/entry 5`` in a Bundle inside a Bundle), the resource type and
+  id, the field, the reason and its detail: malformed JSON, a resource
   ``fhir.resources`` does not validate as FHIR R4, a duplicated id, no
-  Patient subject, a missing, partial or future date, a Patient without
-  birth date or deceased without a date, a quantity without a unit, a
-  medication without a code, or a ``medicationReference`` that resolves to
-  no coded Medication (the reason names the reference, the file and line).
+  Patient subject, a missing, partial or future date, a quantity without a
+  unit, a medication without a code, or a ``medicationReference`` that
+  resolves to no coded Medication (the detail names the reference, the
+  file and line). The reason names the kind of problem only, so that
+  records with the same problem share it.
+
+A Bundle whose entries are Bundles is walked, up to
+:data:`~harmonize.fhir_medications.MAX_BUNDLE_DEPTH` levels; its entries are
+the records, not the inner Bundles.
 
 So ``read = represented + excluded_at_read + rejected`` holds per file.
 

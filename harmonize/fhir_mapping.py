@@ -18,8 +18,9 @@ One function per step, each either returning what the next step needs or a
    =================  ============  ==============================================
    resource           table/domain  date, codes and value
    =================  ============  ==============================================
-   Patient            persons       ``birthDate``; sex from ``gender``; death date
-                                    from ``deceasedDateTime``
+   Patient            persons       ``birthDate`` (or NULL); sex from ``gender``;
+                                    death date from ``deceasedDateTime``;
+                                    ``deceased`` also from ``deceasedBoolean``
    Encounter          visit         ``period.start``; first coding of ``type``
    Condition          condition     ``onsetDateTime`` (or ``onsetPeriod.start``,
                                     then ``recordedDate``); one row per coding
@@ -31,11 +32,28 @@ One function per step, each either returning what the next step needs or a
                                     component's ``valueQuantity``
    MedicationRequest  medication    ``authoredOn``; codings of
                                     ``medicationCodeableConcept``, or of the
-                                    ``code`` of the Medication that
-                                    ``medicationReference`` points to
+                                    ``code`` and the ingredients'
+                                    ``itemCodeableConcept`` of the Medication
+                                    that ``medicationReference`` points to
    Procedure          procedure     ``performedDateTime`` (or
                                     ``performedPeriod.start``)
    =================  ============  ==============================================
+
+The ``subject`` of an event names its Patient: ``Patient/<id>`` (relative
+or absolute, with or without ``_history``), a Bundle entry's ``urn:uuid:``
+or absolute fullUrl (the reader replaces the person id by that entry's
+Patient's, see :class:`Rows`), or ``#<id>``, a Patient contained in the
+resource, which becomes a person of its own (``<Type>/<id>#<id>``) whose
+persons row the record carries. A Patient without ``birthDate`` or with
+``deceasedBoolean: true`` and no date is valid FHIR: its row says so
+(birth date NULL, ``deceased`` true) and the frame builder excludes it from
+the cohort with a named reason.
+
+Every rejection has a reason naming the kind of problem and a detail with
+what differs from record to record (the value, the reference).
+:func:`scope_of` reads, from the record's JSON alone, the codes by which it
+could match the study's concept sets, so that the reader can count a record
+outside them as unused instead of rejecting it.
 
 A ``medicationReference`` to a contained Medication (``#med1``) is resolved
 here, from the resource itself. Any other reference (``Medication/abc``, an

@@ -1,4 +1,4 @@
-"""The first pass over a FHIR export: record counts per file and an index of Medication codes.
+"""The first pass over a FHIR export: record counts, Medication codes and Patient fullUrls.
 
 A MedicationRequest usually names its drug by reference (FHIR R4
 ``MedicationRequest.medication[x]``, section 3.3.1): to a Medication
@@ -20,6 +20,11 @@ are validated with the same ``fhir.resources`` models as every other
 record; one that is not valid FHIR, has no code, or shares its reference
 with a Medication of other codes makes the requests naming it unresolvable,
 with a reason that says so.
+
+The same pass indexes the ``fullUrl`` of every Patient entry of a Bundle
+(:class:`PatientIndex`), so that a subject ``urn:uuid:...`` names its
+Patient wherever the entry is, and walks Bundles inside Bundles
+(:func:`bundle_entries`) as the reader will.
 """
 
 from __future__ import annotations
