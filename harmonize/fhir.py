@@ -5,23 +5,37 @@
 line by line). Every input record -- a Bundle entry or an NDJSON line -- is
 counted in ``read_counts`` and then becomes exactly one of:
 
-* rows of ``persons`` (Patient) or ``events`` (Encounter, Condition,
-  Observation, MedicationRequest, Procedure), all carrying the record's
-  ``record_ref``, ``"<file name>:<location>"``; the mapping is described in
-  :mod:`harmonize.fhir_mapping`;
+* rows of ``persons`` (Patient, and a Patient contained in the record that
+  its subject names) or ``events`` (Encounter, Condition, Observation,
+  MedicationRequest, Procedure), all carrying the record's ``record_ref``,
+  ``"<file name>:<location>"``; the mapping is described in
+  :mod:`harmonize.fhir_mapping`. A subject ``urn:uuid:...`` or an absolute
+  URL names the Patient of the Bundle entry with that ``fullUrl`` (indexed
+  by the first pass), whose person id is its ``id``, or its ``fullUrl``
+  when it has none (a Patient POSTed in a transaction);
 * an ``excluded_at_read`` count: a resource type the study does not use
   (``resource type not used by the spec``), a status saying the event did
   not happen (``status entered-in-error``, ``status cancelled``,
-  ``status not-done``, ``status refuted``), or the lines of a Bulk Data
-  export log (``log.ndjson``: record type ``BulkDataExportLog``);
+  ``status not-done``, ``status refuted``), the lines of a Bulk Data
+  export log (``log.ndjson``: record type ``BulkDataExportLog``), a batch
+  or transaction entry holding only a request (``not data: a DELETE
+  request``, record type ``Bundle.entry.request``) or only a response, or
+  a record whose codes are in no concept set of the study (``concepts``)
+  and that could not be mapped (:data:`~harmonize.records.OUTSIDE_CONCEPTS`);
 * one ``rejected`` row naming the file, the location (``line N``, counted
-  from 1, or ``entry N``, the index in ``Bundle.entry`` counted from 0), the
-  resource type and id, the field and the reason: malformed JSON, a resource
+  from 1, or ``entry N``, the index in ``Bundle.entry`` counted from 0;
+  ``entry 3/entry 5`` in a Bundle inside a Bundle), the resource type and
+  id, the field, the reason and its detail: malformed JSON, a resource
   ``fhir.resources`` does not validate as FHIR R4, a duplicated id, no
-  Patient subject, a missing, partial or future date, a Patient without
-  birth date or deceased without a date, a quantity without a unit, a
-  medication without a code, or a ``medicationReference`` that resolves to
-  no coded Medication (the reason names the reference, the file and line).
+  Patient subject, a missing, partial or future date, a quantity without a
+  unit, a medication without a code, or a ``medicationReference`` that
+  resolves to no coded Medication (the detail names the reference, the
+  file and line). The reason names the kind of problem only, so that
+  records with the same problem share it.
+
+A Bundle whose entries are Bundles is walked, up to
+:data:`~harmonize.fhir_medications.MAX_BUNDLE_DEPTH` levels; its entries are
+the records, not the inner Bundles.
 
 So ``read = represented + excluded_at_read + rejected`` holds per file.
 
@@ -73,26 +87,38 @@ from harmonize.fhir_mapping import (
     MEDICATION,
     PERSON_COLUMNS,
     USED_TYPES,
+    Coding,
     Exclusion,
     MedicationReference,
     Rejection,
     Rows,
+    Scope,
     clip,
+    scope_of,
     status_exclusion,
     to_rows,
     validate,
 )
-from harmonize.fhir_medications import MedicationIndex, load_json_document, survey
+from harmonize.fhir_medications import (
+    MedicationIndex,
+    PatientIndex,
+    bundle_entries,
+    load_json_document,
+    survey,
+)
 from harmonize.progress import Progress, ProgressCounter
-from harmonize.records import RecordStore
+from harmonize.records import OUTSIDE_CONCEPTS, RecordStore
 
-__all__ = ["NOT_READ", "NOT_USED", "read_fhir"]
+__all__ = ["NOT_READ", "NOT_USED", "REQUEST_ONLY", "read_fhir"]
 
 NOT_USED = "resource type not used by the spec"
 EXPORT_LOG = "BulkDataExportLog"
 EXPORT_LOG_REASON = "not a FHIR resource: Bulk Data export log"
 NOT_READ = "not read: the run stopped at an earlier file (max_rejected_share)"
-_REJECTED_COLUMNS = ["source", "location", "record_type", "record_id", "field", "reason"]
+REQUEST_ONLY = "Bundle.entry.request"
+"""The record type of a batch or transaction entry that carries a request and no resource."""
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH"})
+_REJECTED_COLUMNS = ["source", "location", "record_type", "record_id", "field", "reason", "detail"]
 _COLUMNS = {"persons": PERSON_COLUMNS, "events": EVENT_COLUMNS, "rejected": _REJECTED_COLUMNS}
 _SUFFIXES = (".json", ".ndjson")
 _FIRST_REASONS = 3
@@ -113,6 +139,7 @@ def read_fhir(
     batch_size: int = 50_000,
     workers: int | None = None,
     progress: Progress | None = None,
+    concepts: Iterable[Coding] | None = None,
 ) -> None:
     """Read FHIR R4 Bundles and NDJSON files into ``store``, accounting for every record.
 
@@ -142,6 +169,13 @@ def read_fhir(
     progress
         Called as ``progress(done, total)`` with the records processed so far
         and the total counted by the first pass (see :mod:`harmonize.progress`).
+    concepts
+        The ``(system, code)`` pairs of the study's concept sets. A
+        Condition, Observation, MedicationRequest, Procedure or Medication
+        none of whose codes is among them is not used by the study: when it
+        could not be mapped (a missing date, say) it is excluded at read as
+        :data:`~harmonize.records.OUTSIDE_CONCEPTS`, never rejected, so it
+        never stops the run. ``None``: every record is checked.
 
     Raises
     ------
@@ -164,13 +198,17 @@ def read_fhir(
     counter = ProgressCounter(progress, found.total)
     counter.report()
     with _Reader(store, today or date.today(), batch_size, workers) as reader:
-        reader.medications, reader.counter = found.medications, counter
+        reader.medications, reader.patients = found.medications, found.patients
+        reader.counter = counter
+        reader.concepts = frozenset(concepts) if concepts is not None else None
         try:
             for number, path in enumerate(files):
-                tally = reader.read_file(path)
                 try:
-                    _check_share(path, tally, max_rejected_share)
+                    _check_share(path, reader.read_file(path), max_rejected_share)
                 except HarmonizationError:
+                    left = found.records[path] - sum(reader.tally.read.values())
+                    if left > 0:  # the file stopped part way (a process died, say)
+                        store.count_unprocessed(path.name, NOT_READ, left)
                     for later in files[number + 1 :]:
                         if found.records[later]:
                             store.count_unprocessed(later.name, NOT_READ, found.records[later])
@@ -249,18 +287,24 @@ class _RunCounts:
 class Decision:
     """What one record becomes, decided without the run's state (so in any process).
 
-    ``model_id`` is the validated resource's id, which the run checks for
-    duplicates before it applies ``outcome``.
+    ``model_id`` is the validated resource's id (a Patient's person id),
+    which the run checks for duplicates before it applies ``outcome``;
+    ``scope`` the codes by which it could match the study's concept sets
+    (None: always used, or unreadable).
     """
 
     record_type: str
     record_id: str | None
     model_id: str | None
     outcome: Rows | Exclusion | Rejection | MedicationReference
+    scope: Scope | None = None
 
 
-def decide(resource: object, record_ref: str, today: date) -> Decision:
-    """Validate and map one parsed record (see the module docstring for the rules)."""
+def decide(resource: object, record_ref: str, today: date, full_url: str | None = None) -> Decision:
+    """Validate and map one parsed record (see the module docstring for the rules).
+
+    ``full_url``: the Bundle entry's ``fullUrl``, the identity of a Patient without an id.
+    """
     if not isinstance(resource, dict):
         problem = Rejection(None, f"not a JSON object but {type(resource).__name__}")
         return Decision("unknown", None, None, problem)
@@ -272,13 +316,17 @@ def decide(resource: object, record_ref: str, today: date) -> Decision:
     if resource_type not in USED_TYPES:
         return Decision(resource_type, None, None, Exclusion(NOT_USED))
     record_id = _record_id(resource)
+    scope = scope_of(resource_type, resource)
     model = validate(resource_type, resource)
     if isinstance(model, Rejection):
-        return Decision(resource_type, record_id, None, model)
+        return Decision(resource_type, record_id, None, model, scope)
     outcome = status_exclusion(resource_type, model) or to_rows(
-        resource_type, model, record_ref, today
+        resource_type, model, record_ref, today, full_url
     )
-    return Decision(resource_type, record_id, model.id, outcome)
+    model_id = model.id
+    if resource_type == "Patient" and isinstance(outcome, Rows):
+        model_id = outcome.rows[0][0]
+    return Decision(resource_type, record_id, model_id, outcome, scope)
 
 
 def decide_line(line: bytes, record_ref: str, today: date) -> Decision:
@@ -313,8 +361,11 @@ class _Reader:
         # the same Medication; the index flags one id given with different codes.
         self.seen: dict[str, set[str]] = {name: set() for name in USED_TYPES - {MEDICATION}}
         self.medications = MedicationIndex()
+        self.patients = PatientIndex()
+        self.concepts: frozenset[Coding] | None = None
         self.counter = ProgressCounter(None)
         self.counts = _RunCounts()
+        self.tally = _Tally()
 
     def __enter__(self) -> _Reader:
         return self
@@ -354,7 +405,8 @@ class _Reader:
 
     # ------------------------------------------------------------ files
     def read_file(self, path: Path) -> _Tally:
-        tally = _Tally()
+        """Read one file; what it applied is written to the store even when it stops part way."""
+        tally = self.tally = _Tally()
         source = path.name
         try:
             if path.suffix == ".ndjson":
@@ -368,12 +420,13 @@ class _Reader:
                 f"{path}: a validating process died ({error}); rerun with workers=1 "
                 "(--workers 1) or with more memory"
             ) from None
-        for table in _COLUMNS:
-            self._flush(table)
-        for record_type, n in sorted(tally.read.items()):
-            self.store.count_read(source, record_type, n)
-        for (record_type, reason), n in sorted(tally.excluded.items()):
-            self.store.exclude_at_read(source, record_type, reason, n)
+        finally:
+            for table in _COLUMNS:
+                self._flush(table)
+            for record_type, n in sorted(tally.read.items()):
+                self.store.count_read(source, record_type, n)
+            for (record_type, reason), n in sorted(tally.excluded.items()):
+                self.store.exclude_at_read(source, record_type, reason, n)
         return tally
 
     def _read_json(self, path: Path, source: str, tally: _Tally) -> None:
@@ -383,15 +436,14 @@ class _Reader:
                 source, "resource", decide(document, f"{source}:resource", self.today), tally
             )
             return
-        entries = document.get("entry", [])
-        for index, entry in enumerate(entries):
-            location = f"entry {index}"
+        for location, entry in bundle_entries(document, path):
             resource = entry.get("resource") if isinstance(entry, dict) else None
             if resource is None:
-                problem = Rejection("entry.resource", "Bundle entry without a resource")
-                decision = Decision("unknown", None, None, problem)
+                decision = _entry_without_resource(entry)
             else:
-                decision = decide(resource, f"{source}:{location}", self.today)
+                full_url = entry.get("fullUrl")
+                full_url = full_url if isinstance(full_url, str) and full_url else None
+                decision = decide(resource, f"{source}:{location}", self.today, full_url)
             self._apply(source, location, decision, tally)
 
     def _read_ndjson(self, path: Path, source: str, tally: _Tally) -> None:
@@ -443,6 +495,10 @@ class _Reader:
                 seen.add(decision.model_id)
         if isinstance(outcome, MedicationReference):
             outcome = self._resolve(outcome)
+        if isinstance(outcome, Rows) and outcome.subject is not None:
+            outcome = self._identify(outcome)
+        if isinstance(outcome, Rejection) and self._outside_concepts(decision.scope):
+            outcome = Exclusion(OUTSIDE_CONCEPTS)
         if isinstance(outcome, Rejection):
             self._reject(source, location, decision.record_type, decision.record_id, tally, outcome)
         elif isinstance(outcome, Exclusion):
@@ -450,19 +506,44 @@ class _Reader:
         else:
             if outcome.dated_by == DATED_BY_RECORDED_DATE:
                 self.counts.dated_by_recorded_date += 1
+            if outcome.persons:
+                self.buffers["persons"].extend(outcome.persons)
+                if len(self.buffers["persons"]) >= self.batch_size:
+                    self._flush("persons")
             buffer = self.buffers[outcome.table]
             buffer.extend(outcome.rows)
             if len(buffer) >= self.batch_size:
                 self._flush(outcome.table)
 
+    def _outside_concepts(self, scope: Scope | None) -> bool:
+        """Whether a record of this scope matches no concept set (so it is not used)."""
+        if self.concepts is None or scope is None:
+            return False
+        if any(coding in self.concepts for coding in scope.codings):
+            return False
+        if scope.medication is not None:
+            codings = self.medications.resolve(scope.medication)
+            if isinstance(codings, Rejection):
+                return False  # its codes are unknown: the rejection stands
+            return not any(coding in self.concepts for coding in codings)
+        return True
+
+    def _identify(self, outcome: Rows) -> Rows | Rejection:
+        """Rows whose subject names a Bundle entry's ``fullUrl`` get that Patient's person id."""
+        person = self.patients.resolve(str(outcome.subject))
+        if isinstance(person, Rejection):
+            return person
+        if person is None or person == outcome.rows[0][0]:
+            return outcome
+        rows = [(person, *row[1:]) for row in outcome.rows]
+        return Rows(outcome.table, rows, outcome.dated_by, None, outcome.persons)
+
     def _resolve(self, pending: MedicationReference) -> Rows | Rejection:
         """Code a MedicationRequest by the exported Medication its reference names."""
         codings = self.medications.resolve(pending.reference)
-        if isinstance(codings, str):
-            return Rejection(
-                "medicationReference.reference",
-                clip(f"{pending.record_ref}: {codings}", _MAX_REASON),
-            )
+        if isinstance(codings, Rejection):
+            detail = f"{pending.record_ref}: {codings.detail}"
+            return Rejection(codings.field, codings.reason, clip(detail, _MAX_REASON))
         self.counts.coded_by_reference += 1
         return pending.rows(codings)
 
@@ -479,9 +560,11 @@ class _Reader:
         tally.rejected += 1
         if len(tally.reasons) < _FIRST_REASONS:
             where = f"{location} ({record_type}{', ' + problem.field if problem.field else ''})"
-            tally.reasons.append(f"{where}: {problem.reason}")
+            shown = f" ({problem.detail})" if problem.detail else ""
+            tally.reasons.append(f"{where}: {problem.reason}{shown}")
         buffer = self.buffers["rejected"]
-        buffer.append((source, location, record_type, record_id, problem.field, problem.reason))
+        row = (source, location, record_type, record_id, problem.field, problem.reason)
+        buffer.append((*row, problem.detail))
         if len(buffer) >= self.batch_size:
             self._flush("rejected")
 
@@ -490,6 +573,25 @@ class _Reader:
         if rows:
             self.store.append(table, pd.DataFrame.from_records(rows, columns=_COLUMNS[table]))
             rows.clear()
+
+
+def _entry_without_resource(entry: object) -> Decision:
+    """A Bundle entry without a resource: a batch or transaction request is not data.
+
+    An entry of a ``batch`` or ``transaction`` Bundle may carry only a
+    ``request`` (``DELETE Patient/1``, ``GET Observation?...``), and one of a
+    ``batch-response`` only a ``response`` (FHIR R4, 2.36.0 Bundle): such
+    entries hold no record of a patient and are excluded at read, by method.
+    An entry with neither is a defect of the export and is rejected.
+    """
+    if isinstance(entry, dict) and isinstance(entry.get("request"), dict):
+        method = entry["request"].get("method")
+        method = method if method in _METHODS else "request"
+        return Decision(REQUEST_ONLY, None, None, Exclusion(f"not data: a {method} request"))
+    if isinstance(entry, dict) and isinstance(entry.get("response"), dict):
+        return Decision("Bundle.entry.response", None, None, Exclusion("not data: a response"))
+    problem = Rejection("entry.resource", "Bundle entry without a resource")
+    return Decision("unknown", None, None, problem)
 
 
 def _plural(n: int, noun: str) -> str:

@@ -18,8 +18,9 @@ One function per step, each either returning what the next step needs or a
    =================  ============  ==============================================
    resource           table/domain  date, codes and value
    =================  ============  ==============================================
-   Patient            persons       ``birthDate``; sex from ``gender``; death date
-                                    from ``deceasedDateTime``
+   Patient            persons       ``birthDate`` (or NULL); sex from ``gender``;
+                                    death date from ``deceasedDateTime``;
+                                    ``deceased`` also from ``deceasedBoolean``
    Encounter          visit         ``period.start``; first coding of ``type``
    Condition          condition     ``onsetDateTime`` (or ``onsetPeriod.start``,
                                     then ``recordedDate``); one row per coding
@@ -31,11 +32,28 @@ One function per step, each either returning what the next step needs or a
                                     component's ``valueQuantity``
    MedicationRequest  medication    ``authoredOn``; codings of
                                     ``medicationCodeableConcept``, or of the
-                                    ``code`` of the Medication that
-                                    ``medicationReference`` points to
+                                    ``code`` and the ingredients'
+                                    ``itemCodeableConcept`` of the Medication
+                                    that ``medicationReference`` points to
    Procedure          procedure     ``performedDateTime`` (or
                                     ``performedPeriod.start``)
    =================  ============  ==============================================
+
+The ``subject`` of an event names its Patient: ``Patient/<id>`` (relative
+or absolute, with or without ``_history``), a Bundle entry's ``urn:uuid:``
+or absolute fullUrl (the reader replaces the person id by that entry's
+Patient's, see :class:`Rows`), or ``#<id>``, a Patient contained in the
+resource, which becomes a person of its own (``<Type>/<id>#<id>``) whose
+persons row the record carries. A Patient without ``birthDate`` or with
+``deceasedBoolean: true`` and no date is valid FHIR: its row says so
+(birth date NULL, ``deceased`` true) and the frame builder excludes it from
+the cohort with a named reason.
+
+Every rejection has a reason naming the kind of problem and a detail with
+what differs from record to record (the value, the reference).
+:func:`scope_of` reads, from the record's JSON alone, the codes by which it
+could match the study's concept sets, so that the reader can count a record
+outside them as unused instead of rejecting it.
 
 A ``medicationReference`` to a contained Medication (``#med1``) is resolved
 here, from the resource itself. Any other reference (``Medication/abc``, an
@@ -117,7 +135,17 @@ EVENT_COLUMNS = [
     "record_type",
     "record_ref",
 ]
-PERSON_COLUMNS = ["person_id", "birth_date", "sex", "death_date", "record_type", "record_ref"]
+PERSON_COLUMNS = [
+    "person_id",
+    "birth_date",
+    "sex",
+    "death_date",
+    "deceased",
+    "record_type",
+    "record_ref",
+]
+SCOPED_TYPES = frozenset({"Condition", "Observation", "MedicationRequest", "Procedure", MEDICATION})
+"""Resource types used only when a code of theirs is in a concept set of the study."""
 
 _MAX_TEXT = 200
 _PATIENT_REF = re.compile(r"(?:^|/)Patient/([A-Za-z0-9\-.]{1,64})(?:/_history/[A-Za-z0-9\-.]+)?$")
@@ -128,10 +156,17 @@ _FULL_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
 
 @dataclass(frozen=True, slots=True)
 class Rejection:
-    """Why a record goes to the quarantine: the FHIR field path (or None) and a short reason."""
+    """Why a record goes to the quarantine.
+
+    ``field`` is the FHIR field path (or None); ``reason`` names the kind of
+    problem and is the same for every record with that problem (the report
+    groups by it), so it never holds a file name, a reference or a value;
+    those go to ``detail``, which the quarantine keeps for each record.
+    """
 
     field: str | None
     reason: str
+    detail: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,15 +182,39 @@ class Rows:
 
     ``dated_by`` names the fallback element that dated the record when its
     usual date was absent (:data:`DATED_BY_RECORDED_DATE`), else None.
+    ``subject`` is the subject reference as written when only the export's
+    Bundle ``fullUrl`` identities can say which Patient it names
+    (``urn:uuid:...`` or an absolute URL); the reader then replaces the rows'
+    ``person_id`` (first column) with that Patient's (see
+    :class:`harmonize.fhir_medications.PatientIndex`). ``persons`` are the
+    rows of a Patient contained in the record and named by its subject.
     """
 
     table: str
     rows: list[tuple[Any, ...]]
     dated_by: str | None = None
+    subject: str | None = None
+    persons: tuple[tuple[Any, ...], ...] = ()
 
 
 Coding = tuple[str | None, str]
 """``(system, code)`` of one coding."""
+
+
+@dataclass(frozen=True, slots=True)
+class Person:
+    """The Patient an event's ``subject`` names.
+
+    ``id`` is the person id (``Patient/<id>`` gives ``<id>``); ``subject``
+    is the reference as written when the export's ``fullUrl`` identities
+    decide (``urn:uuid:...``, absolute URLs; ``id`` is then the fallback when
+    no Bundle entry has that fullUrl); ``rows`` is the persons row of a
+    contained Patient (``#newborn``).
+    """
+
+    id: str
+    subject: str | None = None
+    rows: tuple[tuple[Any, ...], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +226,7 @@ class MedicationReference:
     """
 
     reference: str
-    person: str
+    person: Person
     day: date
     record_ref: str
 
@@ -181,6 +240,90 @@ def clip(text: str, limit: int = _MAX_TEXT) -> str:
     """``text`` on one line, cut to ``limit`` characters (messages come from outside)."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """The codes by which a record could match the study's concept sets, read from its JSON.
+
+    ``codings`` are those of ``code`` (and of each ``component``), of
+    ``medicationCodeableConcept``, of a contained Medication the request
+    names, and of a Medication's ingredients; ``medication`` is a reference
+    to a Medication elsewhere in the export, whose codes also count.
+    """
+
+    codings: tuple[Coding, ...]
+    medication: str | None = None
+
+
+def scope_of(resource_type: str, resource: dict[str, Any]) -> Scope | None:
+    """The :class:`Scope` of a record of a :data:`SCOPED_TYPES` type, from its JSON alone.
+
+    None when the type is always used (Patient, Encounter) or the codes
+    cannot be read (the code elements are not what FHIR says): such a record
+    is never taken for one outside the concept sets. Read from the JSON, not
+    the validated model, so that a record outside the concept sets is known
+    as such even when it is not valid FHIR.
+    """
+    if resource_type not in SCOPED_TYPES:
+        return None
+    concepts: list[Any] = [resource.get("code"), resource.get("medicationCodeableConcept")]
+    components = resource.get("component") or []
+    if not isinstance(components, list):
+        return None
+    concepts += [c.get("code") if isinstance(c, dict) else 0 for c in components]
+    medication = None
+    if resource_type == MEDICATION:
+        concepts += _raw_ingredients(resource)
+    reference = resource.get("medicationReference")
+    if reference is not None:
+        target = reference.get("reference") if isinstance(reference, dict) else None
+        if not isinstance(target, str):
+            return None
+        if target.startswith("#"):
+            contained = resource.get("contained") or []
+            if not isinstance(contained, list):
+                return None
+            for item in contained:
+                if isinstance(item, dict) and item.get("id") == target[1:]:
+                    concepts += [item.get("code"), *_raw_ingredients(item)]
+        else:
+            medication = target
+    codings: list[Coding] = []
+    for concept in concepts:
+        found = _raw_codings(concept)
+        if found is None:
+            return None
+        codings += found
+    return Scope(tuple(codings), medication)
+
+
+def _raw_ingredients(resource: dict[str, Any]) -> list[Any]:
+    ingredients = resource.get("ingredient") or []
+    if not isinstance(ingredients, list):
+        return [0]  # unreadable
+    return [i.get("itemCodeableConcept") if isinstance(i, dict) else 0 for i in ingredients]
+
+
+def _raw_codings(concept: Any) -> list[Coding] | None:
+    """``(system, code)`` of a CodeableConcept's JSON; None when it is not one."""
+    if concept is None:
+        return []
+    if not isinstance(concept, dict):
+        return None
+    coding = concept.get("coding") or []
+    if not isinstance(coding, list):
+        return None
+    out: list[Coding] = []
+    for item in coding:
+        if not isinstance(item, dict):
+            return None
+        system, code = item.get("system"), item.get("code")
+        if not isinstance(code, str | None) or not isinstance(system, str | None):
+            return None
+        if code:
+            out.append((system, code))
+    return out
 
 
 # ---------------------------------------------------------------- validation
@@ -241,51 +384,111 @@ def status_exclusion(resource_type: str, model: Any) -> Exclusion | None:
 
 # ---------------------------------------------------------------- mapping
 def to_rows(
-    resource_type: str, model: Any, record_ref: str, today: date
+    resource_type: str, model: Any, record_ref: str, today: date, full_url: str | None = None
 ) -> Rows | Rejection | Exclusion | MedicationReference:
-    """Rows of one validated resource, or why it is rejected (see the module docstring)."""
+    """Rows of one validated resource, or why it is rejected (see the module docstring).
+
+    ``full_url`` is the Bundle entry's ``fullUrl``, which identifies a
+    Patient without an id.
+    """
     if resource_type == MEDICATION:
         return Exclusion(MEDICATION_USED)
     if resource_type == "Patient":
-        return _patient(model, record_ref, today)
-    person = _person_id(model)
+        return _patient(model, record_ref, today, full_url)
+    person = _person_id(model, record_ref, today)
     if isinstance(person, Rejection):
         return person
     mapper = _EVENT_MAPPERS[resource_type]
     return mapper(model, person, record_ref, today)
 
 
-def _patient(model: Any, record_ref: str, today: date) -> Rows | Rejection:
-    if not model.id:
-        return Rejection("id", "Patient without an id")
-    if model.birthDate is None:
-        return Rejection("birthDate", "Patient without birthDate")
-    birth = _date_of("birthDate", model.birthDate, today)
-    if isinstance(birth, Rejection):
-        return birth
+def _patient(
+    model: Any, record_ref: str, today: date, full_url: str | None = None
+) -> Rows | Rejection:
+    """A Patient's persons row; its person id is its ``id``, else its entry's ``fullUrl``.
+
+    A Patient without ``birthDate``, or ``deceasedBoolean: true`` without a
+    date, is valid FHIR: it gives a row (birth date NULL, ``deceased``
+    true) that the frame builder excludes from the cohort with a named reason.
+    """
+    person = model.id or full_url
+    if not person:
+        return Rejection("id", "Patient without an id or a Bundle entry fullUrl")
+    row = _patient_row(model, person, record_ref, today)
+    return row if isinstance(row, Rejection) else Rows("persons", [row])
+
+
+def _patient_row(model: Any, person: str, record_ref: str, today: date) -> tuple | Rejection:
+    birth = None
+    if model.birthDate is not None:
+        birth = _date_of("birthDate", model.birthDate, today)
+        if isinstance(birth, Rejection):
+            return birth
     sex = model.gender
     if sex is not None and sex not in SEXES:
-        return Rejection("gender", clip(f"gender {sex!r} is not one of {', '.join(SEXES)}"))
+        return Rejection("gender", f"gender is not one of {', '.join(SEXES)}", clip(repr(sex)))
     death = None
     if model.deceasedDateTime is not None:
         death = _date_of("deceasedDateTime", model.deceasedDateTime, today)
         if isinstance(death, Rejection):
             return death
-        if death < birth:
-            return Rejection("deceasedDateTime", f"death date {death} before birth date {birth}")
-    elif model.deceasedBoolean:
-        return Rejection("deceasedBoolean", "deceased without a date")
-    return Rows("persons", [(model.id, birth, sex, death, "Patient", record_ref)])
+        if birth is not None and death < birth:
+            return Rejection(
+                "deceasedDateTime", "death date before birth date", f"died {death}, born {birth}"
+            )
+    deceased = death is not None or bool(model.deceasedBoolean)
+    return (person, birth, sex, death, deceased, "Patient", record_ref)
 
 
-def _person_id(model: Any) -> str | Rejection:
+def _person_id(model: Any, record_ref: str, today: date) -> Person | Rejection:
+    """The Patient ``model.subject`` names (FHIR R4, 2.3.0 References and 2.36.0 Bundle).
+
+    ``Patient/<id>`` (relative, absolute, with ``_history``) gives ``<id>``;
+    ``urn:uuid:...`` and absolute URLs are resolved by the reader through
+    the export's Bundle ``fullUrl`` identities; ``#<id>`` names a Patient
+    contained in the resource, which becomes a person of its own.
+    """
     reference = model.subject.reference if model.subject is not None else None
     if not reference:
         return Rejection("subject.reference", "missing subject reference")
-    match = _UUID_REF.match(reference) or _PATIENT_REF.search(reference)
+    if reference.startswith("#"):
+        return _contained_person(model, reference, record_ref, today)
+    match = _UUID_REF.match(reference)
+    if match is not None:
+        return Person(match.group(1), subject=reference)
+    match = _PATIENT_REF.search(reference)
     if match is None:
-        return Rejection("subject.reference", clip(f"subject is not a Patient: {reference!r}"))
-    return match.group(1)
+        return Rejection("subject.reference", "subject is not a Patient", clip(repr(reference)))
+    absolute = "://" in reference
+    return Person(match.group(1), subject=reference if absolute else None)
+
+
+def _contained_person(
+    model: Any, reference: str, record_ref: str, today: date
+) -> Person | Rejection:
+    """The contained Patient ``reference`` (``#local``) names, as a person of its own.
+
+    A contained resource has no identity outside its container (FHIR R4,
+    2.40 Contained Resources): its person id is ``<Type>/<id>#local`` of the
+    container (or ``<record_ref>#local`` when the container has no id).
+    """
+    local = reference[1:]
+    contained = next(
+        (r for r in model.contained or [] if r.get_resource_type() == "Patient" and r.id == local),
+        None,
+    )
+    if contained is None:
+        return Rejection(
+            "subject.reference", "subject names no contained Patient", clip(repr(reference))
+        )
+    owner = f"{model.get_resource_type()}/{model.id}" if model.id else record_ref
+    person = f"{owner}{reference}"
+    row = _patient_row(contained, person, record_ref, today)
+    if isinstance(row, Rejection):
+        return Rejection(
+            f"contained.{row.field}" if row.field else "contained", row.reason, row.detail
+        )
+    return Person(person, rows=(row,))
 
 
 def _event_date(candidates: list[tuple[str, Any]], missing: str, today: date) -> date | Rejection:
@@ -305,13 +508,13 @@ def _date_of(field: str, value: Any, today: date) -> date | Rejection:
     else:  # fhir.resources keeps partial dates (and leap seconds) as the string written
         match = _FULL_DATE.match(str(value))
         if match is None:
-            return Rejection(field, clip(f"partial date {value!r}: no day"))
+            return Rejection(field, "partial date: no day", clip(repr(str(value))))
         try:
             day = date(*(int(part) for part in match.groups()))
         except ValueError:
-            return Rejection(field, clip(f"unparseable date {value!r}"))
+            return Rejection(field, "unparseable date", clip(repr(str(value))))
     if day > today:
-        return Rejection(field, f"date {day} is in the future (after {today})")
+        return Rejection(field, f"date in the future (after {today})", str(day))
     return day
 
 
@@ -327,21 +530,26 @@ def _period_start(period: Any) -> Any:
 
 
 def _event_rows(
-    person: str,
+    person: Person,
     domain: str,
     codings: list[Coding],
     day: date,
     record_type: str,
     record_ref: str,
 ) -> Rows:
+    pid = person.id
     rows = [
-        (person, domain, system, code, None, day, None, None, record_type, record_ref)
+        (pid, domain, system, code, None, day, None, None, record_type, record_ref)
         for system, code in codings
-    ] or [(person, domain, None, None, None, day, None, None, record_type, record_ref)]
-    return Rows("events", rows)
+    ] or [(pid, domain, None, None, None, day, None, None, record_type, record_ref)]
+    return _for(person, rows)
 
 
-def _encounter(model: Any, person: str, ref: str, today: date) -> Rows | Rejection:
+def _for(person: Person, rows: list[tuple[Any, ...]]) -> Rows:
+    return Rows("events", rows, subject=person.subject, persons=person.rows)
+
+
+def _encounter(model: Any, person: Person, ref: str, today: date) -> Rows | Rejection:
     day = _event_date([("period.start", _period_start(model.period))], "period.start", today)
     if isinstance(day, Rejection):
         return day
@@ -349,7 +557,7 @@ def _encounter(model: Any, person: str, ref: str, today: date) -> Rows | Rejecti
     return _event_rows(person, "visit", [first] if first else [], day, "Encounter", ref)
 
 
-def _condition(model: Any, person: str, ref: str, today: date) -> Rows | Rejection:
+def _condition(model: Any, person: Person, ref: str, today: date) -> Rows | Rejection:
     onset = [
         ("onsetDateTime", model.onsetDateTime),
         ("onsetPeriod.start", _period_start(model.onsetPeriod)),
@@ -359,11 +567,13 @@ def _condition(model: Any, person: str, ref: str, today: date) -> Rows | Rejecti
     if isinstance(day, Rejection):
         return day
     rows = _event_rows(person, "condition", codings_of(model.code), day, "Condition", ref)
-    return rows if has_onset else Rows(rows.table, rows.rows, DATED_BY_RECORDED_DATE)
+    if has_onset:
+        return rows
+    return Rows(rows.table, rows.rows, DATED_BY_RECORDED_DATE, rows.subject, rows.persons)
 
 
 def _medication(
-    model: Any, person: str, ref: str, today: date
+    model: Any, person: Person, ref: str, today: date
 ) -> Rows | Rejection | MedicationReference:
     day = _event_date([("authoredOn", model.authoredOn)], "authoredOn", today)
     if isinstance(day, Rejection):
@@ -386,15 +596,33 @@ def _medication(
     if contained is None:
         return Rejection(
             "medicationReference.reference",
-            f"{ref}: medicationReference {shown!r} names no contained Medication",
+            "medicationReference names no contained Medication",
+            f"medicationReference {shown!r} names no contained Medication",
         )
-    codings = codings_of(contained.code)
+    codings = medication_codings(contained)
     if not codings:
         return Rejection(
             "medicationReference.reference",
-            f"{ref}: the contained Medication {shown!r} has no code",
+            "the contained Medication it names has no code",
+            f"the contained Medication {shown!r} has no code nor coded ingredient",
         )
     return _event_rows(person, "medication", codings, day, "MedicationRequest", ref)
+
+
+def medication_codings(model: Any) -> list[Coding]:
+    """The codings of a Medication model: its ``code``, then each ingredient's.
+
+    An R4 Medication may be coded only through its ingredients
+    (``Medication.ingredient[].itemCodeableConcept``, FHIR R4 section
+    12.19; R5 renamed it ``ingredient[].item.concept``, which R4 does not
+    have): every coding of either kind can match a concept set.
+    """
+    codings = codings_of(model.code)
+    for ingredient in model.ingredient or []:
+        for coding in codings_of(ingredient.itemCodeableConcept):
+            if coding not in codings:
+                codings.append(coding)
+    return codings
 
 
 def _contained_medication(model: Any, local_id: str) -> Any | None:
@@ -405,7 +633,7 @@ def _contained_medication(model: Any, local_id: str) -> Any | None:
     return None
 
 
-def _procedure(model: Any, person: str, ref: str, today: date) -> Rows | Rejection:
+def _procedure(model: Any, person: Person, ref: str, today: date) -> Rows | Rejection:
     candidates = [
         ("performedDateTime", model.performedDateTime),
         ("performedPeriod.start", _period_start(model.performedPeriod)),
@@ -428,11 +656,11 @@ def _quantity(quantity: Any, field: str) -> tuple[float | None, str | None] | Re
         return None, unit
     number = float(value)
     if not math.isfinite(number):
-        return Rejection(f"{field}.value", "value is not a finite number")
+        return Rejection(f"{field}.value", "value is not a finite number", str(value))
     return number, unit
 
 
-def _observation(model: Any, person: str, ref: str, today: date) -> Rows | Rejection:
+def _observation(model: Any, person: Person, ref: str, today: date) -> Rows | Rejection:
     candidates = [
         ("effectiveDateTime", model.effectiveDateTime),
         ("effectivePeriod.start", _period_start(model.effectivePeriod)),
@@ -451,15 +679,16 @@ def _observation(model: Any, person: str, ref: str, today: date) -> Rows | Rejec
         if isinstance(value_unit, Rejection):
             return value_unit
         measured.append((part.code, value_unit))
+    pid = person.id
     rows = [
-        (person, "measurement", system, code, None, day, value, unit, "Observation", ref)
+        (pid, "measurement", system, code, None, day, value, unit, "Observation", ref)
         for concept, (value, unit) in measured
         for system, code in codings_of(concept)
     ]
     if not rows:
         value, unit = main
-        rows = [(person, "measurement", None, None, None, day, value, unit, "Observation", ref)]
-    return Rows("events", rows)
+        rows = [(pid, "measurement", None, None, None, day, value, unit, "Observation", ref)]
+    return _for(person, rows)
 
 
 _EVENT_MAPPERS = {

@@ -1,4 +1,4 @@
-"""The first pass over a FHIR export: record counts per file and an index of Medication codes.
+"""The first pass over a FHIR export: record counts, Medication codes and Patient fullUrls.
 
 A MedicationRequest usually names its drug by reference (FHIR R4
 ``MedicationRequest.medication[x]``, section 3.3.1): to a Medication
@@ -20,6 +20,11 @@ are validated with the same ``fhir.resources`` models as every other
 record; one that is not valid FHIR, has no code, or shares its reference
 with a Medication of other codes makes the requests naming it unresolvable,
 with a reason that says so.
+
+The same pass indexes the ``fullUrl`` of every Patient entry of a Bundle
+(:class:`PatientIndex`), so that a subject ``urn:uuid:...`` names its
+Patient wherever the entry is, and walks Bundles inside Bundles
+(:func:`bundle_entries`) as the reader will.
 """
 
 from __future__ import annotations
@@ -31,10 +36,29 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harmonize.errors import HarmonizationError
-from harmonize.fhir_mapping import MEDICATION, Coding, Rejection, clip, codings_of, validate
+from harmonize.errors import BundleTooDeep, HarmonizationError
+from harmonize.fhir_mapping import (
+    MEDICATION,
+    Coding,
+    Rejection,
+    clip,
+    medication_codings,
+    validate,
+)
 
-__all__ = ["MedicationIndex", "Survey", "load_json_document", "survey"]
+__all__ = [
+    "MAX_BUNDLE_DEPTH",
+    "MedicationIndex",
+    "PatientIndex",
+    "Survey",
+    "bundle_entries",
+    "load_json_document",
+    "survey",
+]
+
+MAX_BUNDLE_DEPTH = 8
+"""Bundles nested deeper than this (a file's Bundle is depth 1) stop the run (BundleTooDeep)."""
+_REFERENCE_FIELD = "medicationReference.reference"
 
 _MEDICATION_REF = re.compile(
     r"(?:^|/)Medication/([A-Za-z0-9\-.]{1,64})(?:/_history/[A-Za-z0-9\-.]+)?$"
@@ -47,11 +71,12 @@ _SHOWN_REFERENCE = 100
 class MedicationIndex:
     """Codings of the export's Medications, by ``Medication/<id>`` and by Bundle ``fullUrl``.
 
-    A value is the Medication's codings, or (a string) why a reference to it
-    cannot give a code.
+    A value is the Medication's codings (of its ``code`` and of its
+    ingredients' ``itemCodeableConcept``), or a ``(reason, detail)`` pair
+    saying why a reference to it cannot give a code.
     """
 
-    entries: dict[str, tuple[Coding, ...] | str] = field(default_factory=dict)
+    entries: dict[str, tuple[Coding, ...] | tuple[str, str]] = field(default_factory=dict)
     _interned: dict[tuple[Coding, ...], tuple[Coding, ...]] = field(default_factory=dict)
 
     def __len__(self) -> int:
@@ -67,15 +92,21 @@ class MedicationIndex:
         if not keys:
             return  # nothing can reference it
         model = validate(MEDICATION, resource)
-        value: tuple[Coding, ...] | str
+        value: tuple[Coding, ...] | tuple[str, str]
         if isinstance(model, Rejection):
-            value = f"the Medication it names ({where}) is not valid FHIR and was rejected"
+            value = (
+                "medicationReference names a Medication that is not valid FHIR",
+                f"the Medication it names ({where}) is not valid FHIR",
+            )
         else:
-            codings = tuple(codings_of(model.code))
+            codings = tuple(medication_codings(model))
             value = (
                 self._interned.setdefault(codings, codings)
                 if codings
-                else f"the Medication it names ({where}) has no code"
+                else (
+                    "medicationReference names a Medication without a code",
+                    f"the Medication it names ({where}) has no code nor coded ingredient",
+                )
             )
         for key in keys:
             known = self.entries.get(key)
@@ -83,11 +114,12 @@ class MedicationIndex:
                 self.entries[key] = value
             elif known != value:
                 self.entries[key] = (
-                    f"Medications with different codes share it (another one at {where})"
+                    "medicationReference names Medications with different codes",
+                    f"Medications with different codes share it (another one at {where})",
                 )
 
-    def resolve(self, reference: str) -> list[Coding] | str:
-        """The codings ``reference`` points to, or a reason naming the reference."""
+    def resolve(self, reference: str) -> list[Coding] | Rejection:
+        """The codings ``reference`` points to, or why not (the detail names the reference)."""
         value = self.entries.get(reference)
         if value is None:
             match = _MEDICATION_REF.search(reference)
@@ -95,13 +127,55 @@ class MedicationIndex:
                 value = self.entries.get(f"{MEDICATION}/{match.group(1)}")
         shown = clip(reference, _SHOWN_REFERENCE)
         if value is None:
-            return (
+            return Rejection(
+                _REFERENCE_FIELD,
+                "medicationReference matches no Medication in the export",
                 f"medicationReference {shown!r} matches no Medication in the export "
-                "(no Bundle entry or NDJSON line with that id or fullUrl)"
+                "(no Bundle entry or NDJSON line with that id or fullUrl)",
             )
-        if isinstance(value, str):
-            return f"medicationReference {shown!r}: {value}"
-        return list(value)
+        if isinstance(value[0], str):
+            reason, detail = value
+            return Rejection(
+                _REFERENCE_FIELD, str(reason), f"medicationReference {shown!r}: {detail}"
+            )
+        return list(value)  # type: ignore[arg-type]
+
+
+@dataclass
+class PatientIndex:
+    """The person id of each Patient a Bundle entry's ``fullUrl`` identifies.
+
+    A reference ``urn:uuid:...`` (a Patient POSTed in a transaction) or an
+    absolute URL names the entry with that ``fullUrl`` (FHIR R4, 2.36.4
+    Resolving references in Bundles); the person id is the Patient's ``id``,
+    or its ``fullUrl`` when it has none (as :mod:`harmonize.fhir_mapping`
+    gives it). A ``fullUrl`` given to Patients of different ids names none
+    of them: ``None``.
+    """
+
+    persons: dict[str, str | None] = field(default_factory=dict)
+
+    def add(self, resource: dict[str, Any], full_url: object) -> None:
+        if not isinstance(full_url, str) or not full_url:
+            return
+        rid = resource.get("id")
+        person = rid if isinstance(rid, str) and rid else full_url
+        known = self.persons.setdefault(full_url, person)
+        if known != person:
+            self.persons[full_url] = None
+
+    def resolve(self, reference: str) -> str | Rejection | None:
+        """The person id ``reference`` names; None when no entry has that fullUrl."""
+        if reference not in self.persons:
+            return None
+        person = self.persons[reference]
+        if person is None:
+            return Rejection(
+                "subject.reference",
+                "subject fullUrl is shared by Patients of different ids",
+                clip(repr(reference), _SHOWN_REFERENCE),
+            )
+        return person
 
 
 @dataclass
@@ -110,6 +184,7 @@ class Survey:
 
     records: dict[Path, int]
     medications: MedicationIndex
+    patients: PatientIndex = field(default_factory=PatientIndex)
 
     @property
     def total(self) -> int:
@@ -123,7 +198,9 @@ def survey(files: Iterable[Path]) -> Survey:
     ------
     HarmonizationError
         A file cannot be read, or a ``.json`` file is not valid JSON or not a
-        Bundle or resource -- before any record is read.
+        Bundle or resource, or holds Bundles nested deeper than
+        :data:`MAX_BUNDLE_DEPTH` (:class:`~harmonize.errors.BundleTooDeep`)
+        -- before any record is read.
     """
     found = Survey({}, MedicationIndex())
     for path in files:
@@ -131,7 +208,7 @@ def survey(files: Iterable[Path]) -> Survey:
             if path.suffix == ".ndjson":
                 n = _survey_ndjson(path, found.medications)
             else:
-                n = _survey_json(path, found.medications)
+                n = _survey_json(path, found)
         except OSError as error:
             raise HarmonizationError(f"{path}: cannot read ({error})") from None
         found.records[path] = n
@@ -151,18 +228,56 @@ def load_json_document(path: Path) -> dict[str, Any]:
     return document
 
 
-def _survey_json(path: Path, index: MedicationIndex) -> int:
+def _survey_json(path: Path, found: Survey) -> int:
     document = load_json_document(path)
     if document["resourceType"] != "Bundle":
         if document["resourceType"] == MEDICATION:
-            index.add(document, f"{path.name}:resource")
+            found.medications.add(document, f"{path.name}:resource")
         return 1
-    entries = document.get("entry", [])
-    for number, entry in enumerate(entries):
+    n = 0
+    for location, entry in bundle_entries(document, path):
+        n += 1
         resource = entry.get("resource") if isinstance(entry, dict) else None
-        if isinstance(resource, dict) and resource.get("resourceType") == MEDICATION:
-            index.add(resource, f"{path.name}:entry {number}", entry.get("fullUrl"))
-    return len(entries)
+        if not isinstance(resource, dict):
+            continue
+        kind = resource.get("resourceType")
+        if kind == MEDICATION:
+            found.medications.add(resource, f"{path.name}:{location}", entry.get("fullUrl"))
+        elif kind == "Patient":
+            found.patients.add(resource, entry.get("fullUrl"))
+    return n
+
+
+def bundle_entries(
+    bundle: dict[str, Any], path: Path, location: str = "", depth: int = 1
+) -> Iterator[tuple[str, Any]]:
+    """Every entry of ``bundle`` that is not itself a Bundle, with its location, in order.
+
+    An entry whose resource is a Bundle (a ``collection`` of per-patient
+    Bundles, say) is walked instead of counted: its entries are records, at
+    ``entry 3/entry 5`` (indexes in each ``Bundle.entry``, counted from 0).
+
+    Raises
+    ------
+    HarmonizationError
+        A nested ``Bundle.entry`` is not a list; :class:`BundleTooDeep`
+        beyond :data:`MAX_BUNDLE_DEPTH` levels. Both name the file and entry.
+    """
+    if depth > MAX_BUNDLE_DEPTH:
+        raise BundleTooDeep(
+            f"{path}: {location.rstrip('/')}: Bundles nested more than {MAX_BUNDLE_DEPTH} deep; "
+            "flatten the export (a Bundle of Bundles of resources is read)"
+        )
+    entries = bundle.get("entry", [])
+    if not isinstance(entries, list):
+        raise HarmonizationError(f"{path}: {location.rstrip('/')}: Bundle.entry is not a list")
+    for index, entry in enumerate(entries):
+        here = f"{location}entry {index}"
+        resource = entry.get("resource") if isinstance(entry, dict) else None
+        if isinstance(resource, dict) and resource.get("resourceType") == "Bundle":
+            yield from bundle_entries(resource, path, f"{here}/", depth + 1)
+        else:
+            yield here, entry
 
 
 def _survey_ndjson(path: Path, index: MedicationIndex) -> int:

@@ -6,7 +6,8 @@ only the :class:`~harmonize.records.RecordStore`:
 * **index**: the first visit (or first condition in the index concept set)
   within ``[entry_start, entry_end]``;
 * **cohort**: a known birth date, an index event, age at index within
-  ``[min_age, max_age]``, alive at the index date;
+  ``[min_age, max_age]``, alive at the index date (a person the source says
+  died, without a date, is excluded: whether they were alive is unknown);
 * **outcome**: binary — the event within ``(index, index + window_days]``;
   patients event-free whose follow-up ends before the window does are
   excluded — or time to event in days, censored at the end of follow-up (the
@@ -30,12 +31,14 @@ import numpy as np
 import pandas as pd
 
 from harmonize import units
-from harmonize.records import RecordStore
+from harmonize.records import OUTSIDE_CONCEPTS, RecordStore
 from harmonize.spec import SYSTEMS, Covariate, StudySpec
 
-NOT_IN_CONCEPTS = "code not in the concept sets of the study"
+NOT_IN_CONCEPTS = OUTSIDE_CONCEPTS
 OTHER_VISIT = "visit other than the index visit"
 REJECTED_HERE = "rejected while building the frame"
+DECEASED_UNDATED = "deceased, date of death unknown"
+"""The cohort exclusion of a person the source says died (FHIR ``deceasedBoolean``), undated."""
 OUTSIDE_WINDOW = "matched the study but not used (an earlier value, or outside the windows)"
 
 
@@ -153,6 +156,7 @@ def _persons(store: RecordStore) -> pd.DataFrame:
         """
         SELECT p.person_id, min(p.birth_date) AS birth_date, min(p.sex) AS sex,
                least(min(p.death_date), min(d.event_date)) AS death_date,
+               coalesce(bool_or(p.deceased), false) AS deceased,
                min(p.record_ref) AS record_ref
         FROM persons p
         LEFT JOIN (SELECT person_id, event_date FROM events WHERE domain = 'death') d
@@ -199,8 +203,11 @@ def _cohort(
     low, high = spec.cohort.min_age, spec.cohort.max_age
     outside = reasons.isna() & ~age.between(low, high + 1 - 1e-9)
     reasons[outside] = f"age at index outside [{low}, {high}]"
-    died_before = reasons.isna() & (pd.to_datetime(cohort["death_date"]) < start)
+    death = pd.to_datetime(cohort["death_date"])
+    died_before = reasons.isna() & (death < start)
     reasons[died_before] = "died before the index date"
+    undated = reasons.isna() & cohort["deceased"].astype(bool) & death.isna()
+    reasons[undated] = DECEASED_UNDATED
     cohort["age"] = age
     cohort["exclusion"] = reasons
     exclusions = {str(k): int(v) for k, v in reasons.dropna().value_counts().items()}
@@ -316,19 +323,24 @@ def _last_value(
         con.unregister("_unit_factor_rows")
     low, high = covariate.range
     quarantine = f"""
-        INSERT INTO rejected (source, location, record_type, record_id, field, reason)
-        SELECT DISTINCT '{HARMONIZE}', record_ref, 'measurement', record_ref, ?, reason FROM (
-            SELECT v.record_ref, f.reason FROM _values v JOIN _unit_factors f USING (unit)
+        INSERT INTO rejected (source, location, record_type, record_id, field, reason, detail)
+        SELECT DISTINCT '{HARMONIZE}', record_ref, 'measurement', record_ref, ?, reason, detail
+        FROM (
+            SELECT v.record_ref, f.reason, NULL AS detail
+            FROM _values v JOIN _unit_factors f USING (unit)
             WHERE f.reason IS NOT NULL
             UNION ALL
             SELECT v.record_ref,
-                   printf('implausible value %g %s (plausible range %g-%g)',
-                          v.value * f.scale + f.offset, ?, ?::DOUBLE, ?::DOUBLE)
+                   printf('implausible value (plausible range %g-%g %s)', ?::DOUBLE, ?::DOUBLE, ?),
+                   printf('%g %s', v.value * f.scale + f.offset, ?)
             FROM _values v JOIN _unit_factors f USING (unit)
             WHERE f.reason IS NULL AND NOT (v.value * f.scale + f.offset BETWEEN ? AND ?)
         )
     """
-    con.execute(quarantine, [covariate.name, covariate.unit, low, high, low, high])
+    con.execute(
+        quarantine,
+        [covariate.name, low, high, covariate.unit, covariate.unit, low, high],
+    )
     last = con.execute(
         """
         SELECT v.person_id, v.value * f.scale + f.offset AS value, v.record_ref

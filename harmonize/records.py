@@ -8,9 +8,11 @@ produce the same frame.
 Tables (DuckDB, in memory or in a file for large inputs):
 
 ``persons``
-    ``person_id`` (text), ``birth_date`` (date), ``sex`` (``female``,
-    ``male``, ``other``, ``unknown`` or NULL), ``death_date`` (date or NULL),
-    ``record_type``, ``record_ref``.
+    ``person_id`` (text), ``birth_date`` (date or NULL: unknown), ``sex``
+    (``female``, ``male``, ``other``, ``unknown`` or NULL), ``death_date``
+    (date or NULL), ``deceased`` (true when the source says the person died,
+    with or without a date; NULL: the source does not say), ``record_type``,
+    ``record_ref``.
 ``periods``
     Observation periods: ``person_id``, ``start_date``, ``end_date``,
     ``record_type``, ``record_ref``. A source without them (FHIR) adds none;
@@ -24,11 +26,16 @@ Tables (DuckDB, in memory or in a file for large inputs):
 ``read_counts``
     ``source``, ``record_type``, ``n``: every input record read, by type.
 ``excluded_at_read``
-    ``source``, ``record_type``, ``reason``, ``n``: valid records not used
-    at all (e.g. ``resource type not used by the spec``).
+    ``source``, ``record_type``, ``reason``, ``n``: records not used at all
+    (e.g. ``resource type not used by the spec``, or
+    :data:`OUTSIDE_CONCEPTS` for a record whose codes are in no concept set
+    and that could not be mapped).
 ``rejected``
     The quarantine: ``source``, ``location`` (line or entry), ``record_type``,
-    ``record_id``, ``field``, ``reason``; one row per rejected record.
+    ``record_id``, ``field``, ``reason``, ``detail``; one row per rejected
+    record. ``reason`` names the kind of problem (the report counts records
+    by it); ``detail`` holds what differs from record to record (the value,
+    the reference, the file and line of a Medication).
 ``unprocessed``
     ``source``, ``reason``, ``n``: records of an input that a stopped run
     did not read (e.g. the files after the one that exceeded
@@ -55,6 +62,9 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+OUTSIDE_CONCEPTS = "outside the concept sets of the study"
+"""Why a record whose codes match no concept set of the study is not used."""
+
 DOMAINS = ("visit", "condition", "measurement", "medication", "procedure", "observation", "death")
 SEXES = ("female", "male", "other", "unknown")
 
@@ -64,6 +74,7 @@ _SCHEMA = {
         ("birth_date", "DATE"),
         ("sex", "VARCHAR"),
         ("death_date", "DATE"),
+        ("deceased", "BOOLEAN"),
         ("record_type", "VARCHAR"),
         ("record_ref", "VARCHAR"),
     ],
@@ -100,6 +111,7 @@ _SCHEMA = {
         ("record_id", "VARCHAR"),
         ("field", "VARCHAR"),
         ("reason", "VARCHAR"),
+        ("detail", "VARCHAR"),
     ],
     "unprocessed": [("source", "VARCHAR"), ("reason", "VARCHAR"), ("n", "BIGINT")],
     "notes": [("source", "VARCHAR"), ("note", "VARCHAR")],
@@ -117,6 +129,10 @@ class RecordStore:
         for table, columns in _SCHEMA.items():
             body = ", ".join(f"{name} {kind}" for name, kind in columns)
             self.connection.execute(f"CREATE TABLE IF NOT EXISTS {table} ({body})")
+            for name, kind in columns:  # a store file written before the column existed
+                self.connection.execute(
+                    f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {name} {kind}"
+                )
 
     def close(self) -> None:
         self.connection.close()
@@ -140,7 +156,9 @@ class RecordStore:
         self.connection.register("_incoming", frame)
         try:
             casts = ", ".join(f"CAST(_incoming.{n} AS {k})" for n, k in _SCHEMA[table])
-            self.connection.execute(f"INSERT INTO {table} SELECT {casts} FROM _incoming")
+            self.connection.execute(
+                f"INSERT INTO {table} ({', '.join(names)}) SELECT {casts} FROM _incoming"
+            )
         finally:
             self.connection.unregister("_incoming")
 
@@ -174,6 +192,7 @@ class RecordStore:
         record_id: str | None,
         field: str | None,
         reason: str,
+        detail: str | None = None,
     ) -> None:
         self.append(
             "rejected",
@@ -185,6 +204,7 @@ class RecordStore:
                     "record_id": record_id,
                     "field": field,
                     "reason": reason,
+                    "detail": detail,
                 }
             ],
         )

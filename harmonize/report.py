@@ -2,11 +2,19 @@
 
 Totals satisfy ``read = included + excluded + rejected + unprocessed``: a
 record is rejected (invalid, quarantined with its reason), excluded (valid
-but not used, with the reason), included (used in the analysis frame), or
-unprocessed: a run that stopped (a file over ``max_rejected_share``) did not
-read it (the files after the stop, counted by the reader's first pass) or
-did not classify it (records already mapped to rows when the run stopped
-before building the frame). ``read`` counts every input record, read or not. The report
+but not used, with the reason: outside the concept sets of the study, a
+resource type the study does not use, a patient not in the frame, ...),
+included (used in the analysis frame), or unprocessed: a run that stopped (a
+file over ``max_rejected_share``) did not read it (``not_read``: the files
+after the stop, counted by the reader's first pass) or did not classify it
+(records already mapped to rows when the run stopped before building the
+frame). ``read`` counts every input record of the sources, read or not
+(``read - not_read`` were read). :meth:`HarmonizationReport.check_balance`
+raises :class:`UnbalancedReport` when the totals or the per-reason tables do
+not add up; the run calls it before it returns or raises any report.
+Rejections are counted by the kind of problem (``rejected_by_reason``; the
+reason never holds a file name or a value), with the first record of each
+kind in ``rejected_examples`` and every record in the quarantine. The report
 also gives the cohort's exclusions, the coding coverage, the unit
 conversions applied, the readers' notes, missingness and value ranges per
 column, and the site fingerprint the coordinator compares across sites.
@@ -39,9 +47,11 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "excluded": (int,),
     "rejected": (int,),
     "unprocessed": (int,),
+    "not_read": (int,),
     "read_by_type": (dict,),
     "excluded_by_reason": (dict,),
     "rejected_by_reason": (dict,),
+    "rejected_examples": (dict,),
     "unprocessed_by_reason": (dict,),
     "cohort_exclusions": (dict,),
     "patients": (int,),
@@ -57,6 +67,10 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 """JSON types of each field as :meth:`HarmonizationReport.to_dict` writes them."""
 
 
+class UnbalancedReport(AssertionError):
+    """A report whose counts do not add up: a record disappeared (a defect of the reader)."""
+
+
 @dataclass
 class HarmonizationReport:
     site: str
@@ -70,9 +84,11 @@ class HarmonizationReport:
     excluded: int = 0
     rejected: int = 0
     unprocessed: int = 0
+    not_read: int = 0
     read_by_type: dict[str, int] = field(default_factory=dict)
     excluded_by_reason: dict[str, int] = field(default_factory=dict)
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
+    rejected_examples: dict[str, str] = field(default_factory=dict)
     unprocessed_by_reason: dict[str, int] = field(default_factory=dict)
     cohort_exclusions: dict[str, int] = field(default_factory=dict)
     patients: int = 0
@@ -89,6 +105,37 @@ class HarmonizationReport:
     def balanced(self) -> bool:
         """``read == included + excluded + rejected + unprocessed``: no record disappeared."""
         return self.read == self.included + self.excluded + self.rejected + self.unprocessed
+
+    def check_balance(self) -> None:
+        """Raise :class:`UnbalancedReport` unless every count adds up.
+
+        ``read = included + excluded + rejected + unprocessed``; the reason
+        tables sum to their totals (``excluded_by_reason`` to ``excluded``,
+        ``rejected_by_reason`` to ``rejected``, ``unprocessed_by_reason`` to
+        ``unprocessed``); ``not_read`` is part of ``unprocessed``; and the
+        records read by type are the records read, ``read - not_read``.
+        """
+        problems = []
+        if not self.balanced:
+            problems.append(
+                f"read {self.read} != included {self.included} + excluded {self.excluded} "
+                f"+ rejected {self.rejected} + unprocessed {self.unprocessed}"
+            )
+        for name, table, total in (
+            ("excluded_by_reason", self.excluded_by_reason, self.excluded),
+            ("rejected_by_reason", self.rejected_by_reason, self.rejected),
+            ("unprocessed_by_reason", self.unprocessed_by_reason, self.unprocessed),
+            ("read_by_type", self.read_by_type, self.read - self.not_read),
+        ):
+            if sum(table.values()) != total:
+                problems.append(f"{name} sums to {sum(table.values())}, not {total}")
+        if not 0 <= self.not_read <= self.unprocessed:
+            problems.append(f"not_read {self.not_read} is not within [0, {self.unprocessed}]")
+        if problems:
+            raise UnbalancedReport(
+                f"harmonisation report of site {self.site!r} does not balance: "
+                + "; ".join(problems)
+            )
 
     def site_fingerprint(self) -> SiteFingerprint:
         return SiteFingerprint.from_record(self.fingerprint)
@@ -150,10 +197,16 @@ class HarmonizationReport:
 
     def to_text(self) -> str:
         """A readable summary for site data engineers."""
+        total = (
+            f"  records {self.read:,}, of which read {self.read - self.not_read:,} and not read "
+            f"{self.not_read:,} (the run stopped before their files)"
+            if self.not_read
+            else f"  records read {self.read:,}"
+        )
         lines = [
             f"Harmonisation of site {self.site!r} ({self.source_kind}) for study "
             f"{self.study!r} [{self.spec_digest[:12]}]: {self.status}",
-            f"  records read {self.read:,} = included {self.included:,} + excluded "
+            f"{total} = included {self.included:,} + excluded "
             f"{self.excluded:,} + rejected {self.rejected:,}"
             + (f" + unprocessed {self.unprocessed:,}" if self.unprocessed else "")
             + ("" if self.balanced else "   (NOT BALANCED)"),
@@ -171,7 +224,8 @@ class HarmonizationReport:
             if counts:
                 lines.append(f"  {title}:")
                 lines += [
-                    f"    {n:>10,}  {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1])
+                    f"    {n:>10,}  {k}" + self._example(title, k)
+                    for k, n in sorted(counts.items(), key=lambda kv: -kv[1])
                 ]
         if self.coding_coverage is not None:
             lines.append(
@@ -193,6 +247,10 @@ class HarmonizationReport:
                 described = ", ".join(f"{k} {v}" for k, v in stats.items())
                 lines.append(f"    {name}: {described}")
         return "\n".join(lines)
+
+    def _example(self, title: str, reason: str) -> str:
+        example = self.rejected_examples.get(reason) if title == "rejected by reason" else None
+        return f"  (first: {example}; all in quarantine.csv)" if example else ""
 
 
 def column_summary(frame: pd.DataFrame) -> dict[str, dict[str, Any]]:

@@ -3,9 +3,13 @@
 :func:`harmonize` reads a FHIR or an OMOP source into a record store, builds
 the analysis frame of the study specification, and returns the frame (with
 its fingerprint in ``frame.attrs["fingerprint"]``), the report and the
-quarantine. A failure still yields a report: it is attached to the raised
-:class:`HarmonizationFailed`. :func:`write_outputs` writes the frame
-(Parquet), the report (JSON and text) and the quarantine (CSV).
+quarantine. A failure still yields a report and the quarantine so far: both
+are attached to the raised :class:`HarmonizationFailed`, and the report's
+counts balance like a successful run's (checked by
+:meth:`HarmonizationReport.check_balance` before either is returned).
+:func:`write_outputs` writes the frame (Parquet), the report (JSON and
+text) and the quarantine (CSV); :func:`write_failed_outputs` the report and
+the quarantine of a failed run.
 """
 
 from __future__ import annotations
@@ -102,6 +106,7 @@ def harmonize(
                     today=latest_date,
                     workers=workers,
                     progress=progress,
+                    concepts=_study_codings(spec),
                 )
             else:
                 from harmonize.omop import read_omop
@@ -115,7 +120,10 @@ def harmonize(
             _fill_read_side(report, store)
             _count_unclassified(report, store)
             report.failure = str(error)
-            raise HarmonizationFailed(str(error), report) from error
+            quarantine = store.table("rejected")
+            _fill_rejected(report, quarantine)
+            report.check_balance()
+            raise HarmonizationFailed(str(error), report, quarantine) from error
         _fill_read_side(report, store)
         status = result.record_status
         reader_rejected = report.rejected
@@ -127,9 +135,7 @@ def harmonize(
         built_rejected = int(status.loc[status["status"] == "rejected", "n"].sum())
         report.rejected = reader_rejected + built_rejected
         quarantine = store.table("rejected")
-        report.rejected_by_reason = (
-            counts_by(quarantine.assign(n=1), "reason") if not quarantine.empty else {}
-        )
+        _fill_rejected(report, quarantine)
         report.cohort_exclusions = dict(result.cohort_exclusions)
         report.coding_coverage = coding_coverage(store)
         report.unit_conversions = result.conversions
@@ -141,6 +147,7 @@ def harmonize(
         report.fingerprint = fingerprint.as_record()
         frame.attrs[FINGERPRINT_ATTR] = fingerprint.as_record()
         report.status = "ok" if len(frame) else "empty cohort"
+        report.check_balance()
     return Harmonized(frame=frame, report=report, quarantine=quarantine)
 
 
@@ -148,10 +155,29 @@ UNCLASSIFIED = "read and mapped to rows, not classified: the run stopped before 
 """Why records a stopped run had already mapped are neither included nor excluded."""
 
 
+def _study_codings(spec: StudySpec) -> frozenset[tuple[str, str]]:
+    """Every ``(system, code)`` of the study's concept sets: what a FHIR record may match."""
+    return frozenset().union(*(s.codings() for s in spec.concept_sets.values()))
+
+
+def _fill_rejected(report: HarmonizationReport, quarantine: pd.DataFrame) -> None:
+    """Rejected records by reason, and the first record of each reason (``source:location``)."""
+    report.rejected_by_reason = {}
+    report.rejected_examples = {}
+    records = quarantine.drop_duplicates(["source", "location"])  # one reason per record
+    for reason, source, location in zip(
+        records["reason"], records["source"], records["location"], strict=True
+    ):
+        key = str(reason)
+        report.rejected_by_reason[key] = report.rejected_by_reason.get(key, 0) + 1
+        report.rejected_examples.setdefault(key, f"{source}:{location}")
+
+
 def _fill_read_side(report: HarmonizationReport, store: RecordStore) -> None:
     read = store.table("read_counts")
     not_read = store.table("unprocessed")
     report.unprocessed = int(not_read["n"].sum()) if not not_read.empty else 0
+    report.not_read = report.unprocessed
     report.unprocessed_by_reason = counts_by(not_read, "reason") if not not_read.empty else {}
     report.read = (int(read["n"].sum()) if not read.empty else 0) + report.unprocessed
     report.read_by_type = counts_by(read, "record_type") if not read.empty else {}
@@ -185,6 +211,25 @@ def write_outputs(result: Harmonized, out_dir: str | Path) -> dict[str, Path]:
     write_report(result.report, out)
     result.quarantine.to_csv(paths["quarantine"], index=False)
     return paths
+
+
+def write_failed_outputs(failed: HarmonizationFailed, out_dir: str | Path) -> dict[str, Path]:
+    """Write a failed run's ``report.json``, ``report.txt`` and ``quarantine.csv`` (no frame)."""
+    out = Path(out_dir)
+    write_report(failed.report, out)
+    paths = {
+        "report_json": out / "report.json",
+        "report_text": out / "report.txt",
+        "quarantine": out / "quarantine.csv",
+    }
+    quarantine = failed.quarantine if failed.quarantine is not None else _empty_quarantine()
+    quarantine.to_csv(paths["quarantine"], index=False)
+    return paths
+
+
+def _empty_quarantine() -> pd.DataFrame:
+    with RecordStore() as store:
+        return store.table("rejected")
 
 
 def write_report(report: HarmonizationReport, out_dir: str | Path) -> None:

@@ -121,13 +121,13 @@ def harmonize(
     Writes frame.parquet, report.json, report.txt and quarantine.csv to OUT.
     Exit codes: 0 success; 2 configuration error; 3 harmonisation failure;
     4 empty cohort. report.json is written in every case but a missing
-    source option.
+    source option; a failed run writes its report and quarantine.csv.
     """
     from fedstats.cli.progress import harmonization_progress
     from harmonize.errors import HarmonizationError, HarmonizationFailed, SpecError
     from harmonize.report import HarmonizationReport
     from harmonize.run import harmonize as run_harmonize
-    from harmonize.run import write_outputs, write_report
+    from harmonize.run import write_failed_outputs, write_outputs, write_report
     from harmonize.spec import load_spec
 
     if (fhir is None) == (omop is None):
@@ -179,7 +179,7 @@ def harmonize(
             progress=harmonization_progress(site),
         )
     except HarmonizationFailed as failed:
-        write_report(failed.report, out)
+        write_failed_outputs(failed, out)
         fail(f"harmonisation failed: {failed}", HarmonizeExit.FAILED)
     except HarmonizationError as error:
         fail(f"harmonisation failed: {error}", HarmonizeExit.FAILED)

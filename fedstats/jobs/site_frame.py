@@ -148,7 +148,7 @@ def prepare_frame(config: SiteConfig, *, failure_dir: Path) -> PreparedFrame:
 def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> dict[str, Any]:
     """Harmonise the sources and write frame, report and quarantine beside ``current``."""
     from harmonize.errors import HarmonizationError, HarmonizationFailed, SpecError
-    from harmonize.run import harmonize, write_report
+    from harmonize.run import harmonize, write_failed_outputs, write_report
     from harmonize.spec import load_spec
 
     data = config.data
@@ -166,7 +166,7 @@ def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> dict[str
             latest_date=data.latest_date,
         )
     except HarmonizationFailed as failed:
-        write_report(failed.report, failure_dir)
+        write_failed_outputs(failed, failure_dir)
         raise SiteHarmonisationError(
             f"site {config.name!r}: harmonisation failed: {failed} "
             f"(report in {failure_dir / 'report.json'}). Nothing was served; fix the "

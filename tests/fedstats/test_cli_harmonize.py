@@ -91,6 +91,13 @@ def test_fhir_site_with_workers_memory_limit_and_latest_date(tmp_path):
     early = run(*common, "--out", str(tmp_path / "early"), *options, "--latest-date", "2000-01-01")
     assert early.exit_code == HarmonizeExit.FAILED  # nearly every record is after 2000
     assert "in the future (after 2000-01-01)" in early.output
+    # the failed run writes its reason table and its quarantine, and its counts balance
+    failed = json.loads((tmp_path / "early" / "report.json").read_text())
+    quarantine = pd.read_csv(tmp_path / "early" / "quarantine.csv")
+    assert failed["balanced"] and failed["status"] == "failed"
+    assert len(quarantine) == failed["rejected"] == sum(failed["rejected_by_reason"].values()) > 0
+    assert "date in the future (after 2000-01-01)" in failed["rejected_by_reason"]
+    assert failed["read"] - failed["not_read"] == sum(failed["read_by_type"].values())
     result = run(*common, "--out", str(tmp_path / "out"), *options, "--latest-date", "2030-01-01")
     assert result.exit_code == HarmonizeExit.OK, result.output
     report = json.loads((tmp_path / "out" / "report.json").read_text())

@@ -158,10 +158,15 @@ def test_missing_or_uncoded_contained_medication_is_quarantined_naming_the_refer
     rejected = store.table("rejected")
     assert rejected.location.tolist() == ["line 1", "line 2"]
     assert rejected.field.tolist() == ["medicationReference.reference"] * 2
-    assert rejected.reason[0] == (
-        "rx.ndjson:line 1: medicationReference '#other' names no contained Medication"
-    )
-    assert rejected.reason[1] == "rx.ndjson:line 2: the contained Medication '#med1' has no code"
+    # the reason is the kind of problem (the report groups by it); the detail names the reference
+    assert rejected.reason.tolist() == [
+        "medicationReference names no contained Medication",
+        "the contained Medication it names has no code",
+    ]
+    assert rejected.detail.tolist() == [
+        "medicationReference '#other' names no contained Medication",
+        "the contained Medication '#med1' has no code nor coded ingredient",
+    ]
 
 
 def test_bundle_references_by_full_url_and_by_id_resolve_to_later_entries(tmp_path):
@@ -204,9 +209,10 @@ def test_one_medication_id_with_two_codes_is_refused_for_its_requests(tmp_path):
     write_json(tmp_path / "b.json", bundle((None, medication("m1", NOT_A_STATIN))))
     write_ndjson(tmp_path / "c.ndjson", [request("r1", "p1", "Medication/m1")])
     store = read(tmp_path)
-    (reason,) = store.table("rejected").reason
-    assert reason.startswith("c.ndjson:line 1: medicationReference 'Medication/m1': ")
-    assert "different codes" in reason and "b.json:entry 0" in reason
+    ((reason, detail),) = store.table("rejected")[["reason", "detail"]].values.tolist()
+    assert reason == "medicationReference names Medications with different codes"
+    assert detail.startswith("c.ndjson:line 1: medicationReference 'Medication/m1': ")
+    assert "different codes" in detail and "b.json:entry 0" in detail
 
 
 @given(order=st.permutations(["MedicationRequest", "Medication", "Patient"]))
@@ -261,9 +267,16 @@ def test_an_unresolvable_reference_is_quarantined_naming_it_the_file_and_line(re
             "MedicationRequest",
         )
         if not row.reason.startswith("not valid FHIR"):  # e.g. a reference of blanks
-            assert row.reason.startswith("MedicationRequest.ndjson:line 2: ")
-            assert repr(clip(reference, 100)) in row.reason
-            assert "medication without a code" not in row.reason
+            # grouped by kind: the reason holds neither the file nor the reference
+            assert row.reason in {
+                "medicationReference matches no Medication in the export",
+                "medicationReference names no contained Medication",
+            }
+            assert "MedicationRequest.ndjson" not in row.reason
+            assert row.detail.startswith(
+                "MedicationRequest.ndjson:line 2: "
+            ) or row.detail.startswith("medicationReference")
+            assert repr(clip(reference, 100)) in row.detail
 
 
 def test_a_stopping_unresolved_reference_names_it_in_the_error(tmp_path):
@@ -278,8 +291,10 @@ def test_index_resolves_every_form_of_a_medication_reference(mid, form):
     index = MedicationIndex()
     index.add(medication(mid), "m.ndjson:line 1")
     assert index.resolve(form.format(f"Medication/{mid}")) == [(RXNORM, STATIN)]
-    assert "matches no Medication" in index.resolve(f"Medication/{mid}x")
-    assert "matches no Medication" in index.resolve(f"Patient/{mid}")
+    for wrong in (f"Medication/{mid}x", f"Patient/{mid}"):
+        unresolved = index.resolve(wrong)
+        assert unresolved.reason == "medicationReference matches no Medication in the export"
+        assert repr(wrong) in unresolved.detail
 
 
 def test_index_stores_identical_codings_once():
@@ -297,7 +312,8 @@ def test_an_invalid_medication_is_rejected_and_so_are_requests_naming_it(tmp_pat
     rejected = read(tmp_path).table("rejected")
     assert rejected.source.tolist() == ["Medication.ndjson", "rx.ndjson"]
     assert rejected.reason[0].startswith("not valid FHIR")
-    assert "(Medication.ndjson:line 1) is not valid FHIR" in rejected.reason[1]
+    assert rejected.reason[1] == "medicationReference names a Medication that is not valid FHIR"
+    assert "(Medication.ndjson:line 1) is not valid FHIR" in rejected.detail[1]
 
 
 # ---------------------------------------------------------------- condition dates

@@ -160,3 +160,19 @@ def test_a_stopped_harmonisation_shows_its_unprocessed_records(study_copy):
     assert "file not reached (run stopped): 17" in html
     north = html[html.index("<h3>north") :]
     assert "NOT BALANCED" not in north[: north.index("</table>")]
+
+
+def test_a_stopped_harmonisation_says_how_many_records_it_read(study_copy):
+    """A run that never reached 17 records says so instead of calling them read."""
+    from reports import build_report, render_html
+
+    path = study_copy / "harmonization" / "north.json"
+    record = json.loads(path.read_text())
+    read = record["read"]
+    record["read"] += 17
+    record["unprocessed"] = record["not_read"] = 17
+    record["unprocessed_by_reason"] = {"not read: the run stopped at an earlier file": 17}
+    path.write_text(json.dumps(record))
+    html = render_html(build_report(Study.load(study_copy)))
+    assert f"{read + 17:,} in the sources, of which read {read:,} and not read 17 =" in html
+    assert "NOT BALANCED" not in html
