@@ -106,6 +106,18 @@ def fingerprint_frame(
     return SiteFingerprint(tuple(sorted(columns, key=lambda c: c.name)), spec_digest)
 
 
+def frame_data_digest(frame: pd.DataFrame) -> str:
+    """SHA-256 of a frame's rows: its CSV text (a header of the columns in order, one line per
+    row, numbers at full precision ``%.17g``, missing values empty), as UTF-8.
+
+    The same frame gives the same digest wherever it is computed; a changed, added or
+    removed value changes it. It identifies the data a site analysed (the site's own report,
+    for its audit), where the schema fingerprint is the same at every site of a study.
+    """
+    text = frame.to_csv(index=False, lineterminator="\n", float_format="%.17g", na_rep="")
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 def _kind(series: pd.Series) -> str:
     dtype = series.dtype
     if pd.api.types.is_bool_dtype(dtype):

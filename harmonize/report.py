@@ -60,6 +60,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "notes": (list,),
     "columns": (dict,),
     "fingerprint": (dict,),
+    "data_sha256": (str,),
     "failure": (str, type(None)),
     "created_at": (str,),
     "package_version": (str,),
@@ -97,6 +98,10 @@ class HarmonizationReport:
     notes: list[str] = field(default_factory=list)
     columns: dict[str, dict[str, Any]] = field(default_factory=dict)
     fingerprint: dict[str, Any] = field(default_factory=dict)
+    data_sha256: str = ""
+    """SHA-256 of the frame's rows (:func:`harmonize.fingerprint.frame_data_digest`): unlike
+    the fingerprint, which describes the schema and is the same at every site, it identifies
+    this site's data ("" in reports that predate it or of a run that built no frame)."""
     failure: str | None = None
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     package_version: str = field(default_factory=lambda: _package_version())

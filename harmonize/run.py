@@ -24,7 +24,7 @@ from tempfile import TemporaryDirectory
 import pandas as pd
 
 from harmonize.errors import HarmonizationError, HarmonizationFailed
-from harmonize.fingerprint import FINGERPRINT_ATTR, fingerprint_frame
+from harmonize.fingerprint import FINGERPRINT_ATTR, fingerprint_frame, frame_data_digest
 from harmonize.frame import HARMONIZE, build_frame, coding_coverage
 from harmonize.progress import Progress
 from harmonize.records import RecordStore
@@ -145,6 +145,7 @@ def harmonize(
         units = {c.name: c.unit for c in spec.covariates if c.unit}
         fingerprint = fingerprint_frame(frame, units=units, spec_digest=spec.digest)
         report.fingerprint = fingerprint.as_record()
+        report.data_sha256 = frame_data_digest(frame)
         frame.attrs[FINGERPRINT_ATTR] = fingerprint.as_record()
         report.status = "ok" if len(frame) else "empty cohort"
         report.check_balance()

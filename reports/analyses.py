@@ -22,7 +22,7 @@ from reports.study import Study
 from studyfiles.inventory import MessageInventory
 
 FINGERPRINTS = "fingerprints"
-"""The analysis label of the sites' fingerprint replies (``Federation.fingerprints``)."""
+"""The analysis label of the sites' fingerprint replies (``Federation.verify_fingerprints``)."""
 
 ANSWERED = "ok"
 

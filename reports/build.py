@@ -155,7 +155,12 @@ def build_report(study: Study) -> ComplianceReport:
         platform=study.manifest.platform,
         hashes=dict(study.manifest.hashes),
         fingerprints=tuple(
-            (site, SiteFingerprint.from_record(r.fingerprint).digest, r.spec_digest)
+            (
+                site,
+                SiteFingerprint.from_record(r.fingerprint).digest,
+                r.spec_digest,
+                r.data_sha256,
+            )
             for site, r in study.harmonization.items()
             if r.fingerprint
         ),

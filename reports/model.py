@@ -478,8 +478,9 @@ class ComplianceReport:
     package_versions: dict[str, str]
     platform: str
     hashes: dict[str, str]
-    fingerprints: tuple[tuple[str, str, str], ...]
-    """``(site, frame fingerprint digest, specification digest)``."""
+    fingerprints: tuple[tuple[str, str, str, str], ...]
+    """``(site, schema fingerprint digest, specification digest, data digest)``; the data
+    digest is "" for a harmonisation report that predates it."""
     ledgers: tuple[LedgerIntegrity, ...]
     configuration: dict[str, Any]
     sign_off_roles: tuple[str, ...]

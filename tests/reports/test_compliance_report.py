@@ -241,3 +241,14 @@ def test_each_private_result_shows_its_interval_method_noise_share_and_warnings(
     exact = fits["logistic-exact"]
     assert not exact.noise_dominated and all(r.noise_share is None for r in exact.rows)
     assert "inverse of the summed information" in exact.interval_method
+
+
+def test_each_site_shows_its_schema_fingerprint_and_its_own_data_fingerprint(demo_study):
+    """The schema fingerprint is the same at every site (it describes the columns); the data
+    fingerprint, SHA-256 of the frame's rows, is each site's own."""
+    report = build_report(Study.load(demo_study))
+    sites, schemas, specs, data = zip(*report.fingerprints, strict=True)
+    assert len(set(schemas)) == 1 and len(set(specs)) == 1
+    assert len(set(data)) == len(sites) == 4 and all(len(d) == 64 for d in data)
+    shown = re.sub(r"<[^>]+>", "", render_html(report))
+    assert "data fingerprint" in shown and all(d in shown for d in data)
