@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import tomli_w
 import typer
@@ -147,6 +149,17 @@ def test_study_run_over_three_site_jobs_equals_the_embedded_runtime(
     assert "stay at the sites" in recorded.configuration["ledgers"]
     html = (out / "compliance-report.html").read_text()
     assert "event_logistic" in html and "region_2" in html
+    # the curve never claims certainty it lacks: S = 1 with a zero-width interval only where
+    # the pooled data have no death yet; where a site's counts stop, "not released", naming it
+    pooled = pd.concat([datasets.tcga_brca().frames[s] for s in SITES])
+    record = curve.result
+    for i, t in enumerate(record.grid):
+        s, low, high = (record.survival["all"][i], record.lower["all"][i], record.upper["all"][i])
+        if s == 1 and low == high:
+            assert not ((pooled["time"] <= t) & (pooled["event"] == 1)).any(), t
+    cut = [w for w in record.horizon_warnings if "safe horizon" in w]
+    assert cut and "not released" in html  # on these sites a horizon ends the yearly curve
+    assert all(re.search(r"region_\d at \d+", w) for w in cut), cut
     (network,) = recorded.releases  # the trained network: named, shown, tied to its messages
     assert network.name == "event_mlp" and network.kind == "trained network"
     report, tasks = assert_every_release_named(out / "study")
