@@ -46,6 +46,39 @@ def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+class JournalTail:
+    """Reads a journal as it grows: each :meth:`new_records` returns the complete lines written
+    since the previous call, reading only the bytes appended since (a serving loop that re-read
+    the whole journal at every change would read it n times over n requests). A torn last line
+    is left for the next call; once a later append completes it, it is skipped as
+    :meth:`SiteJournal.records` skips it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        """Bytes of the journal read so far (up to the end of its last complete line)."""
+        self.bytes_read = 0
+        """Bytes read from the file over every call (for tests of the reading cost)."""
+
+    def new_records(self) -> list[dict[str, Any]]:
+        if not self.path.exists():
+            return []
+        with self.path.open("rb") as handle:
+            handle.seek(self.offset)
+            data = handle.read()
+        self.bytes_read += len(data)
+        complete = data[: data.rfind(b"\n") + 1]
+        self.offset += len(complete)
+        self.bytes_read -= len(data) - len(complete)  # the torn tail is read again next time
+        out = []
+        for line in complete.decode("utf-8").splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+
 class SiteJournal:
     """An append-only journal file of requests and replies (digests and sizes, no content)."""
 
@@ -64,6 +97,10 @@ class SiteJournal:
             except json.JSONDecodeError:
                 continue
         return out
+
+    def tail(self) -> JournalTail:
+        """A reader of the lines appended from now on (:class:`JournalTail`)."""
+        return JournalTail(self.path)
 
     def append(self, record: dict[str, Any]) -> None:
         """Write one line and force it to disk before returning."""

@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from fedstats.errors import CoordinatorUnreachable, SiteProcessesFailed
 from fedstats.jobs.events import emit
@@ -126,7 +127,7 @@ def _watch(
     t0: float,
 ) -> str:
     size = _size(journal.path)
-    seen = len(journal.records())
+    requests = RequestLog(config.name, journal)  # requests from now on
     answered_any = False
     last_activity = time.monotonic()
     while True:
@@ -141,7 +142,7 @@ def _watch(
         current = _size(journal.path)
         if current != size:
             size, last_activity, answered_any = current, now, True
-            seen = log_requests(config.name, journal, seen)
+            requests.log_new()
         quiet = answered_any and now - last_activity >= coordinator.idle_timeout
         if quiet and not journal.pending():
             return "idle"
@@ -153,40 +154,65 @@ def _watch(
 def log_requests(site: str, journal: SiteJournal, seen: int) -> int:
     """Log one ``site.request`` event per request answered since the journal's first ``seen``
     lines: its task, analysis, status (answered, refused, not released) and ledger entries
-    charged for it. Returns the number of journal lines now seen."""
+    charged for it. Returns the number of journal lines now seen. (A serving loop uses
+    :class:`RequestLog`, which reads only what was appended.)"""
     records = journal.records()
     received = {r["seq"]: r for r in records if r.get("event") == "received"}
     for line in records[seen:]:
-        if line.get("event") not in ("answered", "rolled_forward"):
-            continue
-        before = received.get(line.get("seq"), {}).get("ledger_entries")
-        after = line.get("ledger_entries")
-        charged = after - before if isinstance(before, int) and isinstance(after, int) else None
-        status = line.get("status", "?")
-        outcome = {"released": "answered", "refused": "refused", "error": "failed"}.get(
-            status, "not released"
-        )
-        what = f"{outcome} ({line.get('error_type') or line.get('reason') or '?'})"
-        emit(
-            _log,
-            "site.request",
-            f"site {site!r}: request {line.get('seq')} task {line.get('task')!r}"
-            + (f" analysis {line['analysis']!r}" if line.get("analysis") else "")
-            + f": {what if outcome in ('refused', 'failed') else outcome}"
-            + (
-                f", {charged} ledger entr{'y' if charged == 1 else 'ies'} charged"
-                if charged
-                else ""
-            ),
-            site=site,
-            seq=line.get("seq"),
-            task=line.get("task"),
-            analysis=line.get("analysis"),
-            outcome=outcome,
-            error_type=line.get("error_type") or None,
-            charged_entries=charged,
-        )
+        _log_request(site, line, received)
     return len(records)
+
+
+class RequestLog:
+    """The serving loop's request log: logs each request once as its journal lines appear,
+    reading only the lines appended since the last call (:class:`JournalTail`)."""
+
+    def __init__(self, site: str, journal: SiteJournal) -> None:
+        self.site = site
+        self.tail = journal.tail()
+        self.received: dict[Any, dict[str, Any]] = {}
+        for line in self.tail.new_records():  # what was journalled before: not logged again
+            if line.get("event") == "received":
+                self.received[line.get("seq")] = line
+            elif line.get("event") in ("answered", "rolled_forward"):
+                self.received.pop(line.get("seq"), None)
+
+    def log_new(self) -> None:
+        for line in self.tail.new_records():
+            if line.get("event") == "received":
+                self.received[line.get("seq")] = line
+            else:
+                _log_request(self.site, line, self.received)
+                self.received.pop(line.get("seq"), None)
+
+
+def _log_request(site: str, line: dict[str, Any], received: dict[Any, dict[str, Any]]) -> None:
+    """One ``site.request`` event for an ``answered`` or ``rolled_forward`` journal line."""
+    if line.get("event") not in ("answered", "rolled_forward"):
+        return
+    before = received.get(line.get("seq"), {}).get("ledger_entries")
+    after = line.get("ledger_entries")
+    charged = after - before if isinstance(before, int) and isinstance(after, int) else None
+    status = line.get("status", "?")
+    outcome = {"released": "answered", "refused": "refused", "error": "failed"}.get(
+        status, "not released"
+    )
+    what = f"{outcome} ({line.get('error_type') or line.get('reason') or '?'})"
+    emit(
+        _log,
+        "site.request",
+        f"site {site!r}: request {line.get('seq')} task {line.get('task')!r}"
+        + (f" analysis {line['analysis']!r}" if line.get("analysis") else "")
+        + f": {what if outcome in ('refused', 'failed') else outcome}"
+        + (f", {charged} ledger entr{'y' if charged == 1 else 'ies'} charged" if charged else ""),
+        site=site,
+        seq=line.get("seq"),
+        task=line.get("task"),
+        analysis=line.get("analysis"),
+        outcome=outcome,
+        error_type=line.get("error_type") or None,
+        charged_entries=charged,
+    )
 
 
 def _name(process: subprocess.Popen) -> str:

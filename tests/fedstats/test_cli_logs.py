@@ -240,3 +240,37 @@ def test_a_coordinators_task_and_analysis_names_cannot_forge_log_lines(tmp_path:
         text = formatter.format(record)
         assert "\n" not in text and "\x1b" not in text, text
     assert json.loads(JsonLineFormatter().format(record))["fields"]["analysis"] == forged
+
+
+def test_the_serving_loops_request_log_reads_each_journal_byte_once(tmp_path, caplog):
+    """Over a long run the journal grows by a few lines per request: the serving loop's log
+    reads only what was appended (every byte once, a torn line again once completed), logs
+    each request once, and never logs what was journalled before it started."""
+    from fedstats.jobs.site_serving import RequestLog
+
+    journal = SiteJournal(tmp_path / "journal.jsonl")
+    journal.append({"event": "received", "seq": 1, "task": "describe", "ledger_entries": 0})
+    journal.append({"event": "answered", "seq": 1, "task": "describe", "status": "released",
+                    "ledger_entries": 0})  # fmt: skip
+    journal.append({"event": "received", "seq": 2, "task": "prepare", "ledger_entries": 0})
+    log = RequestLog("region_0", journal)  # seq 1 was served before; seq 2 is in flight
+    with caplog.at_level(logging.INFO, logger="fedstats"):
+        journal.append({"event": "answered", "seq": 2, "task": "prepare", "status": "released",
+                        "ledger_entries": 1})  # fmt: skip
+        log.log_new()
+        with journal.path.open("a", encoding="utf-8") as handle:
+            handle.write('{"event": "received", "seq": 3')  # a crash mid-write: a torn line
+        log.log_new()
+        for seq in range(3, 40):
+            journal.append({"event": "received", "seq": seq, "task": "logistic.summaries",
+                            "ledger_entries": 1})  # fmt: skip
+            journal.append({"event": "answered", "seq": seq, "task": "logistic.summaries",
+                            "status": "refused", "error_type": "DisclosureError",
+                            "ledger_entries": 1})  # fmt: skip
+            log.log_new()
+    logged = [r.fields for r in caplog.records if getattr(r, "event", None) == "site.request"]
+    assert [f["seq"] for f in logged] == list(range(2, 40))
+    assert logged[0]["charged_entries"] == 1 and logged[0]["outcome"] == "answered"
+    assert all(f["outcome"] == "refused" for f in logged[1:])
+    assert log.tail.offset == journal.path.stat().st_size
+    assert log.tail.bytes_read == journal.path.stat().st_size  # each byte read once
