@@ -63,6 +63,8 @@ class JournalTail:
     def new_records(self) -> list[dict[str, Any]]:
         if not self.path.exists():
             return []
+        if self.path.stat().st_size < self.offset:  # replaced by a shorter file: read it anew
+            self.offset = 0
         with self.path.open("rb") as handle:
             handle.seek(self.offset)
             data = handle.read()
@@ -85,6 +87,8 @@ class SiteJournal:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._seq_tail: JournalTail | None = None
+        self._last_seq = 0
 
     def records(self) -> list[dict[str, Any]]:
         """Every complete line; a torn last line (a crash mid-write) is ignored."""
@@ -118,8 +122,14 @@ class SiteJournal:
             return handle.read(1) != b"\n"
 
     def next_seq(self) -> int:
-        """The sequence number for the next request."""
-        return 1 + max((r.get("seq", 0) for r in self.records()), default=0)
+        """The sequence number for the next request: one more than the largest in the journal,
+        read incrementally (each request reads only the lines appended since the last; lines
+        another process appended are read too)."""
+        if self._seq_tail is None:
+            self._seq_tail = self.tail()
+        for record in self._seq_tail.new_records():
+            self._last_seq = max(self._last_seq, record.get("seq", 0))
+        return 1 + self._last_seq
 
     def pending(self) -> list[dict[str, Any]]:
         """``received`` lines with no ``answered`` or ``rolled_forward`` line (crashed requests)."""

@@ -12,6 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import tomli_w
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import accounting
@@ -274,3 +276,25 @@ def test_the_serving_loops_request_log_reads_each_journal_byte_once(tmp_path, ca
     assert all(f["outcome"] == "refused" for f in logged[1:])
     assert log.tail.offset == journal.path.stat().st_size
     assert log.tail.bytes_read == journal.path.stat().st_size  # each byte read once
+
+
+@settings(max_examples=40)
+@given(steps=st.lists(st.sampled_from(["mine", "other", "torn"]), min_size=1, max_size=25))
+def test_next_seq_read_incrementally_equals_one_more_than_the_journals_largest(
+    tmp_path_factory, steps
+):
+    """A service numbers each request from the journal's tail: whatever this service and
+    another process append (and a write torn by a crash), ``next_seq`` is one more than the
+    largest ``seq`` of every complete line, reading each byte once."""
+    path = tmp_path_factory.mktemp("journal") / "journal.jsonl"
+    mine, other = SiteJournal(path), SiteJournal(path)
+    for step in steps:
+        if step == "torn":
+            with path.open("a", encoding="utf-8") as handle:
+                handle.write('{"event": "received", "seq": 999')
+        else:
+            writer = mine if step == "mine" else other
+            writer.append({"event": "received", "seq": writer.next_seq()})
+        expected = 1 + max((r.get("seq", 0) for r in SiteJournal(path).records()), default=0)
+        assert mine.next_seq() == expected
+    assert mine._seq_tail is not None and mine._seq_tail.bytes_read <= path.stat().st_size
