@@ -19,6 +19,7 @@ import pandas as pd
 
 from reports.model import AnalysisRow, ReleasedResult, ReleaseSummary
 from reports.study import Study
+from studyfiles.fit_records import PrivacyRecord
 from studyfiles.inventory import MessageInventory
 
 FINGERPRINTS = "fingerprints"
@@ -30,18 +31,8 @@ ANSWERED = "ok"
 def results_by_analysis(study: Study) -> dict[str, tuple[str, str]]:
     """Each analysis label a recorded result names: ``(kind of result, its name)``."""
     owners: dict[str, tuple[str, str]] = {FINGERPRINTS: ("site fingerprints", "section 5")}
-    for fit in study.fits:
-        for label in fit.analysis_labels:
-            owners[label] = ("fitted model", fit.name)
-    for curve in study.curves:
-        for label in curve.analyses:
-            owners[label] = ("survival curve", curve.name)
-    for name, diagnostic in study.diagnostics.items():
-        for label in diagnostic.analyses:
-            owners[label] = ("diagnostic table", name)
-    for release in study.releases:
-        for label in release.analyses:
-            owners[label] = (release.kind, release.name)
+    for result in released_results(study):
+        owners.update(dict.fromkeys(result.analyses, (result.kind, result.name)))
     return owners
 
 
@@ -97,30 +88,43 @@ def release_summaries(study: Study) -> tuple[ReleaseSummary, ...]:
 
 
 EXACT = "exact: disclosure control only"
+PRIVATE = "differential privacy"
 LEVELS = {"patient": "record-level DP", "site": "client-level DP"}
 
 
 def released_results(study: Study) -> tuple[ReleasedResult, ...]:
-    """Every recorded result in the order the report shows them, with the protection it had:
-    the first page's list of what left the sites."""
-    rows = []
-    for fit in study.fits:
-        privacy = fit.result.privacy
-        units = [] if privacy is None else [s.unit for s in privacy.scopes]
-        rows.append(ReleasedResult(fit.name, "fitted model", fit.description, _protection(units)))
-    for curve in study.curves:
-        private = curve.result.noise_multiplier is not None
-        protection = LEVELS["patient"] if private else EXACT
-        rows.append(ReleasedResult(curve.name, "survival curve", curve.description, protection))
-    for name, diagnostic in study.diagnostics.items():
-        rows.append(ReleasedResult(name, "diagnostic table", diagnostic.title, EXACT))
-    for release in study.releases:
-        units = [] if release.privacy is None else [s.unit for s in release.privacy.scopes]
-        protection = _protection(units) if release.private else EXACT
-        rows.append(ReleasedResult(release.name, release.kind, release.description, protection))
+    """Every recorded result in the order the report shows them, with the protection it had
+    and the analyses that made it: the first page's list of what left the sites."""
+    rows = [
+        _released(fit.name, "fitted model", fit.description, fit.result.privacy,
+                  fit.analysis_labels, private=fit.result.privacy is not None)
+        for fit in study.fits
+    ]  # fmt: skip
+    rows += [
+        ReleasedResult(curve.name, "survival curve", curve.description,
+                       LEVELS["patient"] if curve.result.private else EXACT,
+                       tuple(curve.analyses), curve.result.private)
+        for curve in study.curves
+    ]  # fmt: skip
+    rows += [
+        ReleasedResult(name, "diagnostic table", diagnostic.title, EXACT,
+                       tuple(diagnostic.analyses), False)
+        for name, diagnostic in study.diagnostics.items()
+    ]  # fmt: skip
+    rows += [
+        _released(release.name, release.kind, release.description, release.privacy,
+                  release.analyses, private=release.private)
+        for release in study.releases
+    ]  # fmt: skip
     return tuple(rows)
 
 
-def _protection(units: list[str]) -> str:
-    levels = [LEVELS.get(unit, unit) for unit in dict.fromkeys(units)]
-    return " and ".join(levels) if levels else EXACT
+def _released(
+    name: str, kind: str, description: str, privacy: PrivacyRecord | None,
+    analyses: list[str], *, private: bool,
+) -> ReleasedResult:  # fmt: skip
+    """A result whose privacy account (if any) names the units of its scopes."""
+    units = [] if privacy is None else list(dict.fromkeys(s.unit for s in privacy.scopes))
+    levels = [LEVELS.get(unit, unit) for unit in units]
+    protection = " and ".join(levels) if levels else PRIVATE if private else EXACT
+    return ReleasedResult(name, kind, description, protection, tuple(analyses), private)

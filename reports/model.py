@@ -437,6 +437,9 @@ class ReleasedResult:
     description: str
     protection: str
     """``exact: disclosure control only`` or the levels of differential privacy it used."""
+    analyses: tuple[str, ...]
+    """The analyses (message-inventory labels) whose answers made it."""
+    private: bool
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,7 @@ def verdict(report: ComplianceReport) -> Verdict:
     """The verdict paragraph of ``report`` (see the module docstring)."""
     sentences = [_released(report), *_accounted(report)]
     sentences += _guarantees(report.scopes)
-    exact = [f.name for f in report.fits if not f.private]
-    exact += [c.name for c in report.curves if not c.private]
-    exact += [d.name or d.title for d in report.diagnostics]
-    exact += [r.name for r in report.releases if not r.private]
+    exact = [result.name for result in report.released if not result.private]
     if exact:
         sentences.append(
             f"The exact results ({join_words(exact)}) carry no differential-privacy guarantee: "
@@ -129,16 +126,11 @@ def _unverified_paths(report: ComplianceReport) -> list[str]:
 
 def _released(report: ComplianceReport) -> str:
     sites = _sites(report)
-    what = [
-        _counted([(f.name, f.private) for f in report.fits], "fitted model"),
-        _counted([(c.name, c.private) for c in report.curves], "survival curve"),
-        _counted([(d.name or d.title, False) for d in report.diagnostics], "diagnostic table"),
-    ]
     kinds: dict[str, list[tuple[str, bool]]] = {}
-    for release in report.releases:
-        kinds.setdefault(release.kind, []).append((release.name, release.private))
-    what += [_counted(named, kind) for kind, named in kinds.items()]
-    released = join_words(w for w in what if w) or "no recorded result"
+    for result in report.released:
+        kinds.setdefault(result.kind, []).append((result.name, result.private))
+    released = join_words(_counted(named, kind) for kind, named in kinds.items())
+    released = released or "no recorded result"
     source = f"{len(sites)} sites ({join_words(sites)})" if sites else "sites not recorded"
     return f"This study released {released}, computed from {source}; no patient row left a site."
 
