@@ -151,38 +151,29 @@ def _watch(
         time.sleep(WATCH_INTERVAL)
 
 
-def log_requests(site: str, journal: SiteJournal, seen: int) -> int:
-    """Log one ``site.request`` event per request answered since the journal's first ``seen``
-    lines: its task, analysis, status (answered, refused, not released) and ledger entries
-    charged for it. Returns the number of journal lines now seen. (A serving loop uses
-    :class:`RequestLog`, which reads only what was appended.)"""
-    records = journal.records()
-    received = {r["seq"]: r for r in records if r.get("event") == "received"}
-    for line in records[seen:]:
-        _log_request(site, line, received)
-    return len(records)
-
-
 class RequestLog:
-    """The serving loop's request log: logs each request once as its journal lines appear,
-    reading only the lines appended since the last call (:class:`JournalTail`)."""
+    """The serving loop's request log: one ``site.request`` event per request answered (its
+    task, analysis, status and the ledger entries charged for it), logged once as its journal
+    lines appear, reading only the lines appended since the last call (:class:`JournalTail`).
+    Requests journalled before it was made are not logged unless ``from_start``."""
 
-    def __init__(self, site: str, journal: SiteJournal) -> None:
+    def __init__(self, site: str, journal: SiteJournal, *, from_start: bool = False) -> None:
         self.site = site
         self.tail = journal.tail()
         self.received: dict[Any, dict[str, Any]] = {}
-        for line in self.tail.new_records():  # what was journalled before: not logged again
-            if line.get("event") == "received":
-                self.received[line.get("seq")] = line
-            elif line.get("event") in ("answered", "rolled_forward"):
-                self.received.pop(line.get("seq"), None)
+        if not from_start:
+            self._read(log=False)
 
     def log_new(self) -> None:
+        self._read(log=True)
+
+    def _read(self, *, log: bool) -> None:
         for line in self.tail.new_records():
             if line.get("event") == "received":
                 self.received[line.get("seq")] = line
             else:
-                _log_request(self.site, line, self.received)
+                if log:
+                    _log_request(self.site, line, self.received)
                 self.received.pop(line.get("seq"), None)
 
 

@@ -23,7 +23,7 @@ from fedstats.errors import FedstatsError
 from fedstats.jobs.site_config import load_site_config
 from fedstats.jobs.site_journal import SiteJournal
 from fedstats.jobs.site_service import SiteService
-from fedstats.jobs.site_serving import log_requests
+from fedstats.jobs.site_serving import RequestLog
 
 
 def closed_port() -> int:
@@ -129,8 +129,9 @@ def test_a_site_logs_each_request_with_task_analysis_and_what_it_cost(tmp_path, 
         service.close()
     journal = SiteJournal(config.workdir / "journal.jsonl")
     with caplog.at_level(logging.INFO, logger="fedstats"):
-        seen = log_requests("region_0", journal, 0)
-    assert seen == len(journal.records())
+        log = RequestLog("region_0", journal, from_start=True)
+        log.log_new()
+    assert log.tail.offset == journal.path.stat().st_size
     requests = [r for r in caplog.records if getattr(r, "event", None) == "site.request"]
     answered = [r for r in journal.records() if r["event"] == "answered"]
     assert len(requests) == len(answered) > 3
@@ -233,7 +234,7 @@ def test_a_coordinators_task_and_analysis_names_cannot_forge_log_lines(tmp_path:
     old_level = logger.level
     logger.setLevel(logging.INFO)
     try:
-        log_requests("region_0", journal, 0)
+        RequestLog("region_0", journal, from_start=True).log_new()
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
@@ -248,8 +249,6 @@ def test_the_serving_loops_request_log_reads_each_journal_byte_once(tmp_path, ca
     """Over a long run the journal grows by a few lines per request: the serving loop's log
     reads only what was appended (every byte once, a torn line again once completed), logs
     each request once, and never logs what was journalled before it started."""
-    from fedstats.jobs.site_serving import RequestLog
-
     journal = SiteJournal(tmp_path / "journal.jsonl")
     journal.append({"event": "received", "seq": 1, "task": "describe", "ledger_entries": 0})
     journal.append({"event": "answered", "seq": 1, "task": "describe", "status": "released",
