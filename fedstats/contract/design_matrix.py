@@ -63,8 +63,9 @@ def assemble(
     (0 in the other sites')."""
     X = np.zeros((n_rows, len(spec.columns)), dtype=np.float64)
     own = None if site is None else SITE_COLUMN.format(site)
+    intercepts = site_columns(spec)
     for j, name in enumerate(spec.columns):
-        if name in site_columns(spec):
+        if name in intercepts:
             X[:, j] = 1.0 if name == own else 0.0
         elif rhs is not None:
             X[:, j] = rhs[name].to_numpy(dtype=np.float64)

@@ -15,13 +15,12 @@ import numpy as np
 import pandas as pd
 
 from fedstats.contract.design import (
-    SITE_COLUMN,
     DesignSpec,
     counting_outcome,
     model_frame,
     parse_formula,
 )
-from fedstats.contract.design_matrix import agreed_codes, assemble, plain
+from fedstats.contract.design_matrix import agreed_codes, assemble, plain, site_columns
 from fedstats.contract.dp_request import NoisyGroup
 from fedstats.contract.tasks.design import _string_list, spec_from_args
 from fedstats.errors import (
@@ -312,7 +311,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         raise InconsistentColumnError(
             site=site, column=spec.formula, reason="cannot be built from this site's columns"
         ) from None
-    expected = [c for c in spec.columns if not (spec.site_intercepts and _is_site_column(spec, c))]
+    expected = [c for c in spec.columns if c not in site_columns(spec)]
     got = (
         expected  # no usable row (a private release): the agreed columns, empty
         if rhs is None
@@ -389,7 +388,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     varying = [
         j
         for j, name in enumerate(spec.columns)
-        if name != "Intercept" and not _is_site_column(spec, name)
+        if name != "Intercept" and name not in site_columns(spec)
     ]
     check_columns(
         policy,
@@ -552,7 +551,3 @@ def as_agreed_categorical(site: str, var: str, column: pd.Series, levels: tuple)
             site=site, column=var, level=plain(unknown.index[0]), count=int(unknown.iloc[0])
         )
     return codes
-
-
-def _is_site_column(spec: DesignSpec, column: str) -> bool:
-    return column in {SITE_COLUMN.format(s) for s in spec.sites}
