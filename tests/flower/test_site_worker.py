@@ -25,6 +25,18 @@ class FakeRuntime:
         pass
 
 
+def serve_fake(monkeypatch, runtime: FakeRuntime, run_task) -> None:
+    """Serve ``runtime``'s tasks with ``run_task`` until it has none (the stop flag cleared
+    before and after)."""
+    monkeypatch.setattr(site_worker, "_client", lambda *a: runtime)
+    monkeypatch.setattr(site_worker, "run_task", run_task)
+    site_worker.STOP.clear()
+    try:
+        site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
+    finally:
+        site_worker.STOP.clear()
+
+
 def test_a_task_that_fails_to_push_does_not_stop_the_worker(monkeypatch, caplog):
     ran: list[str] = []
 
@@ -33,13 +45,7 @@ def test_a_task_that_fails_to_push_does_not_stop_the_worker(monkeypatch, caplog)
         if len(ran) == 1:
             raise RuntimeError("Failed to push object: the push session may have expired")
 
-    monkeypatch.setattr(site_worker, "_client", lambda *a: FakeRuntime(tasks=3))
-    monkeypatch.setattr(site_worker, "run_task", run_task)
-    site_worker.STOP.clear()
-    try:
-        site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
-    finally:
-        site_worker.STOP.clear()
+    serve_fake(monkeypatch, FakeRuntime(tasks=3), run_task)
     assert ran == ["t2", "t1", "t0"]  # the tasks after the failed one were served
     assert "the site keeps serving" in caplog.text
 
@@ -65,13 +71,7 @@ def test_a_stop_during_a_task_finishes_that_task_and_asks_for_no_more(monkeypatc
         site_worker.request_stop(15, None)  # SIGTERM arrives mid-task
         finished.append(token)
 
-    monkeypatch.setattr(site_worker, "_client", lambda *a: runtime)
-    monkeypatch.setattr(site_worker, "run_task", run_task)
-    site_worker.STOP.clear()
-    try:
-        site_worker.serve("127.0.0.1:1", None, poll_interval=0.0)
-    finally:
-        site_worker.STOP.clear()
+    serve_fake(monkeypatch, runtime, run_task)
     assert finished == ["t2"] and runtime.tasks == 2  # one task, answered in full
 
 
