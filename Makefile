@@ -46,7 +46,7 @@ lint: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test,deep,notebook]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test,deep,notebook,simulation]'
 	touch $(STAMP)
 
 system-packages:

@@ -49,7 +49,7 @@ DEEP_EXTRA = all(importlib.util.find_spec(name) is not None for name in ("torch"
 DEEP_SKIP = "needs the deep extra (torch, Opacus): pip install 'fedstats[deep]'"
 
 
-SERIAL_GROUPS = ("flower", "reports", "notebooks")
+SERIAL_GROUPS = ("flower", "simulation", "reports", "notebooks")
 """Test folders whose tests share processes, ports or a session's study: under
 ``pytest -n 2 --dist loadgroup`` each folder runs on one worker, in order."""
 

@@ -4,6 +4,13 @@ For tests, benchmarks and trying a deployment out: every site gets a folder
 with its frame and site.toml, the coordinator a study.toml, and every process
 its own ``FLWR_HOME``. :meth:`LocalStudy.close` stops every process started.
 
+``LocalStudy(root, simulation=True)`` runs the same study on Flower's
+simulation engine instead: one SuperLink with ``--simulation``, whose
+``flwr-simulation`` runs each site's ClientApp on a virtual SuperNode (a Ray
+actor; :data:`SIMULATION_FEDERATION`), for 10 to 100 sites on one machine. The
+ServerApp, the ClientApp, the site code, codec and boundary rules are those
+of a deployment; only the transport differs.
+
 ``LocalStudy(root, tls=True)`` makes a study CA and a SuperLink certificate
 for 127.0.0.1 (:mod:`fedstats.flower.study_pki`, under ``root/pki``) and runs
 every connection over TLS; ``node_auth=True`` adds SuperNode authentication:
@@ -17,13 +24,14 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
-from fedstats.errors import FlowerProcessError
+from fedstats.errors import ConfigError, FlowerProcessError
 from fedstats.flower import processes, study_pki
 from fedstats.secagg.roster import write_roster
 
@@ -45,6 +53,15 @@ identify_grace = {identify_grace}
 """
 STUDY_NAME = "flower-bench"
 ENROLMENT_FILE = "enrolment.toml"
+SIMULATED_SITES_FILE = "simulated-sites.toml"
+SIMULATION_FEDERATION: dict[str, int | bool] = {
+    "client-resources-num-cpus": 1,
+    "init-args-num-cpus": 1,
+    "init-args-log-to-driver": False,
+}
+"""Ray resources of a simulated study: one CPU for the ClientApps and one per ClientApp, so
+one actor process serves every site in turn and keeps each site's state (its ledger, journal
+and open secure-aggregation sessions) as a SuperNode's long-lived worker does."""
 
 SITE_TEMPLATE = """
 [site]
@@ -117,6 +134,26 @@ def write_site(
     return path
 
 
+def write_simulated_sites(path: Path, site_configs: Sequence[Path]) -> Path:
+    """The file naming each virtual SuperNode's site.toml, in partition order."""
+    lines = ["# site.toml of each partition of a simulated study, in order", "sites = ["]
+    lines += [f"    {json.dumps(str(Path(config).resolve()))}," for config in site_configs]
+    path.write_text("\n".join([*lines, "]", ""]), encoding="utf-8")
+    return path
+
+
+def simulated_site(listing: Path, partition: int) -> Path:
+    """The site.toml of ``partition`` in a :func:`write_simulated_sites` file."""
+    try:
+        sites = tomllib.loads(listing.read_text(encoding="utf-8"))["sites"]
+        return Path(sites[partition])
+    except (OSError, tomllib.TOMLDecodeError, KeyError, IndexError, TypeError) as error:
+        raise ConfigError(
+            f"{listing}: no site.toml for simulated partition {partition} ({error}); "
+            "write the file with fedstats.flower.local_study.write_simulated_sites"
+        ) from None
+
+
 def write_study(
     root: Path,
     sites: list[str],
@@ -179,6 +216,10 @@ class LocalStudy:
         enrolment list signed by the study CA (``root/pki/enrolment.toml``)
         over every site of :meth:`start` and its ``parties``; each site.toml
         names it, and :attr:`identity` is the coordinator's ``[identity]``.
+    simulation:
+        Run on Flower's simulation engine (module docstring): no SuperNode
+        processes; every run's virtual SuperNodes serve the sites of
+        :meth:`start`, in order. Excludes ``tls`` and ``node_auth``.
     verified_paths:
         Every site of :meth:`start` pins the study's roster of node keys
         (``root/pki/roster.toml``) and answers exact iterative fits only on
@@ -197,6 +238,7 @@ class LocalStudy:
     node_auth: bool = False
     enrol: bool = False
     verified_paths: bool = True
+    simulation: bool = False
     roster: Path | None = None
     ca: study_pki.StudyCa | None = None
     enrolment: Path | None = None
@@ -238,6 +280,11 @@ class LocalStudy:
                 "enrolment binds names to node keys: LocalStudy(root, tls=True, node_auth=True, "
                 "enrol=True)"
             )
+        if self.simulation and (self.tls or self.node_auth):
+            raise FlowerProcessError(
+                "Flower's simulation engine has no network between its nodes: "
+                "LocalStudy(root, simulation=True) without tls or node_auth"
+            )
         self.port = processes.free_port()
         tls = None
         if self.tls:
@@ -246,7 +293,11 @@ class LocalStudy:
             server = study_pki.make_server_certificate(pki, self.ca, ["127.0.0.1", "localhost"])
             tls = processes.Tls(self.ca.certificate, server.certificate, server.key)
         self.superlink = processes.start_superlink(
-            self.root / "link", self.port, tls=tls, node_auth=self.node_auth
+            self.root / "link",
+            self.port,
+            tls=tls,
+            node_auth=self.node_auth,
+            simulation=self.simulation,
         )
         processes.wait_for_port(self.port, 60, self.superlink)
         processes.write_connection(
@@ -325,7 +376,10 @@ class LocalStudy:
         return self.node_keys[name]
 
     def start_node(self, name: str, *, trusted: bool = True) -> None:
-        """Start (or restart) the SuperNode of a site already added."""
+        """Start (or restart) the SuperNode of a site already added (under the simulation
+        engine, the run's virtual SuperNodes serve it: nothing to start)."""
+        if self.simulation:
+            return
         ca = None
         if self.ca is not None and trusted:
             ca = self.ca.certificate
@@ -361,7 +415,16 @@ class LocalStudy:
         """Submit the study and wait for its status.json to say completed or failed."""
         status_path = out / "status.json"
         status_path.unlink(missing_ok=True)
-        run_id = processes.submit_run(self.user_home, study)
+        run_config, federation = None, None
+        if self.simulation:
+            listing = write_simulated_sites(
+                self.root / SIMULATED_SITES_FILE, list(self.site_configs.values())
+            )
+            run_config = {"simulated-sites": str(listing)}
+            federation = {"num-supernodes": len(self.site_configs), **SIMULATION_FEDERATION}
+        run_id = processes.submit_run(
+            self.user_home, study, run_config=run_config, federation=federation
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if status_path.is_file():

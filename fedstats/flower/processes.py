@@ -90,8 +90,13 @@ def start_superlink(
     tls: Tls | None = None,
     node_auth: bool = False,
     database: Path | None = None,
+    simulation: bool = False,
 ) -> subprocess.Popen:
     """Start a SuperLink serving every API on ``127.0.0.1:port``.
+
+    With ``simulation`` it runs Flower's simulation engine: a run's ClientApps
+    are executed by ``flwr-simulation`` on virtual SuperNodes (Ray actors), their
+    number and resources given with the run (:func:`submit_run`'s ``federation``).
 
     With ``tls`` every API (Fleet, Control, Runtime) speaks HTTPS with the
     SuperLink's certificate; the CA is what its own ServerApp runner trusts.
@@ -117,6 +122,8 @@ def start_superlink(
         command.append("--enable-supernode-auth")
     if database is not None:
         command += ["--database", str(database)]
+    if simulation:
+        command.append("--simulation")
     return _spawn(command, home, "superlink.log")
 
 
@@ -201,10 +208,26 @@ def online_nodes(home: Path) -> set[int]:
     return {int(n["node-id"]) for n in reply.get("nodes", []) if n.get("status") == "online"}
 
 
-def submit_run(home: Path, study_config: Path, *, app_dir: Path = APP_DIR) -> int:
-    """Submit the fedstats app with ``study-config`` through ``flwr run``; returns the run id."""
+def submit_run(
+    home: Path,
+    study_config: Path,
+    *,
+    app_dir: Path = APP_DIR,
+    run_config: Mapping[str, str] | None = None,
+    federation: Mapping[str, int | str | bool] | None = None,
+) -> int:
+    """Submit the fedstats app with ``study-config`` through ``flwr run``; returns the run id.
+
+    ``run_config``: further run-config values (strings, e.g. ``simulated-sites``);
+    ``federation``: Flower's federation config of a simulation run
+    (``num-supernodes``, ``client-resources-num-cpus``, ``init-args-num-cpus``, ...).
+    """
     command = [str(BIN / "flwr"), "run", str(app_dir), CONNECTION, "--format", "json"]
     command += ["--run-config", f'study-config="{study_config}"']
+    for key, value in (run_config or {}).items():
+        command += ["--run-config", f"{key}={json.dumps(str(value))}"]
+    for key, value in (federation or {}).items():
+        command += ["--federation-config", f"{key}={json.dumps(value)}"]
     return int(_flwr_json(command, home, "flwr run")["run-id"])
 
 

@@ -1,18 +1,33 @@
-"""``flower-supernode`` with a shorter idle poll, for studies whose rounds should take < 1 s.
+"""``flower-supernode`` that answers within milliseconds while a study runs and idles cheaply.
 
 Flower 1.41's SuperNode waits a fixed 3 s before asking the SuperLink again
 when it found no message, and 0.5 s between looks for its ClientApp's reply
-(``flwr.supernode.start_client_internal``; neither is configurable). A
-fedstats fit sends a new message each Newton step, right after the last
-reply, so the node is nearly always idle when it arrives and each round waits
-~3 s. This launcher runs Flower's own ``flower_supernode`` entry point
-unchanged except that those waits are capped at ``FEDSTATS_NODE_POLL_INTERVAL``
-seconds (default 0.05: twenty requests per second to the SuperLink while idle).
-All arguments are Flower's (``--superlink``, TLS, node authentication, ...).
+(``flwr.supernode.start_client_internal``; neither is configurable); and
+every Flower process waits 1 s, doubling up to 10 s, before it asks again
+for a message object that is not there yet (``flwr.supercore.inflatable``:
+``pull_objects``), which a message announced before its objects are uploaded
+nearly always meets. A fedstats fit sends a new message each Newton step,
+right after the last reply, so with these waits each round takes seconds.
 
-The cap is applied only to the Flower version it was checked against
+This launcher runs Flower's own ``flower_supernode`` entry point unchanged except for
+those waits:
+
+* :class:`StudyPace`: while the node has served a message within the last
+  :data:`ACTIVE_WINDOW` seconds it asks the SuperLink every
+  ``FEDSTATS_NODE_POLL_INTERVAL`` seconds (default :data:`DEFAULT_POLL_INTERVAL`);
+  after that it asks every :data:`IDLE_POLL_INTERVAL` seconds, so an idle
+  site costs well under 2 % of a core (``benchmarks/flower.py``:
+  ``idle_site_cpu_percent``) and the first message of a study waits at most
+  that long;
+* :func:`quick_object_pulls`: object pulls retry after
+  :data:`OBJECT_PULL_BACKOFF` (5 ms, doubling to 50 ms), not 1 s to 10 s.
+
+The changes apply only to the Flower version they were checked against
 (:data:`CHECKED_FLWR_VERSION`); with another version the stock SuperNode
-runs and a warning says so.
+runs and a warning says so. The coordinator's ServerApp applies
+:func:`quick_object_pulls` to its grid the same way, and the site worker
+(:mod:`fedstats.flower_apps.site_worker`) paces its own asks with a
+:class:`StudyPace`.
 
 Usage::
 
@@ -21,10 +36,12 @@ Usage::
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import time as _time
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 
 import flwr
@@ -33,25 +50,84 @@ from flwr.supernode.cli import flower_supernode
 
 CHECKED_FLWR_VERSION = "1.41.0"
 POLL_ENV = "FEDSTATS_NODE_POLL_INTERVAL"
-DEFAULT_POLL_INTERVAL = 0.05
+DEFAULT_POLL_INTERVAL = 0.02
+"""Seconds between the node's asks of the SuperLink while a study is active."""
+IDLE_POLL_INTERVAL = 1.0
+"""Seconds between asks once no message came for :data:`ACTIVE_WINDOW` seconds."""
+ACTIVE_WINDOW = 30.0
+"""Seconds after the last message during which a node or site worker asks at the fast pace."""
+OBJECT_PULL_BACKOFF = (0.005, 0.05)
+"""First and largest wait (s) between tries to pull a message object that is not there yet."""
+_FLOWER_IDLE_SLEEP = 3
+"""The wait Flower's SuperNode loop asks for when it found no message."""
 
 
-class CappedClock(ModuleType):
-    """The ``time`` module with ``sleep`` capped at ``cap`` seconds."""
+class StudyPace:
+    """How long to wait before the next ask: ``fast`` seconds within ``window`` seconds of the
+    last activity, ``idle`` seconds after; :meth:`active` marks activity."""
 
-    def __init__(self, cap: float) -> None:
+    def __init__(
+        self,
+        fast: float,
+        idle: float = IDLE_POLL_INTERVAL,
+        window: float = ACTIVE_WINDOW,
+        clock: Callable[[], float] = _time.monotonic,
+    ) -> None:
+        self.fast, self.idle, self.window, self.clock = fast, max(idle, fast), window, clock
+        self.last_active = clock()
+
+    def active(self) -> None:
+        """Something was served: ask at the fast pace for the next ``window`` seconds."""
+        self.last_active = self.clock()
+
+    def interval(self) -> float:
+        """Seconds to wait before the next ask."""
+        quiet = self.clock() - self.last_active
+        return self.fast if quiet < self.window else self.idle
+
+
+class PacedClock(ModuleType):
+    """The ``time`` module of Flower's SuperNode loop, its waits set by a :class:`StudyPace`.
+
+    The loop asks for :data:`_FLOWER_IDLE_SLEEP` seconds when the SuperLink had
+    no message; any other wait (for the ClientApp's reply, for an object) means
+    a message is being served, and is capped at the fast pace.
+    """
+
+    def __init__(self, pace: StudyPace) -> None:
         super().__init__("time")
-        self.cap = cap
+        self.pace = pace
 
     def __getattr__(self, name: str) -> object:
         return getattr(_time, name)
 
     def sleep(self, seconds: float) -> None:
-        _time.sleep(min(seconds, self.cap))
+        if seconds >= _FLOWER_IDLE_SLEEP:
+            _time.sleep(min(seconds, self.pace.interval()))
+        else:
+            self.pace.active()
+            _time.sleep(min(seconds, self.pace.fast))
+
+
+def quick_object_pulls(module: ModuleType) -> None:
+    """Make ``module``'s ``pull_objects`` retry after :data:`OBJECT_PULL_BACKOFF`.
+
+    Flower passes no backoff where it calls ``pull_objects`` (the SuperNode's
+    message pull, the ServerApp grid's reply pull), so the default 1 s first
+    wait applies; the number of tries per object (500) and the time limit stay
+    Flower's, so an object that never comes fails after about 25 s, not hours.
+    """
+    pull = module.pull_objects
+    if getattr(pull, "fedstats_quick", False):
+        return
+    first, cap = OBJECT_PULL_BACKOFF
+    quick = functools.partial(pull, initial_backoff=first, backoff_cap=cap)
+    quick.fedstats_quick = True  # type: ignore[attr-defined]
+    module.pull_objects = quick
 
 
 def poll_interval() -> float:
-    """The cap from ``FEDSTATS_NODE_POLL_INTERVAL`` (0.005 to 3 seconds)."""
+    """The fast pace from ``FEDSTATS_NODE_POLL_INTERVAL`` (0.005 to 3 seconds)."""
     raw = os.environ.get(POLL_ENV, str(DEFAULT_POLL_INTERVAL))
     try:
         value = float(raw)
@@ -62,10 +138,16 @@ def poll_interval() -> float:
     return value
 
 
+def checked_flower() -> bool:
+    """Whether the installed Flower is the version the waits were checked against."""
+    return flwr.__version__ == CHECKED_FLWR_VERSION
+
+
 def main() -> int | None:
-    """Run Flower's SuperNode with the idle poll capped (see the module docstring)."""
-    if flwr.__version__ == CHECKED_FLWR_VERSION:
-        start_client_internal.time = CappedClock(poll_interval())  # type: ignore[assignment]
+    """Run Flower's SuperNode with the study's pace (see the module docstring)."""
+    if checked_flower():
+        start_client_internal.time = PacedClock(StudyPace(poll_interval()))  # type: ignore[assignment]
+        quick_object_pulls(start_client_internal)
     else:
         warnings.warn(
             f"flwr {flwr.__version__} is not {CHECKED_FLWR_VERSION}: running the stock SuperNode "

@@ -20,9 +20,11 @@ from typing import Any
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid import http_grid
 
 from fedstats.errors import FedstatsError
 from fedstats.flower.enrolment import Enrolment, read_enrolment
+from fedstats.flower.supernode import checked_flower, quick_object_pulls
 from fedstats.flower_apps.grid_transport import GridFederation, GridLink
 from fedstats.jobs.study_config import StudyConfig, load_study_config
 from fedstats.jobs.study_fits import run_fits
@@ -33,6 +35,9 @@ STATUS_FILE = "status.json"
 INVENTORY_FILE = "inventory-{run_id}.jsonl"
 
 app = ServerApp()
+
+if checked_flower():  # the grid pulls a reply's objects after 5 ms, not 1 s (see the module)
+    quick_object_pulls(http_grid)
 
 
 @app.main()

@@ -55,18 +55,13 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.tls import validate_and_resolve_root_certificates
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
+from fedstats.flower.supernode import OBJECT_PULL_BACKOFF, StudyPace
 from fedstats.flower_apps.site_app import app as site_client_app
 
 FEDSTATS_APP_NAME = "fedstats-study"
-OBJECT_PULL_BACKOFF = (0.005, 0.05)
-"""First and largest wait (s) between tries to pull a message's objects from the SuperNode.
-
-The SuperNode offers a task before it holds the message's objects; Flower's
-``pull_task_input`` then waits 1 s before its second try (``PULL_INITIAL_BACKOFF``).
-"""
 EXIT_STOPPED = 0
 """The worker's exit code after SIGTERM or SIGINT (argument errors exit 2, as argparse's)."""
-STOP_WITHIN = 5.0
+STOP_WITHIN = 2.0
 """Seconds within which the worker exits after SIGTERM while idle or with its SuperNode gone
 (``tests/flower/test_site_worker_stop.py``)."""
 log = logging.getLogger(__name__)
@@ -117,7 +112,11 @@ def _client(address: str, certificates: bytes | None, token: str | None) -> Runt
 
 
 def pull_task_input(client: RuntimeHttpClient) -> tuple[Message, Context, Run, Fab]:
-    """Flower's ``pull_task_input``, with :data:`OBJECT_PULL_BACKOFF` between object pulls."""
+    """Flower's ``pull_task_input``, with ``OBJECT_PULL_BACKOFF`` between object pulls.
+
+    The SuperNode offers a task before it holds the message's objects; Flower's
+    ``pull_task_input`` then waits 1 s before its second try (``PULL_INITIAL_BACKOFF``).
+    """
     response = client.PullTaskInput(PullTaskInputRequest())
     context = context_from_proto(response.context)
     run = run_from_proto(response.run)
@@ -187,8 +186,23 @@ def request_stop(_signal: int, _frame: FrameType | None) -> None:
         raise StopRequested
 
 
-def serve(address: str, certificates: bytes | None = None, poll_interval: float = 0.01) -> None:
-    """Answer tasks from the SuperNode at ``address`` until SIGTERM or SIGINT (module docstring)."""
+def serve(
+    address: str,
+    certificates: bytes | None = None,
+    poll_interval: float = 0.01,
+    idle_interval: float | None = None,
+) -> None:
+    """Answer tasks from the SuperNode at ``address`` until SIGTERM or SIGINT (module docstring).
+
+    Asks every ``poll_interval`` seconds within ``ACTIVE_WINDOW`` seconds of the last
+    task served, every ``idle_interval`` seconds (default ``IDLE_POLL_INTERVAL``) after:
+    an idle site costs a fraction of a percent of a core (:class:`StudyPace`).
+    """
+    pace = (
+        StudyPace(poll_interval)
+        if idle_interval is None
+        else StudyPace(poll_interval, idle=idle_interval)
+    )
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     client = _client(address, certificates, None)
@@ -214,8 +228,9 @@ def serve(address: str, certificates: bytes | None = None, poll_interval: float 
                     # session expired under load: the coordinator gets no reply (a lost
                     # round, per its policy) and the site keeps serving
                     log.exception("a task could not be completed; the site keeps serving")
+                pace.active()
                 continue
-            STOP.wait(poll_interval)
+            STOP.wait(pace.interval())
     except StopRequested:
         pass
     finally:
@@ -243,13 +258,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime-api-address", required=True, help="the SuperNode's HOST:PORT")
     parser.add_argument("--root-certificates", help="CA of the SuperNode's Runtime API (TLS)")
-    parser.add_argument("--poll-interval", type=float, default=0.01, help="seconds between asks")
+    parser.add_argument(
+        "--poll-interval", type=float, default=0.01, help="seconds between asks while active"
+    )
+    parser.add_argument(
+        "--idle-interval", type=float, default=None, help="seconds between asks while idle"
+    )
     args = parser.parse_args(argv)
     configure_logging()
     certificates = validate_and_resolve_root_certificates(
         args.root_certificates, args.root_certificates is None
     )
-    serve(args.runtime_api_address, certificates, args.poll_interval)
+    serve(args.runtime_api_address, certificates, args.poll_interval, args.idle_interval)
     raise SystemExit(EXIT_STOPPED)
 
 

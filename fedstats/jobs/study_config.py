@@ -84,6 +84,15 @@ class CoordinatorSection(BaseModel):
         return self
 
 
+class SecureAggregationOptions(BaseModel):
+    """A fit's ``secure_aggregation`` table: :class:`fedstats.SecureAggregation`'s options
+    (the coordinator sees only the sums of the sites' replies)."""
+
+    model_config = STRICT
+    threshold: Annotated[int, Field(ge=2)] | None = None
+    fraction_bits: Annotated[int, Field(ge=1, le=62)] | None = None
+
+
 class LogisticFit(BaseModel):
     """A ``[[fits]]`` entry of kind ``logistic``."""
 
@@ -92,6 +101,7 @@ class LogisticFit(BaseModel):
     name: Name
     formula: Annotated[str, Field(min_length=3)]
     site_intercepts: bool = False
+    secure_aggregation: SecureAggregationOptions | None = None
 
 
 class GlmFit(BaseModel):
@@ -107,6 +117,7 @@ class GlmFit(BaseModel):
     weights: str | None = None
     scale: Literal["X2"] | None = None
     site_intercepts: bool = False
+    secure_aggregation: SecureAggregationOptions | None = None
 
 
 class CoxFit(BaseModel):
@@ -119,6 +130,7 @@ class CoxFit(BaseModel):
     strata: Literal["site"] = "site"
     ties: Literal["efron", "breslow"] = "efron"
     weights: str | None = None
+    secure_aggregation: SecureAggregationOptions | None = None
 
 
 class FineGrayFit(BaseModel):

@@ -26,6 +26,7 @@ from fedstats.jobs.study_config import (
     GlmFit,
     KaplanMeierFit,
     LogisticFit,
+    SecureAggregationOptions,
     StudyConfig,
 )
 from fedstats.models.federation import Federation
@@ -44,21 +45,28 @@ def make_fit(fit: Fit, federation: Federation) -> dict[str, Any]:
     return {**record, "analyses": list(analyses)}
 
 
+def _secure(options: SecureAggregationOptions | None) -> fedstats.SecureAggregation | None:
+    """The fit's :class:`fedstats.SecureAggregation`, or ``None`` for plain replies."""
+    if options is None:
+        return None
+    return fedstats.SecureAggregation(**options.model_dump(exclude_none=True))
+
+
 def _fitted(fit: Fit, federation: Federation) -> dict[str, Any]:
     if isinstance(fit, LogisticFit):
         result = fedstats.LogisticRegression(fit.formula, site_intercepts=fit.site_intercepts).fit(
-            federation
+            federation, secure_aggregation=_secure(fit.secure_aggregation)
         )
         return {"kind": fit.kind, **result.to_record()}
     if isinstance(fit, GlmFit):
-        options = fit.model_dump(exclude={"kind", "name", "formula"})
-        return {
-            "kind": fit.kind,
-            **fedstats.GLM(fit.formula, **options).fit(federation).to_record(),
-        }
+        options = fit.model_dump(exclude={"kind", "name", "formula", "secure_aggregation"})
+        glm = fedstats.GLM(fit.formula, **options)
+        result = glm.fit(federation, secure_aggregation=_secure(fit.secure_aggregation))
+        return {"kind": fit.kind, **result.to_record()}
     if isinstance(fit, CoxFit):
         cox = fedstats.CoxPH(fit.formula, strata=fit.strata, ties=fit.ties, weights=fit.weights)
-        return {"kind": fit.kind, **cox.fit(federation).to_record()}
+        result = cox.fit(federation, secure_aggregation=_secure(fit.secure_aggregation))
+        return {"kind": fit.kind, **result.to_record()}
     if isinstance(fit, FineGrayFit):
         options = fit.model_dump(exclude={"kind", "name", "formula"})
         fine_gray = fedstats.FineGray(fit.formula, **options)
