@@ -12,13 +12,13 @@ right after the last reply, so with these waits each round takes seconds.
 This launcher runs Flower's own ``flower_supernode`` entry point unchanged except for
 those waits:
 
-* :class:`StudyPace`: while the node has served a message within the last
-  :data:`ACTIVE_WINDOW` seconds it asks the SuperLink every
-  ``FEDSTATS_NODE_POLL_INTERVAL`` seconds (default :data:`DEFAULT_POLL_INTERVAL`);
-  after that it asks every :data:`IDLE_POLL_INTERVAL` seconds, so an idle
-  site costs well under 2 % of a core (``benchmarks/flower.py``:
-  ``idle_site_cpu_percent``) and the first message of a study waits at most
-  that long;
+* :class:`StudyPace`: after the node served a message it asks the SuperLink
+  again after ``FEDSTATS_NODE_POLL_INTERVAL`` seconds (default
+  :data:`DEFAULT_POLL_INTERVAL`), the wait doubling up to :data:`ACTIVE_POLL_CAP`;
+  :data:`ACTIVE_WINDOW` seconds after the last message it asks every
+  :data:`IDLE_POLL_INTERVAL` seconds, so an idle site costs well under 2 % of
+  a core (``benchmarks/flower.py``: ``idle_site_cpu_percent``) and the first
+  message of a study waits at most that long;
 * :func:`quick_object_pulls`: object pulls retry after
   :data:`OBJECT_PULL_BACKOFF` (5 ms, doubling to 50 ms), not 1 s to 10 s.
 
@@ -50,8 +50,10 @@ from flwr.supernode.cli import flower_supernode
 
 CHECKED_FLWR_VERSION = "1.41.0"
 POLL_ENV = "FEDSTATS_NODE_POLL_INTERVAL"
-DEFAULT_POLL_INTERVAL = 0.02
-"""Seconds between the node's asks of the SuperLink while a study is active."""
+DEFAULT_POLL_INTERVAL = 0.005
+"""Seconds before the node's first ask of the SuperLink after it served a message."""
+ACTIVE_POLL_CAP = 0.08
+"""The longest wait between asks while a study is active (the wait doubles up to it)."""
 IDLE_POLL_INTERVAL = 1.0
 """Seconds between asks once no message came for :data:`ACTIVE_WINDOW` seconds."""
 ACTIVE_WINDOW = 30.0
@@ -63,27 +65,43 @@ _FLOWER_IDLE_SLEEP = 3
 
 
 class StudyPace:
-    """How long to wait before the next ask: ``fast`` seconds within ``window`` seconds of the
-    last activity, ``idle`` seconds after; :meth:`active` marks activity."""
+    """How long to wait before the next ask.
+
+    After activity (:meth:`active`) the wait starts at ``fast`` seconds and
+    doubles at every ask that finds nothing, up to ``cap``: a message that
+    follows the last one closely (the next Newton step) waits a few
+    milliseconds, one that comes later waits at most ``cap``, and a node
+    waiting for its next request asks ``1 / cap`` times a second, not
+    ``1 / fast``. ``window`` seconds after the last activity (and before any)
+    the wait is ``idle`` seconds.
+    """
 
     def __init__(
         self,
         fast: float,
+        cap: float = ACTIVE_POLL_CAP,
         idle: float = IDLE_POLL_INTERVAL,
         window: float = ACTIVE_WINDOW,
         clock: Callable[[], float] = _time.monotonic,
     ) -> None:
-        self.fast, self.idle, self.window, self.clock = fast, max(idle, fast), window, clock
-        self.last_active = clock()
+        self.fast, self.clock, self.window = fast, clock, window
+        self.cap = max(cap, fast)
+        self.idle = max(idle, self.cap)
+        self.last_active = -float("inf")
+        self._next = fast
 
     def active(self) -> None:
-        """Something was served: ask at the fast pace for the next ``window`` seconds."""
+        """Something was served: start again at the fast pace."""
         self.last_active = self.clock()
+        self._next = self.fast
 
     def interval(self) -> float:
-        """Seconds to wait before the next ask."""
-        quiet = self.clock() - self.last_active
-        return self.fast if quiet < self.window else self.idle
+        """Seconds to wait before the next ask (each call is one ask that found nothing)."""
+        if self.clock() - self.last_active >= self.window:
+            return self.idle
+        wait = self._next
+        self._next = min(2 * wait, self.cap)
+        return wait
 
 
 class PacedClock(ModuleType):

@@ -73,6 +73,13 @@ def service_for(context: Context) -> SiteService:
     return service
 
 
+def close_services() -> None:
+    """Close every site service this process built (their ledgers)."""
+    for _times, service in _services.values():
+        service.close()
+    _services.clear()
+
+
 @app.query(messages.IDENTIFY_ACTION)
 def identify(message: Message, context: Context) -> Message:
     """Say which site this node serves."""
