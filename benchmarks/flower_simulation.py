@@ -46,7 +46,6 @@ from lifelines import CoxPHFitter  # noqa: E402
 
 from fedstats.flower.local_study import LocalStudy, write_study  # noqa: E402
 
-COVARIATES = ["x1", "x2", "x3"]
 EXACT_TARGET = 1e-8
 BYTES_TARGET = 3.0
 SETUP_TASKS = {"harmonize.fingerprint", "describe", "prepare"}
@@ -54,39 +53,43 @@ FITS = """
 [[fits]]
 kind = "logistic"
 name = "logistic_plain"
-formula = "y ~ x1 + x2 + x3"
+formula = "y ~ {terms}"
 
 [[fits]]
 kind = "logistic"
 name = "logistic_secure"
-formula = "y ~ x1 + x2 + x3"
+formula = "y ~ {terms}"
 secure_aggregation = {{ {secure} }}
 
 [[fits]]
 kind = "cox"
 name = "cox_plain"
-formula = "Surv(time, event) ~ x1 + x2 + x3"
+formula = "Surv(time, event) ~ {terms}"
 
 [[fits]]
 kind = "cox"
 name = "cox_secure"
-formula = "Surv(time, event) ~ x1 + x2 + x3"
+formula = "Surv(time, event) ~ {terms}"
 secure_aggregation = {{ {secure} }}
 """
 
 
-def synthetic_sites(n_sites: int, per_site: int, seed: int) -> dict[str, pd.DataFrame]:
+def covariates(p: int) -> list[str]:
+    return [f"x{j + 1}" for j in range(p)]
+
+
+def synthetic_sites(n_sites: int, per_site: int, p: int, seed: int) -> dict[str, pd.DataFrame]:
     """Sites with covariates shifted per site, a logistic outcome and a censored survival time."""
     rng = np.random.default_rng(seed)
-    beta = np.array([0.6, -0.4, 0.3])
+    beta = rng.normal(0, 0.6 / np.sqrt(p), p)
     frames = {}
     for s in range(n_sites):
-        X = rng.normal(rng.normal(0, 0.4, 3), 1.0, size=(per_site, 3))
+        X = rng.normal(rng.normal(0, 0.4, p), 1.0, size=(per_site, p))
         eta = X @ beta
         y = (rng.random(per_site) < 1 / (1 + np.exp(-(eta - 0.3)))).astype(np.int64)
         event_time = rng.exponential(1 / (0.1 * np.exp(eta)))
         censor_time = rng.exponential(12.0, per_site)
-        frame = pd.DataFrame(X, columns=COVARIATES)
+        frame = pd.DataFrame(X, columns=covariates(p))
         frame["y"] = y
         frame["time"] = np.round(np.minimum(event_time, censor_time), 6) + 0.001
         frame["event"] = (event_time <= censor_time).astype(np.int64)
@@ -94,17 +97,19 @@ def synthetic_sites(n_sites: int, per_site: int, seed: int) -> dict[str, pd.Data
     return frames
 
 
-def pooled_fits(frames: dict[str, pd.DataFrame]) -> dict[str, tuple[pd.Series, pd.Series]]:
+def pooled_fits(
+    frames: dict[str, pd.DataFrame], columns: list[str]
+) -> dict[str, tuple[pd.Series, pd.Series]]:
     """(params, bse) of the pooled logistic and site-stratified Cox fits."""
     pooled = pd.concat([f.assign(site=name) for name, f in frames.items()], ignore_index=True)
-    X = sm.add_constant(pooled[COVARIATES])
+    X = sm.add_constant(pooled[columns])
     logistic = sm.GLM(pooled["y"], X, family=sm.families.Binomial()).fit(tol=1e-13)
     params = logistic.params.rename({"const": "Intercept"})
     bse = logistic.bse.rename({"const": "Intercept"})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cox = CoxPHFitter().fit(
-            pooled[[*COVARIATES, "time", "event", "site"]],
+            pooled[[*columns, "time", "event", "site"]],
             "time",
             "event",
             strata=["site"],
@@ -135,9 +140,10 @@ def max_diff(ours: dict[str, float], theirs: pd.Series) -> float:
     return float(max(abs(ours[name] - theirs[name]) for name in theirs.index))
 
 
-def one_study(n_sites: int, per_site: int, seed: int, secure: str) -> dict:
-    frames = synthetic_sites(n_sites, per_site, seed)
-    pooled = pooled_fits(frames)
+def one_study(n_sites: int, per_site: int, p: int, seed: int, secure: str) -> dict:
+    frames = synthetic_sites(n_sites, per_site, p, seed)
+    pooled = pooled_fits(frames, covariates(p))
+    fits = FITS.format(secure=secure, terms=" + ".join(covariates(p)))
     with tempfile.TemporaryDirectory(prefix=f"fedstats-simulation-{n_sites}-") as folder:
         root = Path(folder)
         study = LocalStudy(root, simulation=True, verified_paths=False)
@@ -145,9 +151,7 @@ def one_study(n_sites: int, per_site: int, seed: int, secure: str) -> dict:
             started = time.perf_counter()
             study.start(frames)
             out = root / "out"
-            config = write_study(
-                root, list(frames), FITS.format(secure=secure), out=out, round_timeout=300
-            )
+            config = write_study(root, list(frames), fits, out=out, round_timeout=300)
             status = study.run(config, out, timeout=3600)
             wall = time.perf_counter() - started
         finally:
@@ -161,6 +165,7 @@ def one_study(n_sites: int, per_site: int, seed: int, secure: str) -> dict:
         }
     entry: dict = {
         "patients": n_sites * per_site,
+        "secure_aggregation": secure or "defaults",
         "study_seconds_in_serverapp": round(status["seconds"], 1),
         "wall_seconds_with_startup": round(wall, 1),
     }
@@ -189,14 +194,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sites", type=int, nargs="+", default=[10, 30, 100])
     parser.add_argument("--per-site", type=int, default=200)
+    parser.add_argument("--covariates", type=int, default=20)
     parser.add_argument("--seed", type=int, default=20261127)
     parser.add_argument(
         "--secure", default="", help="options of the secure fits' secure_aggregation table"
     )
     args = parser.parse_args()
-    result: dict = {"benchmark": "flower_simulation", "engine": "flower simulation (ray)"}
+    result: dict = {
+        "benchmark": "flower_simulation",
+        "engine": "flower simulation (ray)",
+        "covariates": args.covariates,
+        "per_site": args.per_site,
+    }
     for n_sites in args.sites:
-        result[f"sites_{n_sites}"] = one_study(n_sites, args.per_site, args.seed, args.secure)
+        result[f"sites_{n_sites}"] = one_study(
+            n_sites, args.per_site, args.covariates, args.seed, args.secure
+        )
     largest = result[f"sites_{max(args.sites)}"]
     ratio = largest["logistic_secure_bytes_vs_plain"]
     result["largest_secure_bytes_vs_plain"] = ratio

@@ -26,7 +26,7 @@ TINY = {
     "logistic.py": ["--n", "3000", "--sites", "2", "--covariates", "3"],
     "cox.py": ["--n", "3000", "--sites", "2", "--covariates", "3"],
     "flower.py": ["--sites", "2", "--idle-seconds", "1"],
-    "flower_simulation.py": ["--sites", "3", "--per-site", "60"],
+    "flower_simulation.py": ["--sites", "3", "--per-site", "60", "--covariates", "3"],
     "secagg.py": ["--length", "200", "--repeats", "1"],
     "startup.py": ["--repeats", "1"],
     "verified_paths.py": ["--sites", "2", "--n", "300", "--covariates", "2", "--repeats", "1"],

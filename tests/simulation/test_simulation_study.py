@@ -1,5 +1,6 @@
-"""A study of twelve sites on Flower's simulation engine equals the pooled fits and the study
-run in process; each virtual SuperNode serves the site its partition names, and only that one.
+"""A study of twelve sites on Flower's simulation engine (the README's block) equals the pooled
+fits and the study run in process; each virtual SuperNode serves the site its partition names,
+and only that one.
 
 The study (``LocalStudy(root, simulation=True)``) runs the same ServerApp,
 ClientApp, site code, codec and boundary rules as a deployment: every site
@@ -13,6 +14,7 @@ study run over ``Federation.in_process`` (≤ 1e-10).
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from lifelines import CoxPHFitter
 
 from fedstats import Federation
 from fedstats.errors import ConfigError
-from fedstats.flower.local_study import LocalStudy, write_simulated_sites, write_study
+from fedstats.flower.local_study import write_simulated_sites
 from fedstats.flower_apps.site_app import site_config_path
 from fedstats.jobs.site_journal import JOURNAL_FILE
 from fedstats.jobs.study_config import load_study_config
@@ -74,19 +76,27 @@ def sites(n_sites: int = N_SITES, per_site: int = 80, seed: int = 7) -> dict[str
     return frames
 
 
+README = Path(__file__).resolve().parents[2] / "README.md"
+README_SECTION = "### Many sites on one machine: Flower's simulation engine"
+
+
+def readme_block() -> str:
+    """The README's Python block of the simulation-engine section, as printed."""
+    section = README.read_text(encoding="utf-8").split(README_SECTION, 1)[1]
+    return re.search(r"```python\n(.*?)```", section, flags=re.DOTALL).group(1)
+
+
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The README's block, run on the twelve sites with this file's fits."""
     frames = sites()
     root = tmp_path_factory.mktemp("simulation")
-    study = LocalStudy(root, simulation=True, verified_paths=True)
-    try:
-        study.start(frames)
-        out = root / "out"
-        config_path = write_study(root, list(frames), FITS, out=out, round_timeout=120)
-        status = study.run(config_path, out, timeout=900)
-    finally:
-        study.close()
+    namespace = {"root": root, "frames": frames, "FITS": FITS}
+    exec(compile(readme_block(), "README.md:simulation engine", "exec"), namespace)
+    status, study, config_path = namespace["status"], namespace["study"], namespace["config"]
     assert status["status"] == "completed", status
+    assert study.simulation and study.verified_paths
+    out = root / "out"
     config = load_study_config(config_path)
     embedded = config.model_copy(
         update={"study": config.study.model_copy(update={"out": root / "embedded"})}
@@ -95,7 +105,7 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {
         "frames": frames,
         "status": status,
-        "site_configs": dict(study.site_configs),
+        "site_configs": dict(study.site_configs),  # type: ignore[attr-defined]
         "inventory": [json.loads(line) for line in inventory.read_text().splitlines()],
         "results": {
             fit.name: json.loads((out / "results" / f"{fit.name}.json").read_text())
