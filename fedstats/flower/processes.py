@@ -262,7 +262,13 @@ def wait_for_port(port: int, timeout: float, process: subprocess.Popen | None = 
     raise FlowerProcessError(f"nothing listens on port {port} after {timeout:g} s")
 
 
-def stop(processes: Iterable[subprocess.Popen], grace: float = 5.0) -> None:
+STOP_GRACE = 1.5
+"""Seconds a Flower process has after SIGTERM before SIGKILL: a SuperNode waits for its
+servers and threads on a graceful exit (seconds, sometimes), and keeps nothing a site
+needs (the site's ledger, journal and guard belong to its worker, which exits at once)."""
+
+
+def stop(processes: Iterable[subprocess.Popen], grace: float = STOP_GRACE) -> None:
     """End each process and its process group: SIGTERM, then SIGKILL after ``grace`` seconds."""
     processes = list(processes)
     for process in processes:
