@@ -8,7 +8,11 @@ tighter figure. Every budget and charge names its unit of privacy (a patient
 for record-level privacy at a site, a site for client-level privacy across a
 federation) and its neighbouring relation.
 
-This package imports none of ``fedstats``, ``harmonize`` or ``reports``.
+This package imports none of ``fedstats``, ``harmonize`` or ``reports``,
+and ``dp_accounting`` only when an epsilon, a curve or an event is first
+computed or decoded: that package loads SciPy's signal and stats modules
+(about a second), which scopes, budgets, errors and a command's help do not
+need.
 """
 
 from accounting.accountants import pld_epsilon, rdp_epsilon

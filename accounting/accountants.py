@@ -17,6 +17,10 @@
 
 No epsilon is computed here by a hand formula: these functions only build
 accountants, compose events and ask them.
+
+``dp_accounting`` is imported by the functions that use it, on first use: the
+package loads its PLD accountant and with it SciPy's signal and stats modules
+(about a second), which importing :mod:`accounting` does not need.
 """
 
 from __future__ import annotations
@@ -24,20 +28,25 @@ from __future__ import annotations
 import functools
 import numbers
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-import dp_accounting
 import numpy as np
-from dp_accounting import dp_event as _ev
-from dp_accounting.pld import PLDAccountant
-from dp_accounting.rdp import RdpAccountant, compute_epsilon
-from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
 
 from accounting.errors import InvalidBudget, UnsupportedMechanism
 from accounting.events import describe_event, event_from_json, event_to_json
 from accounting.units import Neighbouring
 
-#: dp_accounting's default RDP orders, the grid every new ledger scope uses.
-DEFAULT_ORDERS: tuple[float, ...] = tuple(float(order) for order in DEFAULT_RDP_ORDERS)
+if TYPE_CHECKING:
+    import dp_accounting
+
+
+@functools.cache
+def default_orders() -> tuple[float, ...]:
+    """dp_accounting's default RDP orders, the grid every new ledger scope uses."""
+    from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS
+
+    return tuple(float(order) for order in DEFAULT_RDP_ORDERS)
+
 
 #: Floating-point slack allowed when comparing an epsilon with its budget.
 BUDGET_SLACK = 1e-12
@@ -51,6 +60,8 @@ def check_delta(delta: float) -> float:
 
 
 def _events(events: dp_accounting.DpEvent | Iterable[dp_accounting.DpEvent]) -> list:
+    import dp_accounting
+
     items = [events] if isinstance(events, dp_accounting.DpEvent) else list(events)
     for item in items:
         if not isinstance(item, dp_accounting.DpEvent):
@@ -62,6 +73,8 @@ def _offender(
     accountant: dp_accounting.PrivacyAccountant, event: dp_accounting.DpEvent
 ) -> dp_accounting.DpEvent:
     """The outermost sub-event the accountant refuses, looking inside compositions only."""
+    from dp_accounting import dp_event as _ev
+
     if isinstance(event, _ev.SelfComposedDpEvent) and not accountant.supports(event.event):
         return _offender(accountant, event.event)
     if isinstance(event, _ev.ComposedDpEvent):
@@ -72,6 +85,8 @@ def _offender(
 
 
 def _hint(event: dp_accounting.DpEvent, relation: Neighbouring, name: str) -> str:
+    from dp_accounting import dp_event as _ev
+
     if isinstance(event, _ev.SampledWithoutReplacementDpEvent):
         if name == "RDP" and relation is Neighbouring.ADD_OR_REMOVE_ONE:
             return (
@@ -116,6 +131,8 @@ def _compose(
     name: str,
 ) -> None:
     """``accountant.compose(event)``, with dp_accounting's refusal as UnsupportedMechanism."""
+    import dp_accounting
+
     try:
         accountant.compose(event)
     except dp_accounting.UnsupportedEventError as error:
@@ -133,17 +150,22 @@ def _compose(
 
 def rdp_curve(
     event: dp_accounting.DpEvent,
-    orders: Sequence[float] = DEFAULT_ORDERS,
+    orders: Sequence[float] | None = None,
     neighbouring: Neighbouring | str = Neighbouring.ADD_OR_REMOVE_ONE,
 ) -> np.ndarray:
     """The RDP of ``event`` at each order: a fresh ``RdpAccountant`` composing it once.
+
+    ``orders`` defaults to :func:`default_orders`.
 
     Raises
     ------
     UnsupportedMechanism
         If dp_accounting's RDP accountant cannot account the event under the relation.
     """
+    from dp_accounting.rdp import RdpAccountant
+
     relation = Neighbouring.parse(neighbouring)
+    orders = default_orders() if orders is None else orders
     accountant = RdpAccountant(list(orders), relation.to_dp_accounting())
     _compose(accountant, event, relation, "RDP")
     return accountant.rdp
@@ -167,6 +189,8 @@ def epsilon_from_rdp(orders: Sequence[float], curve: Sequence[float], delta: flo
     The curve is passed as Python floats (the same IEEE arithmetic as numpy
     scalars, about twice as fast in ``compute_epsilon``'s loop).
     """
+    from dp_accounting.rdp import compute_epsilon
+
     values = curve.tolist() if isinstance(curve, np.ndarray) else list(curve)
     return float(compute_epsilon(list(orders), values, check_delta(delta))[0])
 
@@ -203,6 +227,8 @@ def rdp_epsilon(
     UnsupportedMechanism
         If the RDP accountant cannot account one of the events.
     """
+    from dp_accounting.rdp import RdpAccountant
+
     delta = check_delta(delta)
     relation = Neighbouring.parse(neighbouring)
     accountant = RdpAccountant(
@@ -220,6 +246,8 @@ def group_events(events: Iterable[dp_accounting.DpEvent]) -> dp_accounting.DpEve
     and each distinct mechanism becomes ``SelfComposedDpEvent(mechanism, count)``,
     which the PLD accountant self-composes by FFT at once instead of one by one.
     """
+    from dp_accounting import dp_event as _ev
+
     counts: dict[str, tuple[dp_accounting.DpEvent, int]] = {}
 
     def visit(event: dp_accounting.DpEvent, count: int) -> None:
@@ -259,6 +287,8 @@ def pld_epsilon(
         cannot discretise it (a vanishing noise multiplier needs an unbounded
         grid: dp_accounting then fails to allocate it).
     """
+    from dp_accounting.pld import PLDAccountant
+
     delta = check_delta(delta)
     relation = Neighbouring.parse(neighbouring)
     grouped = group_events(_events(events))

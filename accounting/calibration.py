@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import math
 import numbers
-
-import dp_accounting
-from dp_accounting.mechanism_calibration import ExplicitBracketInterval, calibrate_dp_mechanism
-from dp_accounting.rdp import RdpAccountant
+from typing import TYPE_CHECKING
 
 from accounting.accountants import check_delta
 from accounting.errors import InvalidBudget
 from accounting.units import Neighbouring
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 _SIGMA_MIN = 1e-6
 _SIGMA_MAX = 1e9
@@ -54,6 +54,10 @@ def calibrate_gaussian(
         isinstance(sampling_rate, numbers.Real) and 0 < sampling_rate <= 1
     ):
         raise InvalidBudget(f"sampling_rate must be in (0, 1], got {sampling_rate!r}")
+    import dp_accounting
+    from dp_accounting.mechanism_calibration import ExplicitBracketInterval, calibrate_dp_mechanism
+    from dp_accounting.rdp import RdpAccountant
+
     relation = Neighbouring.parse(neighbouring).to_dp_accounting()
 
     def make_event(sigma: float) -> dp_accounting.DpEvent:

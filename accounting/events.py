@@ -20,17 +20,18 @@ as objects, ``ComposedDpEvent.events`` as an array.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import numbers
-from collections.abc import Callable, Sequence
-from typing import Any
-
-import attr
-import dp_accounting
-from dp_accounting import dp_event as _ev
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
 
 from accounting.errors import MalformedEvent
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 # Field kinds: how a value is checked, encoded and decoded.
 _NONNEG = "non-negative number"
@@ -42,47 +43,65 @@ _EVENTS = "list of events"
 _REALS = "list of finite numbers"
 _COUNTS = "non-negative integer or list of them"
 
-#: Every event class this package can store, with its fields and their kinds.
-EVENT_FIELDS: dict[type[dp_accounting.DpEvent], tuple[tuple[str, str], ...]] = {
-    _ev.NoOpDpEvent: (),
-    _ev.NonPrivateDpEvent: (),
-    _ev.UnsupportedDpEvent: (),
-    _ev.RandomizedResponseDpEvent: (("noise_parameter", _PROB), ("num_buckets", _COUNT)),
-    _ev.GaussianDpEvent: (("noise_multiplier", _NONNEG),),
-    _ev.LaplaceDpEvent: (("noise_multiplier", _NONNEG),),
-    _ev.DiscreteLaplaceDpEvent: (("noise_parameter", _NONNEG), ("sensitivity", _COUNT)),
-    _ev.SelfComposedDpEvent: (("event", _EVENT), ("count", _COUNT)),
-    _ev.ComposedDpEvent: (("events", _EVENTS),),
-    _ev.PoissonSampledDpEvent: (("sampling_probability", _PROB), ("event", _EVENT)),
-    _ev.SampledWithReplacementDpEvent: (
-        ("source_dataset_size", _COUNT),
-        ("sample_size", _COUNT),
-        ("event", _EVENT),
-    ),
-    _ev.SampledWithoutReplacementDpEvent: (
-        ("source_dataset_size", _COUNT),
-        ("sample_size", _COUNT),
-        ("event", _EVENT),
-    ),
-    _ev.SingleEpochTreeAggregationDpEvent: (
-        ("noise_multiplier", _NONNEG),
-        ("step_counts", _COUNTS),
-    ),
-    _ev.RepeatAndSelectDpEvent: (("event", _EVENT), ("mean", _NONNEG), ("shape", _NONNEG)),
-    _ev.MixtureOfGaussiansDpEvent: (
-        ("standard_deviation", _NONNEG),
-        ("sensitivities", _REALS),
-        ("sampling_probs", _REALS),
-    ),
-    _ev.ZCDpEvent: (("rho", _NONNEG), ("xi", _NONNEG)),
-    _ev.TruncatedSubsampledGaussianDpEvent: (
-        ("dataset_size", _COUNT),
-        ("sampling_probability", _PROB),
-        ("truncated_batch_size", _COUNT),
-        ("noise_multiplier", _NONNEG),
-    ),
-}
-_BY_NAME = {cls.__name__: cls for cls in EVENT_FIELDS}
+
+@functools.cache
+def event_fields() -> Mapping[type[dp_accounting.DpEvent], tuple[tuple[str, str], ...]]:
+    """Every event class this package can store, with its fields and their kinds (read-only).
+
+    Built on first use: importing ``dp_accounting`` loads its PLD accountant
+    and with it SciPy's signal and stats modules, which ``import accounting``
+    does not need.
+    """
+    from dp_accounting import dp_event as _ev
+
+    return MappingProxyType(
+        {
+            _ev.NoOpDpEvent: (),
+            _ev.NonPrivateDpEvent: (),
+            _ev.UnsupportedDpEvent: (),
+            _ev.RandomizedResponseDpEvent: (("noise_parameter", _PROB), ("num_buckets", _COUNT)),
+            _ev.GaussianDpEvent: (("noise_multiplier", _NONNEG),),
+            _ev.LaplaceDpEvent: (("noise_multiplier", _NONNEG),),
+            _ev.DiscreteLaplaceDpEvent: (("noise_parameter", _NONNEG), ("sensitivity", _COUNT)),
+            _ev.SelfComposedDpEvent: (("event", _EVENT), ("count", _COUNT)),
+            _ev.ComposedDpEvent: (("events", _EVENTS),),
+            _ev.PoissonSampledDpEvent: (("sampling_probability", _PROB), ("event", _EVENT)),
+            _ev.SampledWithReplacementDpEvent: (
+                ("source_dataset_size", _COUNT),
+                ("sample_size", _COUNT),
+                ("event", _EVENT),
+            ),
+            _ev.SampledWithoutReplacementDpEvent: (
+                ("source_dataset_size", _COUNT),
+                ("sample_size", _COUNT),
+                ("event", _EVENT),
+            ),
+            _ev.SingleEpochTreeAggregationDpEvent: (
+                ("noise_multiplier", _NONNEG),
+                ("step_counts", _COUNTS),
+            ),
+            _ev.RepeatAndSelectDpEvent: (("event", _EVENT), ("mean", _NONNEG), ("shape", _NONNEG)),
+            _ev.MixtureOfGaussiansDpEvent: (
+                ("standard_deviation", _NONNEG),
+                ("sensitivities", _REALS),
+                ("sampling_probs", _REALS),
+            ),
+            _ev.ZCDpEvent: (("rho", _NONNEG), ("xi", _NONNEG)),
+            _ev.TruncatedSubsampledGaussianDpEvent: (
+                ("dataset_size", _COUNT),
+                ("sampling_probability", _PROB),
+                ("truncated_batch_size", _COUNT),
+                ("noise_multiplier", _NONNEG),
+            ),
+        }
+    )
+
+
+@functools.cache
+def _by_name() -> dict[str, type[dp_accounting.DpEvent]]:
+    return {cls.__name__: cls for cls in event_fields()}
+
+
 _MAX_DEPTH = 64
 _MAX_TEXT = 1_000_000
 
@@ -128,11 +147,11 @@ def _convert(value: object, kind: str, where: str, event: Callable[[object, str]
 def _to_tree(event: object, where: str = "event", depth: int = 0) -> dict[str, Any]:
     if depth > _MAX_DEPTH:
         raise MalformedEvent(f"{where}: events nested deeper than {_MAX_DEPTH} levels")
-    fields = EVENT_FIELDS.get(type(event))
+    fields = event_fields().get(type(event))
     if fields is None:
         raise MalformedEvent(
             f"{where}: {type(event).__name__} is not a dp_accounting event this ledger can "
-            f"store; supported: {', '.join(sorted(_BY_NAME))}"
+            f"store; supported: {', '.join(sorted(_by_name()))}"
         )
     tree: dict[str, Any] = {"type": type(event).__name__}
     for name, kind in fields:
@@ -150,13 +169,15 @@ def _from_tree(tree: object, where: str = "event", depth: int = 0) -> dp_account
         raise MalformedEvent(f"{where}: events nested deeper than {_MAX_DEPTH} levels")
     if not isinstance(tree, dict):
         raise MalformedEvent(f"{where} must be a JSON object with a 'type', got {tree!r:.80}")
+    import attr
+
     name = tree.get("type")
-    cls = _BY_NAME.get(name) if isinstance(name, str) else None
+    cls = _by_name().get(name) if isinstance(name, str) else None
     if cls is None:
         raise MalformedEvent(
-            f"{where}: unknown event type {name!r:.80}; supported: {', '.join(sorted(_BY_NAME))}"
+            f"{where}: unknown event type {name!r:.80}; supported: {', '.join(sorted(_by_name()))}"
         )
-    fields = dict(EVENT_FIELDS[cls])
+    fields = dict(event_fields()[cls])
     extra = set(tree) - set(fields) - {"type"}
     if extra:
         raise MalformedEvent(f"{where}: {name} has no field(s) {', '.join(sorted(extra))}")
@@ -187,7 +208,7 @@ def event_to_json(event: dp_accounting.DpEvent) -> str:
     Raises
     ------
     MalformedEvent
-        If ``event`` is not one of the classes in :data:`EVENT_FIELDS`, or a field
+        If ``event`` is not one of the classes in :func:`event_fields`, or a field
         is out of range (negative noise, probability outside [0, 1], non-finite).
     """
     return _canonical(_to_tree(event))
@@ -256,6 +277,8 @@ def _grouped(events: Sequence[dp_accounting.DpEvent]) -> list[tuple[dp_accountin
 
 def _inner(event: dp_accounting.DpEvent) -> str:
     """Describe a sub-event, in parentheses if it is itself a list of mechanisms."""
+    from dp_accounting import dp_event as _ev
+
     text = describe_event(event)
     composite = isinstance(event, _ev.ComposedDpEvent) and len(_grouped(event.events)) > 1
     return f"({text})" if composite else text
@@ -268,6 +291,8 @@ def describe_event(event: dp_accounting.DpEvent) -> str:
     is "Gaussian mechanism (noise multiplier 1.1), Poisson-sampled at rate 0.01,
     composed 10,000 times".
     """
+    from dp_accounting import dp_event as _ev
+
     e = event
     if isinstance(e, _ev.NoOpDpEvent):
         return "no-op (no privacy cost)"

@@ -44,18 +44,17 @@ import sqlite3
 from collections.abc import Iterator
 from os import PathLike
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
 
 from accounting import schema
 from accounting.accountants import (
     BUDGET_SLACK,
-    DEFAULT_ORDERS,
     cached_event_epsilon,
     cached_rdp_curve,
     check_delta,
+    default_orders,
     epsilon_from_rdp,
     pld_epsilon,
 )
@@ -96,6 +95,9 @@ from accounting.verify import (
     verify_ledger,
     walk_chain,
 )
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 #: Durability of a ledger opened without ``durability=`` (see :class:`Ledger`).
 DEFAULT_DURABILITY: Durability = "full"
@@ -554,7 +556,7 @@ class Ledger:
             try:
                 row = self._scope_row(conn, scope)
             except UnknownScope:
-                orders = canonical_json(list(DEFAULT_ORDERS))
+                orders = canonical_json(list(default_orders()))
                 cursor = conn.execute(
                     "INSERT INTO scopes (unit, owner, study, neighbouring, budget_epsilon, "
                     "budget_delta, orders, rdp, epsilon, entries, last_hash, created_at) "
@@ -567,7 +569,7 @@ class Ledger:
                         epsilon,
                         delta,
                         orders,
-                        np.zeros(len(DEFAULT_ORDERS), dtype="<f8").tobytes(),
+                        np.zeros(len(default_orders()), dtype="<f8").tobytes(),
                         genesis_hash(scope),
                         now,
                     ),
@@ -781,9 +783,9 @@ class Ledger:
         if not pld:
             epsilon_pld, note = None, "PLD accountant: not computed (pld=False)"
         elif groups:
-            events = [
-                dp_accounting.SelfComposedDpEvent(_decoded(text), count) for text, count in groups
-            ]
+            from dp_accounting import SelfComposedDpEvent
+
+            events = [SelfComposedDpEvent(_decoded(text), count) for text, count in groups]
             try:
                 epsilon_pld = pld_epsilon(events, row.delta, scope.neighbouring)
             except UnsupportedMechanism as error:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-from typing import Any
-
-import dp_accounting
+from typing import TYPE_CHECKING, Any
 
 from accounting.scope import Scope
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 @dataclasses.dataclass(frozen=True)

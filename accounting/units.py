@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING
 
-import dp_accounting
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 class PrivacyUnit(enum.Enum):
@@ -52,7 +54,9 @@ class Neighbouring(enum.Enum):
         return self.name.lower()
 
     def to_dp_accounting(self) -> dp_accounting.NeighboringRelation:
-        return dp_accounting.NeighboringRelation[self.name]
+        from dp_accounting import NeighboringRelation
+
+        return NeighboringRelation[self.name]
 
     def describe(self, unit: PrivacyUnit) -> str:
         """E.g. 'datasets differing by adding or removing one patient'."""

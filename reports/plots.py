@@ -9,6 +9,9 @@ site names come from the study's records, and matplotlib would otherwise read
 made the report fail to build) or hand text to TeX. Each figure is made and
 saved under :data:`LITERAL_TEXT` (``text.parse_math`` off, ``text.usetex``
 off), which every text artist created or drawn inside it inherits.
+
+matplotlib is imported when a figure is drawn, not with the module: only
+building a report draws.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ import functools
 import io
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
 
-import matplotlib
-from matplotlib.figure import Figure
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 LITERAL_TEXT = {"text.parse_math": False, "text.usetex": False}
 """matplotlib settings under which every figure is drawn: text is shown as written."""
@@ -35,6 +38,8 @@ def literal_text(draw: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(draw)
     def drawn(*args: P.args, **kwargs: P.kwargs) -> R:
+        import matplotlib
+
         with matplotlib.rc_context(LITERAL_TEXT):
             return draw(*args, **kwargs)
 
@@ -64,6 +69,8 @@ def epsilon_timeline(
     drawn = [(owner, level, points, budget) for owner, level, points, budget in series if points]
     if not drawn:
         return None
+    from matplotlib.figure import Figure
+
     times = sorted(t for _, _, points, _ in drawn for t, _ in points)
     rank = {t: i + 1 for i, t in reversed(list(enumerate(times)))}
     figure = Figure(figsize=(7.5, 3.8))
@@ -115,6 +122,8 @@ def coefficient_comparison(
 
     ``estimate`` and ``reference``: ``(coef, lower, upper)`` per term.
     """
+    from matplotlib.figure import Figure
+
     figure = Figure(figsize=(7.0, 0.45 * len(terms) + 1.2))
     ax = figure.subplots()
     rows = list(range(len(terms)))[::-1]

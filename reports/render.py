@@ -4,6 +4,8 @@ The HTML carries its style sheet inline and its figures as PNG data URIs:
 it references no file or network address and runs no script. The PDF is
 WeasyPrint's rendering of the same HTML with the print rules of the style
 sheet (A4 pages, page numbers, table headers repeated across page breaks).
+Jinja2, WeasyPrint and the report builder are imported when a report is
+rendered, written or built, not with the module.
 """
 
 from __future__ import annotations
@@ -11,19 +13,22 @@ from __future__ import annotations
 from importlib.resources import files
 from os import PathLike
 from pathlib import Path
-
-import jinja2
+from typing import TYPE_CHECKING
 
 from reports import formatting, labels
-from reports.build import build_report
 from reports.errors import RenderError
-from reports.model import ComplianceReport
-from reports.study import Study
+
+if TYPE_CHECKING:
+    import jinja2
+
+    from reports.model import ComplianceReport
 
 FORMATS = (".html", ".pdf")
 
 
 def _environment() -> jinja2.Environment:
+    import jinja2
+
     environment = jinja2.Environment(
         loader=jinja2.PackageLoader("reports", "templates"),
         autoescape=jinja2.select_autoescape(["html", "j2"]),
@@ -75,6 +80,9 @@ def write_pdf(report: ComplianceReport, path: str | PathLike[str]) -> Path:
 
 def write_report(study_dir: str | PathLike[str], out: str | PathLike[str]) -> Path:
     """Load the study directory, build the report and write it as ``out`` (.html or .pdf)."""
+    from reports.build import build_report
+    from reports.study import Study
+
     out = Path(out)
     suffix = out.suffix.lower()
     if suffix not in FORMATS:
