@@ -13,28 +13,45 @@ config of their own but a ``partition-id``, the run config's
 sites to nodes. The service is kept for as long as the process lives (one
 message under Flower's default isolation, many in a long-lived worker) and
 rebuilt when the site's configuration or frame changes; under the simulation
-engine one worker process keeps the service of every site it serves.
+engine one worker process keeps the service of every site it serves, and holds
+each such site's lock so that no other process serves it too. Nodes that name
+one site, however its path is spelled, share its one service.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from fedstats.errors import ConfigError
+from fedstats.errors import ConfigError, JobAlreadyRunning
 from fedstats.flower import messages
+from fedstats.jobs.job_lock import JobLock
 from fedstats.jobs.site_service import SiteService, frame_path
 from fedstats.toml_config import load_toml_model
+
+if TYPE_CHECKING:
+    from fedstats.jobs.site_config import SiteConfig
 
 SITE_CONFIG_KEY = "site-config"
 SIMULATED_SITES_KEY = "simulated-sites"
 PARTITION_KEY = "partition-id"
+SIMULATED_SITE_LOCK = "simulated-site.lock"
+"""In a simulated site's working folder: held by the one process that serves the site."""
 
 app = ClientApp()
-_services: dict[str, tuple[tuple[float, float], SiteService]] = {}
-"""The service of each site configuration served, with the times of its files when built."""
+_services: dict[str, tuple[tuple[str, float, float], SiteService]] = {}
+"""The service of each site served, by the site's working folder (its journal and differencing
+guard), with the configuration file it was built from and the times of its files. Two nodes
+naming one site.toml, however spelled (``sites/a/../a/site.toml``, a symbolic link), reach one
+silo: a second silo of the same site would not see the row sets the first answered about."""
+_simulated: dict[str, JobLock] = {}
+"""The lock of each simulated site this process serves, by working folder, held until the
+process ends: a simulation run with several ClientApp actors would otherwise serve one site
+from several processes, each with a silo of its own. The process that did not take the lock
+refuses the site's messages (``ConfigError``) and the site is not served twice."""
 
 
 def site_config_path(context: Context) -> Path:
@@ -56,20 +73,28 @@ def site_config_path(context: Context) -> Path:
 
 
 def service_for(context: Context) -> SiteService:
-    """The site service of this node's site.toml, built once per version of it."""
+    """The site service of this node's site.toml, built once per version of it; one per site
+    (its working folder) in this process, whichever node or spelling of the path names it."""
     from fedstats.jobs.site_config import SiteConfig
 
     path = site_config_path(context)
     config = load_toml_model(path, SiteConfig, what="site configuration")
     frame = frame_path(config)
-    times = (path.stat().st_mtime, frame.stat().st_mtime if frame.exists() else 0.0)
-    built = _services.get(str(path))
-    if built is not None and built[0] == times:
+    source = (
+        str(path.resolve()),
+        path.stat().st_mtime,
+        frame.stat().st_mtime if frame.exists() else 0.0,
+    )
+    site = str(config.workdir.resolve())
+    if not _deployed(context):
+        hold_simulated_site(config)
+    built = _services.get(site)
+    if built is not None and built[0] == source:
         return built[1]
     if built is not None:
         built[1].close()
     service = SiteService(config)
-    _services[str(path)] = (times, service)
+    _services[site] = (source, service)
     return service
 
 
@@ -78,6 +103,27 @@ def close_services() -> None:
     for _times, service in _services.values():
         service.close()
     _services.clear()
+
+
+def _deployed(context: Context) -> bool:
+    """Whether the node names its own site.toml (a SuperNode of a deployment)."""
+    value = context.node_config.get(SITE_CONFIG_KEY)
+    return isinstance(value, str) and bool(value)
+
+
+def hold_simulated_site(config: SiteConfig) -> None:
+    """Take the simulated site's lock for this process (see :data:`_simulated`)."""
+    site = str(config.workdir.resolve())
+    if site in _simulated:
+        return
+    try:
+        _simulated[site] = JobLock(config.workdir / SIMULATED_SITE_LOCK).acquire()
+    except JobAlreadyRunning as error:
+        raise ConfigError(
+            f"site {config.name!r} is served by another process of this simulation ({error}); "
+            "one process keeps a simulated site's silo, ledger and journal: run the simulation "
+            "with one ClientApp actor (fedstats.flower.local_study.SIMULATION_FEDERATION)"
+        ) from None
 
 
 @app.query(messages.IDENTIFY_ACTION)
