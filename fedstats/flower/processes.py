@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fedstats.errors import FlowerProcessError
+from fedstats.flower.task_wakeup import WAKE_ENV, WAKE_FILE, make_wake_pipe
 
 BIN = Path(sys.executable).parent
 APP_DIR = Path(__file__).resolve().parents[1] / "examples" / "flower" / "app"
@@ -70,12 +71,14 @@ def flower_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, 
     return env
 
 
-def _spawn(command: list[str], home: Path, log_name: str) -> subprocess.Popen:
+def _spawn(
+    command: list[str], home: Path, log_name: str, extra: Mapping[str, str] | None = None
+) -> subprocess.Popen:
     home.mkdir(parents=True, exist_ok=True)
     log = (home / log_name).open("ab")
     return subprocess.Popen(
         command,
-        env=flower_env(home),
+        env=flower_env(home, extra),
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -143,8 +146,10 @@ def start_supernode(
     ``long_lived`` (default): the SuperNode with its idle poll capped
     (:mod:`fedstats.flower.supernode`) in ``--isolation process`` mode, beside
     a long-lived fedstats ClientApp runner (:mod:`fedstats.flower_apps.site_worker`)
-    — two processes. Otherwise Flower's stock SuperNode, which starts one
-    ``flwr-clientapp`` process per message — one process (and its children).
+    — two processes, the node waking the runner for each task through a named pipe in
+    ``home`` (:mod:`fedstats.flower.task_wakeup`). Otherwise Flower's stock SuperNode,
+    which starts one ``flwr-clientapp`` process per message — one process (and its
+    children).
 
     ``ca``: the study CA the SuperLink's certificate must chain to (TLS);
     without it the connection is plain HTTP unless ``insecure=False``, which
@@ -157,7 +162,7 @@ def start_supernode(
     if insecure and ca is not None:
         raise FlowerProcessError("a SuperNode given the study CA connects with TLS: drop insecure")
     if long_lived:
-        # Run by path: the launcher needs only flwr, not the whole fedstats package.
+        # Run by path: the launcher imports flwr and only fedstats.flower.task_wakeup.
         command = [sys.executable, str(Path(__file__).with_name("supernode.py"))]
         command += ["--isolation", "process"]
     else:
@@ -170,11 +175,13 @@ def start_supernode(
         command += ["--root-certificates", _absolute(ca)]
     if auth_private_key is not None:
         command += ["--auth-supernode-private-key", _absolute(auth_private_key)]
-    started = [_spawn(command, home, "supernode.log")]
-    if long_lived:
-        worker = [sys.executable, "-m", "fedstats.flower_apps.site_worker"]
-        worker += ["--runtime-api-address", f"127.0.0.1:{port}"]
-        started.append(_spawn(worker, home, "site-worker.log"))
+    if not long_lived:
+        return [_spawn(command, home, "supernode.log")]
+    pipe = make_wake_pipe(home / WAKE_FILE)
+    started = [_spawn(command, home, "supernode.log", {WAKE_ENV: str(pipe)})]
+    worker = [sys.executable, "-m", "fedstats.flower_apps.site_worker"]
+    worker += ["--runtime-api-address", f"127.0.0.1:{port}", "--wake-pipe", str(pipe)]
+    started.append(_spawn(worker, home, "site-worker.log"))
     return started
 
 

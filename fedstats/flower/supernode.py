@@ -20,7 +20,11 @@ those waits:
   a core (``benchmarks/flower.py``: ``idle_site_cpu_percent``) and the first
   message of a study waits at most that long;
 * :func:`quick_object_pulls`: object pulls retry after
-  :data:`OBJECT_PULL_BACKOFF` (5 ms, doubling to 50 ms), not 1 s to 10 s.
+  :data:`OBJECT_PULL_BACKOFF` (5 ms, doubling to 50 ms), not 1 s to 10 s;
+* :func:`wake_worker_on_each_message`: with ``FEDSTATS_TASK_WAKE_PIPE`` set,
+  the node wakes the site worker through that pipe as soon as a message and
+  its objects are stored (:mod:`fedstats.flower.task_wakeup`), so the worker
+  does not poll for tasks.
 
 The changes apply only to the Flower version they were checked against
 (:data:`CHECKED_FLWR_VERSION`); with another version the stock SuperNode
@@ -42,11 +46,14 @@ import sys
 import time as _time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import flwr
 from flwr.supernode import start_client_internal
 from flwr.supernode.cli import flower_supernode
+
+from fedstats.flower.task_wakeup import WAKE_ENV, WakeSender
 
 CHECKED_FLWR_VERSION = "1.41.0"
 POLL_ENV = "FEDSTATS_NODE_POLL_INTERVAL"
@@ -161,11 +168,29 @@ def checked_flower() -> bool:
     return flwr.__version__ == CHECKED_FLWR_VERSION
 
 
+def wake_worker_on_each_message(module: ModuleType, sender: WakeSender) -> None:
+    """Make ``module``'s ``_pull_and_store_message`` wake the site worker once it has stored
+    a message with all its objects (:mod:`fedstats.flower.task_wakeup`)."""
+    pull_and_store = module._pull_and_store_message
+
+    @functools.wraps(pull_and_store)
+    def pull_store_and_wake(*args: object, **kwargs: object) -> int | None:
+        run_id = pull_and_store(*args, **kwargs)
+        if run_id is not None:
+            sender.wake()
+        return run_id
+
+    module._pull_and_store_message = pull_store_and_wake
+
+
 def main() -> int | None:
     """Run Flower's SuperNode with the study's pace (see the module docstring)."""
     if checked_flower():
         start_client_internal.time = PacedClock(StudyPace(poll_interval()))  # type: ignore[assignment]
         quick_object_pulls(start_client_internal)
+        pipe = os.environ.get(WAKE_ENV)
+        if pipe:
+            wake_worker_on_each_message(start_client_internal, WakeSender(Path(pipe)))
     else:
         warnings.warn(
             f"flwr {flwr.__version__} is not {CHECKED_FLWR_VERSION}: running the stock SuperNode "

@@ -48,6 +48,10 @@ log = logging.getLogger(__name__)
 
 OTHERS_EVERY = 0.25
 """Seconds between pulls of the round's other messages while one site's reply is awaited."""
+PULL_EVERY_CAP = 0.04
+"""The longest gap between pulls of an awaited reply: the gap starts at the policy's
+``poll_interval`` and doubles with each pull that finds nothing (each pull is an HTTP call
+to the SuperLink; asked every 5 ms for the whole of a round they cost a share of a core)."""
 
 
 class GridLink:
@@ -252,27 +256,38 @@ class GridLink:
         SuperLink cannot expire while the coordinator reads a slower site's. A reply whose
         objects the site is still uploading comes back as Flower's ``MESSAGE_UNAVAILABLE``
         error: it is pulled again until the deadline, so a live site on a loaded machine is
-        not counted lost for a slow upload."""
+        not counted lost for a slow upload. The awaited message is pulled after the policy's
+        ``poll_interval``, then at gaps doubling up to :data:`PULL_EVERY_CAP`; once its reply
+        is in, every other message of the round is pulled at once."""
         deadline = time.monotonic() + timeout
         uploading: Message | None = None
         others_due = 0.0
+        every = self.policy.poll_interval
         while True:
             reply = self.pulls.take(message_id)
             if reply is not None:
                 if not (reply.has_error() and reply.error.code == ErrorCode.MESSAGE_UNAVAILABLE):
+                    self._pull_others(message_id)
                     return reply
                 uploading = reply
             now = time.monotonic()
             if now > deadline:
                 self.pulls.drop(message_id)
                 return uploading
-            self.pulls.start(message_id, every=self.policy.poll_interval)
+            if self.pulls.start(message_id, every=every):
+                every = min(2 * every, max(PULL_EVERY_CAP, self.policy.poll_interval))
             if now >= others_due:
                 for other in self._in_flight.values():
                     if other != message_id:
                         self.pulls.start(other, every=OTHERS_EVERY)
                 others_due = now + OTHERS_EVERY
             time.sleep(self.policy.poll_interval)
+
+    def _pull_others(self, message_id: str) -> None:
+        """A reply came: the round's other replies are likely back too, pull each now."""
+        for other in self._in_flight.values():
+            if other != message_id:
+                self.pulls.start(other)
 
 
 class GridFederation(Federation):

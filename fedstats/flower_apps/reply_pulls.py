@@ -47,18 +47,20 @@ class ReplyPulls:
         self._finished_at: dict[str, float] = {}
         self._dropped: set[str] = set()
 
-    def start(self, message_id: str, every: float = 0.0) -> None:
-        """Pull ``message_id`` in the background, at most once per ``every`` seconds."""
+    def start(self, message_id: str, every: float = 0.0) -> bool:
+        """Pull ``message_id`` in the background, at most once per ``every`` seconds; whether
+        a pull was started."""
         with self._lock:
             if message_id in self._running or message_id in self._outcomes:
-                return
+                return False
             if time.monotonic() - self._finished_at.get(message_id, -float("inf")) < every:
-                return
+                return False
             self._running.add(message_id)
             self._dropped.discard(message_id)
         threading.Thread(
             target=self._pull, args=(message_id,), name="fedstats-pull", daemon=True
         ).start()
+        return True
 
     def _pull(self, message_id: str) -> None:
         outcome: Message | Exception | None = None

@@ -34,6 +34,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 
 from flwr.app import Context, Error, Message
@@ -56,11 +57,20 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.tls import validate_and_resolve_root_certificates
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-from fedstats.flower.supernode import OBJECT_PULL_BACKOFF, StudyPace
+from fedstats.flower.supernode import (
+    ACTIVE_POLL_CAP,
+    IDLE_POLL_INTERVAL,
+    OBJECT_PULL_BACKOFF,
+    StudyPace,
+)
+from fedstats.flower.task_wakeup import WakeReceiver
 from fedstats.flower_apps.site_app import app as site_client_app
 from fedstats.flower_apps.site_app import close_services
 
 FEDSTATS_APP_NAME = "fedstats-study"
+WOKEN_POLL_CAP = 0.5
+"""The longest wait between the worker's own asks while a study is active, when its SuperNode
+wakes it for every task (the asks only guard against a lost wake-up)."""
 EXIT_STOPPED = 0
 """The worker's exit code after SIGTERM or SIGINT (argument errors exit 2, as argparse's)."""
 STOP_WITHIN = 2.0
@@ -193,19 +203,25 @@ def serve(
     certificates: bytes | None = None,
     poll_interval: float = 0.005,
     idle_interval: float | None = None,
+    wake_pipe: Path | None = None,
 ) -> None:
     """Answer tasks from the SuperNode at ``address`` until SIGTERM or SIGINT (module docstring).
 
     Asks ``poll_interval`` seconds after a task served, the wait doubling up to
     ``ACTIVE_POLL_CAP``; ``ACTIVE_WINDOW`` seconds after the last task, every
     ``idle_interval`` seconds (default ``IDLE_POLL_INTERVAL``): an idle site costs a
-    fraction of a percent of a core (:class:`StudyPace`).
+    fraction of a percent of a core (:class:`StudyPace`). With ``wake_pipe`` the SuperNode
+    wakes the worker when a task has arrived with all its objects
+    (:mod:`fedstats.flower.task_wakeup`): it asks at once then, and otherwise only every
+    ``WOKEN_POLL_CAP`` seconds (a task found before it is stored whole would be pulled by
+    retries).
     """
-    pace = (
-        StudyPace(poll_interval)
-        if idle_interval is None
-        else StudyPace(poll_interval, idle=idle_interval)
-    )
+    receiver = None if wake_pipe is None else WakeReceiver(wake_pipe)
+    idle = IDLE_POLL_INTERVAL if idle_interval is None else idle_interval
+    if receiver is None:
+        pace = StudyPace(poll_interval, cap=ACTIVE_POLL_CAP, idle=idle)
+    else:  # woken when a task is stored whole: asking sooner would find it half there
+        pace = StudyPace(WOKEN_POLL_CAP, cap=WOKEN_POLL_CAP, idle=idle)
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     client = _client(address, certificates, None)
@@ -233,12 +249,17 @@ def serve(
                     log.exception("a task could not be completed; the site keeps serving")
                 pace.active()
                 continue
-            STOP.wait(pace.interval())
+            if receiver is None:
+                STOP.wait(pace.interval())
+            elif receiver.wait(pace.interval()):
+                log.debug("woken by the SuperNode: a task is waiting")
     except StopRequested:
         pass
     finally:
         _Polling.now = False
         client.close()
+        if receiver is not None:
+            receiver.close()
     log.info("stopped on request")
 
 
@@ -267,12 +288,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--idle-interval", type=float, default=None, help="seconds between asks while idle"
     )
+    parser.add_argument(
+        "--wake-pipe", type=Path, default=None, help="the named pipe the SuperNode wakes it by"
+    )
     args = parser.parse_args(argv)
     configure_logging()
     certificates = validate_and_resolve_root_certificates(
         args.root_certificates, args.root_certificates is None
     )
-    serve(args.runtime_api_address, certificates, args.poll_interval, args.idle_interval)
+    serve(
+        args.runtime_api_address,
+        certificates,
+        args.poll_interval,
+        args.idle_interval,
+        args.wake_pipe,
+    )
     # every answer is journaled and every charge committed before its reply left: close the
     # ledgers and the log, then exit without the interpreter's teardown of pandas, SciPy and
     # the rest (a second or more on a loaded machine), so a stop takes well under STOP_WITHIN
