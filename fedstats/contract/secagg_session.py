@@ -151,12 +151,14 @@ class SessionPlan:
             construction=self.construction,
         )
 
+    def graph_seed(self, contributor_keys: bytes) -> bytes:
+        """SHA-256 of the first site's advertisement: the seed of the session's ring."""
+        advert = self.advert(self.contributor, contributor_keys)
+        return hashlib.sha256(b"fedstats secagg graph v1" + advert).digest()
+
     def graph(self, contributor_keys: bytes) -> graph.Graph:
         """The session's graph, its ring drawn from the first site's advertisement."""
-        seed = hashlib.sha256(
-            b"fedstats secagg graph v1" + self.advert(self.contributor, contributor_keys)
-        ).digest()
-        return graph.session_graph(self.sites, self.shape, seed)
+        return graph.session_graph(self.sites, self.shape, self.graph_seed(contributor_keys))
 
     def survivors_message(self, survivors: Iterable[str]) -> bytes:
         """What a survivor signs in the consistency round: the session and its survivor set."""

@@ -243,13 +243,12 @@ def share(context: SiteContext, args: dict[str, Any]) -> TaskReply:
             "secagg-graph",
         )
     _check_signed(context, state, relayed)
-    try:
-        for keys in relayed.keys.values():
-            crypto.public_from_bytes(keys[: crypto.KEY_BYTES])
-            crypto.public_from_bytes(keys[crypto.KEY_BYTES :])
+    try:  # both agreements with every neighbour, before anything is drawn
+        sealing = {v: _agreed(state, keys, "shares") for v, keys in relayed.keys.items()}
+        pairs = {v: _agreed(state, keys, "mask") for v, keys in relayed.keys.items()}
     except ValueError as error:
         raise refuse(context, SHARE_TASK, f"a relayed public key is invalid ({error})") from None
-    state.neighbours, state.public_keys = tuple(mine), dict(relayed.keys)
+    state.neighbours, state.public_keys, state.pair_seeds = tuple(mine), relayed.keys, pairs
     state.self_seed = secrets.token_bytes(shamir.SECRET_BYTES)
     points = [plan.point(s) for s in state.holders()]
     threshold = plan.shape.share_threshold
@@ -257,27 +256,25 @@ def share(context: SiteContext, args: dict[str, Any]) -> TaskReply:
     seed_shares = shamir.split_at(state.self_seed, threshold, points)
     mine_at = plan.point(state.me)
     state.shares[state.me] = (key_shares[mine_at], seed_shares[mine_at])
-    sealed = []
-    for receiver in mine:
-        x = plan.point(receiver)
-        try:
-            key = _sharing_key(state, receiver)
-            state.pair_seeds[receiver] = crypto.agreed_key(
-                state.masking_key,
-                state.public_keys[receiver][crypto.KEY_BYTES :],
-                plan.session,
-                "mask",
-            )
-        except ValueError as error:
-            raise refuse(context, SHARE_TASK, f"{receiver!r}'s keys: {error}") from None
-        plaintext = key_shares[x] + seed_shares[x]
-        sealed.append(crypto.seal(key, plaintext, share_aad(plan.session, state.me, receiver)))
+    sealed = [
+        crypto.seal(
+            sealing[receiver],
+            key_shares[plan.point(receiver)] + seed_shares[plan.point(receiver)],
+            share_aad(plan.session, state.me, receiver),
+        )
+        for receiver in mine
+    ]
     return TaskReply({"sealed": rows(sealed, SEALED_BYTES)}, contributors=None)
 
 
-def _sharing_key(state: SiteSession, other: str) -> bytes:
-    peer = state.public_keys[other][: crypto.KEY_BYTES]
-    return crypto.agreed_key(state.encryption_key, peer, state.session, "shares")
+def _agreed(state: SiteSession, keys: bytes, purpose: str) -> bytes:
+    """The key this site agrees with a neighbour of public ``keys``: to seal shares (its
+    encryption key) or to mask (its masking key); ``ValueError`` for a key that is not one."""
+    if purpose == "shares":
+        own, peer = state.encryption_key, keys[: crypto.KEY_BYTES]
+    else:
+        own, peer = state.masking_key, keys[crypto.KEY_BYTES :]
+    return crypto.agreed_key(own, peer, state.session, purpose)
 
 
 def _check_signed(context: SiteContext, state: SiteSession, adverts: Adverts) -> None:
@@ -324,7 +321,9 @@ def open_shares(context: SiteContext, block: MaskBlock, task: str) -> SiteSessio
     for sender, sealed in zip(state.neighbours, block.sealed, strict=True):
         try:
             opened = crypto.open_sealed(
-                _sharing_key(state, sender), sealed, share_aad(state.session, sender, state.me)
+                _agreed(state, state.public_keys[sender], "shares"),
+                sealed,
+                share_aad(state.session, sender, state.me),
             )
         except ValueError:
             opened = b""

@@ -45,10 +45,16 @@ def test_the_graph_is_sparse_for_many_sites_and_complete_for_few():
             if not shape.complete:  # privacy: a survivor beside k/2 missing keeps < t_k holders
                 assert shape.share_threshold >= shape.degree // 2 + 2
                 assert shape.degree % 2 == 0 and 2 * shape.degree < n
-    drawn = session(TWELVE).advertise()
-    sizes = {len(drawn.graph.neighbours(s)) for s in TWELVE}
-    assert sizes == {4}
-    assert all(u in drawn.graph.neighbours(v) for u in TWELVE for v in drawn.graph.neighbours(u))
+    for names, t in ((TWELVE, 12), (TWENTY, 18)):
+        drawn = session(names, threshold=t).advertise()
+        k, t_k = drawn.plan.shape.degree, drawn.plan.shape.share_threshold
+        ring = graph.ring_order(drawn.plan.graph_seed(drawn.adverts.keys[names[0]]), names)
+        for at, site in enumerate(ring):
+            near = {ring[(at + step) % len(ring)] for step in range(-k // 2, k // 2 + 1)}
+            assert set(drawn.graph.neighbours(site)) == near - {site}  # H(k, n) on the ring
+            # a site whose k/2 neighbours on one side are gone keeps k/2 + 1 holders: < t_k
+            one_side = {ring[(at + step) % len(ring)] for step in range(1, k // 2 + 1)}
+            assert len(set(drawn.graph.holders(site)) - one_side) == k // 2 + 1 < t_k
 
 
 def test_a_site_refuses_neighbours_other_than_the_graph_gives_it():
@@ -118,7 +124,8 @@ def test_the_graph_is_drawn_afresh_by_each_sessions_first_site():
 def test_a_share_replayed_from_another_session_is_refused():
     """Shares sealed in one session, relayed in the next (same sites, same order): they do
     not open under the new session's keys and bound session id (``secagg-shares``), and the
-    site masks nothing."""
+    site masks nothing. A neighbour's keys replayed from an earlier session are refused too:
+    their signature covers that session (``roster``)."""
     first = session(TWELVE, session_id="1" * 32).advertise().share()
     second = session(TWELVE, session_id="2" * 32, sites=first.contexts).advertise().share()
     target = TWELVE[0]
@@ -128,6 +135,18 @@ def test_a_share_replayed_from_another_session_is_refused():
         secagg_site.open_shares(second.contexts[target], replayed, "t")
     assert refused.value.rule == "secagg-shares"
     assert not secagg_site.sessions(second.contexts[target])[second.plan.session].masked
+    # a neighbour's keys replayed from the first session: signed for another session
+    third = session(TWELVE, session_id="3" * 32, sites=first.contexts).advertise()
+    neighbour = third.graph.neighbours(target)[0]
+    args = third.share_args(target)
+    keys, signatures = dict(third.adverts.keys), dict(third.adverts.signatures)
+    keys[neighbour] = first.adverts.keys[neighbour]
+    signatures[neighbour] = first.adverts.signatures[neighbour]
+    third.adverts = Adverts(keys, signatures)
+    args["neighbours"] = third.only(third.graph.neighbours(target)).to_wire()
+    with pytest.raises(DisclosureError, match="not signed") as refused:
+        secagg_site.share(third.contexts[target], args)
+    assert refused.value.rule == "roster"
 
 
 def test_shares_addressed_to_other_sites_or_missing_are_refused():
