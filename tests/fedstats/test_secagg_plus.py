@@ -218,3 +218,45 @@ def test_many_tolerated_dropouts_or_few_sites_give_the_complete_graph():
         assert shape.complete and shape == graph.Neighbourhood(n - 1, t, True)
     sizes = [graph.neighbourhood(n, n).degree for n in (10, 30, 100, 200, 256)]
     assert sizes == sorted(sizes) and sizes[-1] <= 20  # logarithmic, not linear, growth
+
+
+class Garbling:
+    """A transport whose site answers one task with a field of the declared shape but not
+    bytes (floats): a reply the schema passes and the protocol must still refuse."""
+
+    def __init__(self, handle, task: str, field: str) -> None:
+        self.handle, self.task, self.field = handle, task, field
+
+    def __call__(self, request: bytes) -> bytes:
+        reply = self.handle(request)
+        if codec.decode(request)["task"] != self.task:
+            return reply
+        message = codec.decode(reply)
+        value = message["result"][self.field]
+        message["result"][self.field] = value.astype(np.float64)
+        return codec.encode(message)
+
+
+@pytest.mark.parametrize(
+    ("task", "field", "survivors"),
+    [
+        ("secagg.advertise", "keys", 19),  # the session starts over without it
+        ("secagg.share", "sealed", 19),
+        ("secagg.confirm", "signature", 20),  # still a survivor: its reply is in the sum
+        ("secagg.unmask", "shares", 20),
+    ],
+)
+def test_a_malformed_protocol_reply_counts_its_site_as_dropped(task, field, survivors):
+    base = fedstats.Federation.in_process(frames(20), verified_paths=False)
+    transports = {s: silo.handle for s, silo in base.silos.items()}
+    transports["site7"] = Garbling(transports["site7"], task, field)
+    fed = fedstats.Federation(transports)
+    fed.silos = base.silos
+    args = summaries_args(base)
+    options = SecureAggregation(threshold=18)
+    summed = secure_sum(fed, "logistic.summaries", args, analysis="sa", options=options)
+    assert list(summed.dropped) == ["site7"] and "malformed" in summed.dropped["site7"]
+    assert len(summed.survivors) == survivors
+    clear = base.request("logistic.summaries", args, analysis="c", sites=list(summed.survivors))
+    expected = sum(r["gradient"] for r in clear.values())
+    np.testing.assert_allclose(summed.total["gradient"], expected, rtol=0, atol=1e-7)
