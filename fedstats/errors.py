@@ -135,6 +135,10 @@ DISCLOSURE_RULES = (
     "guard-full",
     "cross-cells",
     "path",
+    "roster",
+    "secagg-graph",
+    "secagg-shares",
+    "secagg-survivors",
 )
 """The disclosure rules a site applies; a refusal names one of them."""
 

@@ -15,7 +15,8 @@ alike, so that neither side carries its own copy of a rule the other checks:
   reply's public facts;
 * :mod:`fedstats.contract.refusals` — which error replies are refusals, and why;
 * :mod:`fedstats.contract.secure_aggregation` — secure aggregation's task names,
-  fields and masked vector;
+  fields and masked vector, and :mod:`fedstats.contract.secagg_session` — a session's
+  plan, graph and compact fields;
 * :mod:`fedstats.contract.newton` — Newton's step and stopping rule;
 * :mod:`fedstats.contract.paths` and :mod:`fedstats.contract.path_rules` — the path
   rules: the start and step of an iterative exact analysis, the statement a site

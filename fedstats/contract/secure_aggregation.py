@@ -1,12 +1,12 @@
-"""The wire of secure aggregation: its task names, field names, schemas and thresholds.
+"""The wire of secure aggregation: its task names, its masked vector and the signed facts.
 
-The protocol (Bonawitz et al., CCS 2017) runs between the coordinator
-(:mod:`fedstats.models.secure_aggregation`) and each site
-(:mod:`fedstats.site.secure_aggregation`); both read the messages with this
-module: the three tasks' names and reply schemas, the ``secagg`` block a
-masked task request carries (:class:`MaskBlock`), the one ring vector that
-replaces a reply's numeric fields (:func:`masked_schema`, :func:`flatten`,
-:func:`unflatten`), and the least threshold a session may use (:func:`majority`).
+The protocol (Bonawitz et al., CCS 2017; Bell et al., CCS 2020 for its sparse graph) runs
+between the coordinator (:mod:`fedstats.models.secure_aggregation`) and each site
+(:mod:`fedstats.site.secure_aggregation`, :mod:`fedstats.site.secure_unmasking`); both read
+the messages with this module and :mod:`fedstats.contract.secagg_session` (a session's plan,
+graph and compact fields): the five tasks' names, the ``secagg`` block a masked task request
+carries (:class:`MaskBlock`), and the one ring vector that replaces a reply's numeric fields
+(:func:`masked_schema`, :func:`flatten`, :func:`unflatten`).
 """
 
 from __future__ import annotations
@@ -18,85 +18,70 @@ from typing import Any
 
 import numpy as np
 
-from fedstats.errors import MalformedRequestError, StudyConfigurationError
-from fedstats.schema import Array, Number, ReplySchema, Text, Values
-from fedstats.secagg import crypto, roster, shamir
+from fedstats.contract.secagg_session import (
+    MAX_SITES,
+    SEALED_BYTES,
+    SessionPlan,
+    check_threshold,
+    majority,
+    row_bytes,
+    rows,
+)
+from fedstats.errors import MalformedRequestError
+from fedstats.schema import Array, Number, ReplySchema
+from fedstats.secagg import crypto
 
 ADVERTISE_TASK = "secagg.advertise"
-
-
 SHARE_TASK = "secagg.share"
-
-
+CONFIRM_TASK = "secagg.confirm"
 UNMASK_TASK = "secagg.unmask"
-
 
 MASKED_FIELD = "masked"
 
-
-SEALED_HEX_CHARS = 2 * (crypto.NONCE_BYTES + 2 * shamir.SHARE_BYTES + 16)
-
-
-MAX_SITES = 256
-
-
-def majority(parties: int) -> int:
-    """The smallest threshold allowed: a strict majority of the session's sites."""
-    return parties // 2 + 1
-
-
-def check_threshold(threshold: int, parties: int) -> None:
-    if not isinstance(threshold, int) or isinstance(threshold, bool):
-        raise StudyConfigurationError(f"the threshold must be an integer, got {threshold!r}")
-    if not majority(parties) <= threshold <= parties or threshold < 2:
-        raise StudyConfigurationError(
-            f"the secure-aggregation threshold must be at least 2 and a majority of the "
-            f"{parties} sites ({majority(parties)}..{parties}), got {threshold}"
-        )
-
-
-def advertise_schema(args: dict[str, Any]) -> ReplySchema:
-    return {
-        "encryption_key": Text(64),
-        "masking_key": Text(64),
-        "signature": Text(roster.SIGNATURE_HEX_CHARS),
-    }
-
-
-def share_schema(args: dict[str, Any]) -> ReplySchema:
-    keys = args.get("public_keys")
-    count = len(keys) if isinstance(keys, dict) else 0
-    return {"sealed": Values(max_items=count, max_chars=SEALED_HEX_CHARS)}
+__all__ = [
+    "ADVERTISE_TASK",
+    "CONFIRM_TASK",
+    "MASKED_FIELD",
+    "MAX_SITES",
+    "SHARE_TASK",
+    "UNMASK_TASK",
+    "MaskBlock",
+    "SessionPlan",
+    "check_threshold",
+    "majority",
+]
 
 
 @dataclass(frozen=True)
 class MaskBlock:
-    """The ``secagg`` block of a task request: the session and every sealed share."""
+    """The ``secagg`` block of a task request: the session, and the share pairs sealed for
+    this site by each of its neighbours (one row each, in the session's order)."""
 
     session: str
-    sealed: dict[str, list[str]]
+    sealed: list[bytes]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"session": self.session, "sealed": rows(self.sealed, SEALED_BYTES)}
 
     @classmethod
     def from_args(cls, args: dict[str, Any]) -> MaskBlock | None:
         block = args.get("secagg")
         if block is None:
             return None
+        problem = "'secagg' must hold 'session' and 'sealed' (a row of sealed shares each)"
         if not (
             isinstance(block, dict)
             and set(block) == {"session", "sealed"}
             and isinstance(block["session"], str)
-            and isinstance(block["sealed"], dict)
-            and all(
-                isinstance(v, list) and all(isinstance(c, str) for c in v)
-                for v in block["sealed"].values()
-            )
+            and isinstance(block["sealed"], np.ndarray)
+            and block["sealed"].ndim == 2
         ):
-            raise MalformedRequestError(
-                site=None,
-                task=None,
-                reason="'secagg' must hold 'session' and 'sealed' (sender -> sealed shares)",
-            )
-        return cls(block["session"], dict(block["sealed"]))
+            raise MalformedRequestError(site=None, task=None, reason=problem)
+        try:
+            sealed = row_bytes(block["sealed"], len(block["sealed"]), SEALED_BYTES, "sealed")
+        except ValueError:
+            raise MalformedRequestError(site=None, task=None, reason=problem) from None
+        return cls(block["session"], sealed)
 
 
 def masked_schema(
@@ -179,15 +164,3 @@ def unmasked_total(masked: Mapping[str, np.ndarray], seeds: Mapping[str, bytes])
     for site in sites:
         total = total - crypto.mask(seeds[site], len(total))
     return total
-
-
-def unmask_schema(args: dict[str, Any]) -> ReplySchema:
-    survivors, dropped = args.get("survivors"), args.get("dropped")
-    return {
-        "seed_shares": Values(
-            len(survivors) if isinstance(survivors, list) else 0, 2 * shamir.SHARE_BYTES
-        ),
-        "key_shares": Values(
-            len(dropped) if isinstance(dropped, list) else 0, 2 * shamir.SHARE_BYTES
-        ),
-    }

@@ -239,12 +239,15 @@ class Federation:
         *,
         analysis: str,
         sites: Sequence[str] | None = None,
+        site_args: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> tuple[dict[str, dict[str, Any]], dict[str, FedstatsError]]:
         """Ask each site; return the checked replies and, apart, each failed site's typed error.
 
         For protocols that go on without sites that dropped out (secure
         aggregation). A transport that raises (a site that cannot be reached)
-        counts as :class:`~fedstats.errors.SiteUnreachableError`.
+        counts as :class:`~fedstats.errors.SiteUnreachableError`. ``site_args``: fields
+        added to ``args`` for one site only (secure aggregation sends each site only what is
+        addressed to it); each such site's request is encoded, sent and checked on its own.
         """
         if self._fingerprints_pending and task != FINGERPRINT_TASK:
             self.verify_fingerprints()
@@ -263,13 +266,14 @@ class Federation:
             ) from None
         if task_def is None:
             raise StudyConfigurationError(f"no task {task!r} is registered")
-        schema = reply_schema(task_def, dict(args))
-        request_bytes = codec.encode({"task": task, "args": dict(args)})
-        self._dispatch(targets, request_bytes)
+        requests = _requests(task, task_def, args, targets, site_args or {})
+        for request_bytes, group in _grouped(targets, requests):
+            self._dispatch(group, request_bytes)
         replies: dict[str, dict[str, Any]] = {}
         failures: dict[str, FedstatsError] = {}
         self.signed_replies, self.mask_seeds = {}, {}
         for site in targets:
+            request_bytes, schema = requests[site]
             sent_at = datetime.now(UTC)
             start = time.perf_counter()
             reply_bytes, reason = b"", ""
@@ -362,6 +366,40 @@ class Federation:
             signed = signed_payload(result, message.get("mask"))
             self.signed_replies[site] = SignedReply(signed, message["signature"], verified)
         return "ok", result
+
+
+def _requests(
+    task: str,
+    task_def: Any,
+    args: Mapping[str, Any],
+    targets: list[str],
+    site_args: Mapping[str, Mapping[str, Any]],
+) -> dict[str, tuple[bytes, Any]]:
+    """Each site's request bytes and reply schema; the sites asked the same share one
+    encoding (and so one dispatch)."""
+    common: tuple[bytes, Any] | None = None
+    out = {}
+    for site in targets:
+        if site in site_args:
+            asked = {**args, **site_args[site]}
+            out[site] = (codec.encode({"task": task, "args": asked}), reply_schema(task_def, asked))
+            continue
+        if common is None:
+            asked = dict(args)
+            common = (codec.encode({"task": task, "args": asked}), reply_schema(task_def, asked))
+        out[site] = common
+    return out
+
+
+def _grouped(
+    targets: list[str], requests: Mapping[str, tuple[bytes, Any]]
+) -> list[tuple[bytes, list[str]]]:
+    """The sites asked the same bytes, together, in the order they are first asked."""
+    groups: dict[int, tuple[bytes, list[str]]] = {}
+    for site in targets:
+        request_bytes = requests[site][0]
+        groups.setdefault(id(request_bytes), (request_bytes, []))[1].append(site)
+    return list(groups.values())
 
 
 def _path_kind(signed: SignedReply | None) -> str:

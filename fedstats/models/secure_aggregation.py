@@ -1,32 +1,44 @@
 """Secure aggregation, the coordinator's side: learn the sum of the sites' replies, nothing else.
 
-:class:`SecureAggregation` runs one session of the semi-honest protocol of
-Bonawitz et al. ("Practical secure aggregation for privacy-preserving
-machine learning", CCS 2017) over the federation's ordinary messages; the
-site side, and the threat model, are in :mod:`fedstats.site.secure_aggregation`.
-Four requests per sum:
+:class:`SecureAggregation` runs one session per sum over the federation's ordinary
+messages, each site sent only what is addressed to it (:mod:`fedstats.models.secure_rounds`).
+Two constructions:
 
-1. ``secagg.advertise`` — every site's fresh public keys, signed with its
-   long-term key (``U1``: the sites that answered);
-2. ``secagg.share`` — the signed keys of ``U1``, which each site checks
-   against the roster it pinned (:mod:`fedstats.secagg.roster`); each site's Shamir shares of its
-   mask seed and masking key, sealed for their receivers (``U2``);
-3. the task itself, carrying every sealed share — each site's reply
-   masked in ``Z_(2^64)`` (``U3``: the survivors);
-4. ``secagg.unmask`` — the survivors and the dropped; each survivor's shares
-   of the survivors' seeds and of the dropped sites' keys.
+* ``"secagg+"`` (the default): SecAgg+ of Bell, Bonawitz, Gascón, Lepoint & Raykova
+  ("Secure single-server aggregation with (poly)logarithmic overhead", CCS 2020). Each site
+  shares its secrets with, and masks against, only its ``k = O(log n)`` neighbours on a
+  ring graph whose order no party chooses; the coordinator needs ``t_k`` of a site's
+  ``k + 1`` holders' shares. ``k`` and ``t_k`` follow from ``n`` and ``t``
+  (:func:`fedstats.secagg.graph.neighbourhood`): with few sites, or many dropouts
+  tolerated, the graph is complete and this is the classic construction;
+* ``"secagg"``: the complete graph of Bonawitz et al. ("Practical secure aggregation for
+  privacy-preserving machine learning", CCS 2017) whatever ``n``.
 
-From any ``t`` shares the coordinator rebuilds each survivor's seed and
-each dropped site's masking key, removes every mask and decodes the sum of
-the survivors' replies. A site that fails at any step is a dropout; with
-fewer than ``t`` sites left the session aborts
-(:class:`~fedstats.errors.SecureAggregationAborted`, naming each site and
-its reason) and nothing is unmasked.
+Five requests per sum, the site side and the threat model in
+:mod:`fedstats.site.secure_aggregation` and :mod:`fedstats.site.secure_unmasking`:
+
+1. ``secagg.advertise`` — every site's fresh public keys, signed with its long-term key;
+2. ``secagg.share`` — each site gets the first site's signed keys (which seed the graph) and
+   its neighbours', checks both against the roster it pinned and its neighbours against the
+   graph, and seals Shamir shares of its mask seed and masking key for each neighbour (a
+   site failing before the masked round leaves; a fresh session starts over the others);
+3. the task itself, each site sent the shares sealed for it — its reply masked in
+   ``Z_(2^64)`` (the survivors ``U3``);
+4. ``secagg.confirm`` — every survivor signs the survivor set (the consistency check of
+   Bonawitz et al.'s actively secure protocol);
+5. ``secagg.unmask`` — the survivors with ``t`` of their signatures; each unmasking site
+   reveals, for itself and its neighbours, its share of the seed of a survivor or of the
+   masking key of a dropped site.
+
+From ``t_k`` shares the coordinator rebuilds each survivor's seed and each dropped site's
+masking key, removes every mask and decodes the sum of the survivors' replies. With fewer
+than ``t`` sites left at any step the session aborts
+(:class:`~fedstats.errors.SecureAggregationAborted`, naming each site and its reason) and
+nothing is unmasked.
 """
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,13 +48,11 @@ import numpy as np
 from fedstats.contract import secure_aggregation as wire
 from fedstats.contract.dp_request import DP_REPLY_FIELDS
 from fedstats.contract.path_rules import PATH_RULES
-from fedstats.errors import (
-    FedstatsError,
-    InvalidReplyError,
-    SecureAggregationAborted,
-    StudyConfigurationError,
-)
-from fedstats.secagg import crypto, ring, shamir
+from fedstats.contract.secagg_session import SIGNATURE_BYTES, check_construction
+from fedstats.errors import FedstatsError, SecureAggregationAborted, StudyConfigurationError
+from fedstats.models import secure_rounds
+from fedstats.secagg import graph, ring
+from fedstats.secagg.shamir import SHARE_BYTES
 
 if TYPE_CHECKING:  # the coordinator passes its federation; this module needs no import of it
     from fedstats.models.federation import Federation
@@ -63,26 +73,57 @@ class SecureAggregation:
     fraction_bits:
         Fixed-point precision ``f``: replies are rounded to multiples of
         ``2^-f`` and each must stay below ``2^(63-f) / (2n)`` in magnitude.
+    construction:
+        ``"secagg+"`` (default): SecAgg+ on a graph of logarithmic degree, complete for
+        few sites or when many dropouts are tolerated; ``"secagg"``: always the complete
+        graph (every site shares with and masks against every other).
     """
 
     threshold: int | None = None
     fraction_bits: int = ring.DEFAULT_FRACTION_BITS
+    construction: str = "secagg+"
 
     def __post_init__(self) -> None:
         ring.check_fraction_bits(self.fraction_bits)
+        check_construction(self.construction)
 
     def threshold_for(self, parties: int) -> int:
         t = parties if self.threshold is None else self.threshold
         wire.check_threshold(t, parties)
         return t
 
+    def neighbourhood_for(self, parties: int) -> graph.Neighbourhood:
+        """The graph's degree ``k`` and per-neighbourhood threshold ``t_k`` for ``parties``."""
+        t = self.threshold_for(parties)
+        if self.construction == "secagg":
+            return graph.complete(parties, t)
+        return graph.neighbourhood(parties, t)
+
     def to_record(self, parties: int) -> dict[str, Any]:
+        """What a fit records of these options (the report's fields: protocol, threshold,
+        sites, fraction bits); the protocol names the construction and its graph."""
         return {
-            "protocol": "Bonawitz et al. 2017 (semi-honest), X25519 + AES-GCM + Shamir",
+            "protocol": protocol_name(self.neighbourhood_for(parties)),
             "threshold": self.threshold_for(parties),
             "sites": parties,
             "fraction_bits": self.fraction_bits,
         }
+
+
+def protocol_name(shape: graph.Neighbourhood) -> str:
+    """The construction in words: its graph, and what unmasks a site's secrets."""
+    if shape.complete:
+        graph_words = (
+            "Bonawitz et al. 2017, complete graph (each site shares with and masks against "
+            "every other)"
+        )
+    else:
+        graph_words = (
+            f"SecAgg+ (Bell et al. 2020), Harary graph of degree {shape.degree} (each site "
+            f"shares with and masks against {shape.degree} neighbours; {shape.share_threshold} "
+            f"of its {shape.degree + 1} holders' shares unmask it)"
+        )
+    return f"{graph_words}, survivors agreed by signature; X25519 + AES-GCM + Shamir"
 
 
 @dataclass(frozen=True)
@@ -125,12 +166,13 @@ def secure_sum(
         )
     sites = list(federation.sites)
     threshold = options.threshold_for(len(sites))
-    session = secrets.token_hex(16)
     dropped: dict[str, str] = {}
 
-    def keep(replies: dict, failures: dict[str, FedstatsError], step: str) -> list[str]:
+    def keep(
+        asked: list[str], replies: Mapping, failures: Mapping[str, FedstatsError], step: str
+    ) -> list[str]:
         dropped.update({s: f"{step}: {e}" for s, e in failures.items()})
-        alive = [s for s in sites if s in replies]
+        alive = [s for s in asked if s in replies and s not in failures]
         if len(alive) < threshold:
             raise SecureAggregationAborted(
                 f"secure aggregation of {task!r} aborted at {step}: {len(alive)} of "
@@ -139,71 +181,58 @@ def secure_sum(
             )
         return alive
 
-    advertised, failures = federation.gather(
-        wire.ADVERTISE_TASK,
-        {
-            "session": session,
-            "sites": sites,
-            "threshold": threshold,
-            "fraction_bits": options.fraction_bits,
-        },
+    opened = secure_rounds.open_session(
+        federation,
+        sites,
+        construction=options.construction,
+        threshold=threshold,
+        fraction_bits=options.fraction_bits,
         analysis=analysis,
+        keep=keep,
     )
-    u1 = keep(advertised, failures, "key advertisement")
-    keys = {
-        s: [advertised[s][k] for k in ("encryption_key", "masking_key", "signature")] for s in u1
-    }
-    shared, failures = federation.gather(
-        wire.SHARE_TASK, {"session": session, "public_keys": keys}, analysis=analysis, sites=u1
-    )
-    for s, reply in list(shared.items()):
-        if len(reply["sealed"]) != len(u1):
-            failures[s] = InvalidReplyError(f"site {s!r} sealed {len(reply['sealed'])} shares")
-            del shared[s]
-    u2 = keep(shared, failures, "key sharing")
-    block = {"session": session, "sealed": {s: shared[s]["sealed"] for s in u2}}
+    plan = opened.plan
     masked, failures = federation.gather(
-        task, {**args, "secagg": block}, analysis=analysis, sites=u2
+        task,
+        args,
+        analysis=analysis,
+        sites=list(plan.sites),
+        site_args=secure_rounds.mask_blocks(opened),
     )
-    u3 = keep(masked, failures, "masked replies")
-    signed = dict(federation.signed_replies)  # the masked replies' signatures, for the relay
-    gone = [s for s in u2 if s not in u3]
+    survivors = keep(list(plan.sites), masked, failures, "masked replies")
+    relayed = dict(federation.signed_replies)  # the masked replies' signatures, for the relay
+    confirmed, failures = federation.gather(
+        wire.CONFIRM_TASK,
+        secure_rounds.survivor_block(plan, survivors),
+        analysis=analysis,
+        sites=survivors,
+    )
+    signed = secure_rounds.raw_replies(
+        confirmed, failures, "signature", lambda site: (1, SIGNATURE_BYTES)
+    )
+    signers = keep(survivors, signed, failures, "consistency check")
     revealed, failures = federation.gather(
         wire.UNMASK_TASK,
-        {"session": session, "survivors": u3, "dropped": gone},
+        secure_rounds.unmask_block(opened, survivors, signed),
         analysis=analysis,
-        sites=u3,
+        sites=signers,
     )
-    u4 = keep(revealed, failures, "unmasking")
-
-    points = {s: sites.index(s) + 1 for s in sites}
-    seeds = {
-        survivor: _rebuild(
-            {points[h]: revealed[h]["seed_shares"][i] for h in u4}, threshold, survivor, "seed"
-        )
-        for i, survivor in enumerate(u3)
-    }
-    total = wire.unmasked_total({s: masked[s][wire.MASKED_FIELD] for s in u3}, seeds)
-    length = len(total)
-    for j, lost in enumerate(gone):
-        raw = _rebuild(
-            {points[h]: revealed[h]["key_shares"][j] for h in u4}, threshold, lost, "masking key"
-        )
-        key = crypto.private_from_bytes(raw)
-        for survivor in u3:
-            seed = crypto.agreed_key(key, keys[survivor][1], session, "mask")
-            pair = crypto.mask(seed, length)
-            # the survivor added +pair when it comes first in the session order, else -pair
-            total = total - pair if points[survivor] < points[lost] else total + pair
+    holders = plan.shape.degree + 1
+    shares = secure_rounds.raw_replies(
+        revealed, failures, "shares", lambda site: (holders, SHARE_BYTES)
+    )
+    keep(signers, shares, failures, "unmasking")
+    total, seeds = secure_rounds.unmasked(
+        opened, {s: masked[s][wire.MASKED_FIELD] for s in survivors}, shares
+    )
     task_def = federation.registry.get(task)
     plain = task_def.schema(dict(args))
     values = ring.decode(total, options.fraction_bits)
-    public = {s: {k: v for k, v in masked[s].items() if k in DP_REPLY_FIELDS} for s in u3}
-    federation.signed_replies = signed
-    federation.mask_seeds = {s: seed.hex() for s, seed in seeds.items()} if signed else {}
+    public = {s: {k: v for k, v in masked[s].items() if k in DP_REPLY_FIELDS} for s in survivors}
+    federation.signed_replies = relayed
+    federation.mask_seeds = {s: seed.hex() for s, seed in seeds.items()} if relayed else {}
     return SecureSum(
         total=wire.unflatten(values, plain),
-        survivors=tuple(u3),
+        survivors=tuple(survivors),
         dropped=dropped,
         public=public,
         threshold=threshold,
@@ -247,9 +276,16 @@ def summed_replies(
 
 def secure_note(options: SecureAggregation, parties: int) -> str:
     """The line an exact fit's notes carry when its sums were securely aggregated."""
+    shape = options.neighbourhood_for(parties)
+    graph_note = (
+        "complete graph"
+        if shape.complete
+        else f"SecAgg+, {shape.degree} neighbours per site, {shape.share_threshold} of their "
+        "shares to unmask"
+    )
     return (
         f"secure aggregation: the coordinator saw only the sums over the {parties} sites of "
-        f"every round (threshold {options.threshold_for(parties)}, fixed point "
+        f"every round (threshold {options.threshold_for(parties)}, {graph_note}, fixed point "
         f"2^-{options.fraction_bits})"
     )
 
@@ -267,12 +303,3 @@ def secure_record(
             for site, why in summed.dropped.items()
         ],
     }
-
-
-def _rebuild(shares_hex: dict[int, str], threshold: int, site: str, what: str) -> bytes:
-    try:
-        return shamir.combine({x: bytes.fromhex(h) for x, h in shares_hex.items()}, threshold)
-    except ValueError as error:
-        raise SecureAggregationAborted(
-            f"the shares of {site!r}'s {what} do not rebuild it ({error}); nothing was unmasked"
-        ) from None

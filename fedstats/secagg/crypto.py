@@ -25,14 +25,16 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 KEY_BYTES = 32
 NONCE_BYTES = 12
+TAG_BYTES = 16
 
 
 def new_private_key() -> X25519PrivateKey:
     return X25519PrivateKey.generate()
 
 
-def public_hex(key: X25519PrivateKey) -> str:
-    return key.public_key().public_bytes_raw().hex()
+def public_bytes(key: X25519PrivateKey) -> bytes:
+    """The 32 raw bytes of ``key``'s public half (RFC 7748)."""
+    return key.public_key().public_bytes_raw()
 
 
 def private_bytes(key: X25519PrivateKey) -> bytes:
@@ -43,17 +45,19 @@ def private_from_bytes(raw: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(raw)
 
 
-def public_from_hex(text: str) -> X25519PublicKey:
-    """A peer's public key from its hex form; ``ValueError`` when it is not one."""
-    raw = bytes.fromhex(text)
+def public_from_bytes(raw: bytes) -> X25519PublicKey:
+    """A peer's public key from its 32 raw bytes; ``ValueError`` when it is not one."""
     if len(raw) != KEY_BYTES:
         raise ValueError(f"an X25519 public key is {KEY_BYTES} bytes, got {len(raw)}")
     return X25519PublicKey.from_public_bytes(raw)
 
 
-def agreed_key(own: X25519PrivateKey, peer_public_hex: str, session: str, purpose: str) -> bytes:
-    """``HKDF-SHA256(X25519(own, peer), info = purpose | session)``: 32 bytes both sides derive."""
-    shared = own.exchange(public_from_hex(peer_public_hex))
+def agreed_key(own: X25519PrivateKey, peer_public: bytes, session: str, purpose: str) -> bytes:
+    """``HKDF-SHA256(X25519(own, peer), info = purpose | session)``: 32 bytes both sides derive.
+
+    ``ValueError`` for a peer key that is not one, or that agrees on the all-zero secret
+    (a small-order point, RFC 7748 §6.1)."""
+    shared = own.exchange(public_from_bytes(peer_public))
     return HKDF(
         algorithm=hashes.SHA256(),
         length=KEY_BYTES,
@@ -62,17 +66,17 @@ def agreed_key(own: X25519PrivateKey, peer_public_hex: str, session: str, purpos
     ).derive(shared)
 
 
-def seal(key: bytes, plaintext: bytes, associated: str) -> str:
-    """AES-256-GCM with a random nonce; hex of ``nonce | ciphertext | tag``."""
+def seal(key: bytes, plaintext: bytes, associated: str) -> bytes:
+    """AES-256-GCM with a random nonce: ``nonce | ciphertext | tag``."""
     nonce = os.urandom(NONCE_BYTES)
-    return (nonce + AESGCM(key).encrypt(nonce, plaintext, associated.encode())).hex()
+    return nonce + AESGCM(key).encrypt(nonce, plaintext, associated.encode())
 
 
-def open_sealed(key: bytes, sealed_hex: str, associated: str) -> bytes:
-    """Decrypt :func:`seal`'s output; ``ValueError`` when it was altered or misaddressed."""
+def open_sealed(key: bytes, sealed: bytes, associated: str) -> bytes:
+    """Decrypt :func:`seal`'s output; ``ValueError`` when it was altered, replayed from
+    another session or addressed to another site (the associated data differ)."""
     try:
-        raw = bytes.fromhex(sealed_hex)
-        return AESGCM(key).decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], associated.encode())
+        return AESGCM(key).decrypt(sealed[:NONCE_BYTES], sealed[NONCE_BYTES:], associated.encode())
     except (ValueError, InvalidTag):
         raise ValueError("a sealed share failed authentication") from None
 

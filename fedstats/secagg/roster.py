@@ -12,9 +12,9 @@ every advertised key pair is signed with the site's long-term signing key,
 and each site checks every relayed key pair against the signing keys *it*
 pinned — a roster file from the study's PKI, the same public keys the
 SuperLink authenticates the SuperNodes with (``fedstats.flower.study_pki``).
-The signature covers the session, its ordered site list, threshold and
-fixed-point precision, so every site also knows that every other site
-joined the same session. A site refuses (:class:`~fedstats.errors.DisclosureError`,
+The signature covers the session, its ordered site list, construction,
+threshold and fixed-point precision, so every site also knows that every
+other site joined the same session. A site refuses (:class:`~fedstats.errors.DisclosureError`,
 rule ``roster``) a session that names a site outside its roster or relays a
 key pair that is unsigned or signed by another key.
 
@@ -70,14 +70,19 @@ def advert_message(
     fraction_bits: int,
     encryption_key: str,
     masking_key: str,
+    *,
+    construction: str = "secagg",
 ) -> bytes:
-    """The bytes a site signs for its key advertisement (canonical JSON)."""
+    """The bytes a site signs for its key advertisement (canonical JSON): the session, its
+    ordered sites, construction (which fixes the graph's degree), threshold and precision,
+    and the site's two fresh public keys (hex)."""
     return json.dumps(
         [
-            "fedstats secagg advertisement v1",
+            "fedstats secagg advertisement v2",
             session,
             site,
             list(sites),
+            construction,
             threshold,
             fraction_bits,
             encryption_key,

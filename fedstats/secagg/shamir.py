@@ -15,7 +15,7 @@ secret. Coefficients come from :mod:`secrets` (the OS's entropy source).
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 PRIME = (1 << 521) - 1
 SECRET_BYTES = 32
@@ -24,15 +24,26 @@ SHARE_BYTES = 66  # 521 bits
 
 def split(secret: bytes, threshold: int, parties: int) -> dict[int, bytes]:
     """Shares ``{i: q(i)}`` for ``i = 1..parties``; any ``threshold`` of them rebuild ``secret``."""
-    if len(secret) != SECRET_BYTES:
-        raise ValueError(f"a secret must be {SECRET_BYTES} bytes, got {len(secret)}")
     if not 1 <= threshold <= parties:
         raise ValueError(f"threshold {threshold} must be between 1 and {parties}")
+    return split_at(secret, threshold, range(1, parties + 1))
+
+
+def split_at(secret: bytes, threshold: int, points: Iterable[int]) -> dict[int, bytes]:
+    """Shares ``{x: q(x)}`` at the given distinct positive points only (a site's holders in a
+    sparse graph); any ``threshold`` of them rebuild ``secret``."""
+    points = list(points)
+    if len(secret) != SECRET_BYTES:
+        raise ValueError(f"a secret must be {SECRET_BYTES} bytes, got {len(secret)}")
+    if not 1 <= threshold <= len(points):
+        raise ValueError(f"threshold {threshold} must be between 1 and {len(points)}")
+    if any(x <= 0 for x in points) or len(set(points)) != len(points):
+        raise ValueError("share points must be distinct positive integers")
     coefficients = [int.from_bytes(secret, "big")] + [
         secrets.randbelow(PRIME) for _ in range(threshold - 1)
     ]
     shares = {}
-    for x in range(1, parties + 1):
+    for x in points:
         y = 0
         for c in reversed(coefficients):  # Horner
             y = (y * x + c) % PRIME

@@ -25,6 +25,7 @@ from fedstats.contract.tasks import logistic as logistic_wire
 from fedstats.contract.tasks import secure_aggregation as secagg_wire
 from fedstats.contract.tasks import survival as survival_wire
 from fedstats.site import secure_aggregation as secagg_site
+from fedstats.site import secure_unmasking as secagg_unmasking
 from fedstats.site.handlers import budget as budget_site
 from fedstats.site.handlers import classifier_scores as classifier_site
 from fedstats.site.handlers import competing as competing_site
@@ -86,7 +87,8 @@ REGISTRY = TaskRegistry(
         Task.serving(budget_wire.STATUS, budget_site.status),
         Task.serving(secagg_wire.ADVERTISE, secagg_site.advertise),
         Task.serving(secagg_wire.SHARE, secagg_site.share),
-        Task.serving(secagg_wire.UNMASK, secagg_site.unmask),
+        Task.serving(secagg_wire.CONFIRM, secagg_unmasking.confirm),
+        Task.serving(secagg_wire.UNMASK, secagg_unmasking.unmask),
     ],
     optional=[DEEP_TASKS],
 )

@@ -1,36 +1,37 @@
-"""A site's side of secure aggregation (Bonawitz et al., CCS 2017, semi-honest protocol).
+"""A site's side of secure aggregation: keys, shares and the masked reply.
 
-One aggregation is one *session*, used once. A site ``u`` among the
-session's sites ``U`` (ordered; ``u`` is Shamir point ``index(u) + 1``):
+One aggregation is one *session*, used once (its plan:
+:class:`~fedstats.contract.secagg_session.SessionPlan`). A site ``u`` among the session's
+sites (ordered; ``u`` is Shamir point ``index(u) + 1``):
 
-1. ``secagg.advertise``: makes two X25519 key pairs, ``c`` (to encrypt
-   shares) and ``s`` (to agree masks), and replies their public halves;
-2. ``secagg.share``: given the public keys of the sites that advertised
-   (``U1``), draws a self-mask seed ``b_u`` and Shamir-shares ``b_u`` and its
-   secret key ``s_u`` among ``U1`` with threshold ``t``; replies each share
-   pair sealed (AES-GCM) for its receiver, so the relaying coordinator
-   cannot read it;
-3. the task itself, with a ``secagg`` block carrying every sealed share:
-   the site keeps the shares addressed to it (from the senders ``U2``),
+1. ``secagg.advertise``: makes two X25519 key pairs, ``c`` (to seal shares) and ``s`` (to
+   agree masks), and replies their public halves, signed with its pinned key;
+2. ``secagg.share``: given the first site's signed advertisement (which seeds the graph) and
+   its neighbours', computes the session's graph itself
+   (:meth:`~fedstats.contract.secagg_session.SessionPlan.graph`: SecAgg+, Bell et al., CCS
+   2020, or the complete graph of Bonawitz et al., CCS 2017) and refuses neighbours other
+   than the graph's (:class:`~fedstats.errors.DisclosureError`, rule ``secagg-graph``) and
+   advertisements its pinned roster does not vouch for (rule ``roster``); then draws a
+   self-mask seed ``b_u`` and Shamir-shares ``b_u`` and its secret key ``s_u`` among its
+   holders (itself and its ``k`` neighbours) with threshold ``t_k``, each share pair sealed
+   (AES-GCM, the session, sender and receiver bound) for its neighbour;
+3. the task itself, with a ``secagg`` block carrying the share pairs sealed for this site
+   by every neighbour — all of them, each opening under the session, the sender and this
+   site as receiver, or the request is refused (rule ``secagg-shares``: a share replayed
+   from another session, addressed to another site, altered, or missing). The site
    computes its reply ``x_u`` and replies only
-   ``y_u = x_u + PRG(b_u) + sum_{v in U2, u < v} PRG(s_uv) - sum_{v in U2, v < u} PRG(s_uv)``
-   in the ring ``Z_(2^64)`` (fixed point, :mod:`fedstats.secagg.ring`),
-   where ``s_uv`` is the X25519 agreement of ``s_u`` and ``s_v``;
-4. ``secagg.unmask``: told which sites of ``U2`` sent masked replies
-   (survivors) and which dropped, reveals its shares of ``b_v`` for every
-   survivor and of ``s_v`` for every dropped site — never both for one
-   site, only once per session, and only when at least ``t`` survived. The
-   coordinator then removes every mask and learns the sum over survivors,
-   nothing else.
+   ``y_u = x_u + PRG(b_u) + sum_{v in N(u), u < v} PRG(s_uv) - sum_{v in N(u), v < u} PRG(s_uv)``
+   in the ring ``Z_(2^64)`` (fixed point, :mod:`fedstats.secagg.ring`), ``s_uv`` the
+   X25519 agreement of ``s_u`` and ``s_v``; every site masks against all its neighbours,
+   so the pairwise masks cancel in the sum over the session;
+4. and 5. the consistency check and the unmasking (:mod:`fedstats.site.secure_unmasking`).
 
-Threat model: the coordinator may look at everything it relays; sites do
-not collude with it. A site with a pinned roster (:mod:`fedstats.secagg.roster`)
-refuses a session naming a site outside the roster or relaying a key pair not
-signed by the key it pinned for that site, so the coordinator can neither
-invent sites nor substitute keys; without a pinned roster it must be trusted
-to relay honestly, and the site charges for its own share of the noise only.
-``t`` must be a majority of the session's sites, so two disjoint groups of
-survivors can never both be unmasked.
+Threat model: the coordinator may look at everything it relays; sites do not collude
+with it. A site with a pinned roster (:mod:`fedstats.secagg.roster`) refuses a session
+naming a site outside the roster or relaying a key pair not signed by the key it pinned for
+that site, so the coordinator can neither invent sites nor substitute keys; without a
+pinned roster it must be trusted to relay honestly, and the site charges for its own share
+of the noise only. ``t`` must be a majority of the session's sites.
 
 With differential privacy, the noise is distributed: each site adds
 ``1/sqrt(t)`` of the noise standard deviation a central release would need,
@@ -50,23 +51,29 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 from fedstats.contract.dp_request import NoisyGroup
+from fedstats.contract.secagg_session import (
+    SEALED_BYTES,
+    SIGNATURE_BYTES,
+    Adverts,
+    SessionPlan,
+    rows,
+    signature_row,
+)
 from fedstats.contract.secure_aggregation import (
     ADVERTISE_TASK,
     MASKED_FIELD,
-    MAX_SITES,
     SHARE_TASK,
-    UNMASK_TASK,
     MaskBlock,
-    check_threshold,
     flatten,
     seed_commitment,
 )
-from fedstats.errors import DisclosureError, MalformedRequestError, StudyConfigurationError
+from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.schema import ReplySchema
-from fedstats.secagg import crypto, ring, roster, shamir
+from fedstats.secagg import crypto, ring, shamir
 from fedstats.site.task import SiteContext, TaskReply
 
 MAX_OPEN_SESSIONS = 64
@@ -79,242 +86,257 @@ _CACHE_KEY = "secagg sessions"
 class SiteSession:
     """What a site keeps between the rounds of one session (never sent as such)."""
 
-    session: str
-    sites: tuple[str, ...]
+    plan: SessionPlan
     me: str
-    threshold: int
-    fraction_bits: int
     encryption_key: X25519PrivateKey
     masking_key: X25519PrivateKey
-    public_keys: dict[str, tuple[str, str]] = field(default_factory=dict)
-    self_seed: bytes = b""
-    shares: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # from v: (s_v, b_v)
-    senders: tuple[str, ...] = ()
-    masked: bool = False
-    unmasked: bool = False
-    pinned: bool = False
+    pinned: bool
     """Whether the site's pinned roster vouched for every key of the session; unpinned, the
     site charges its ledger for the noise it adds itself (``sigma / sqrt(t)``)."""
+    neighbours: tuple[str, ...] = ()
+    public_keys: dict[str, bytes] = field(default_factory=dict)  # neighbour -> c_v | s_v
+    pair_seeds: dict[str, bytes] = field(default_factory=dict)  # neighbour -> s_uv
+    self_seed: bytes = b""
+    shares: dict[str, tuple[bytes, bytes]] = field(default_factory=dict)  # v: (s_v, b_v) shares
+    masked: bool = False
+    confirmed: tuple[str, ...] | None = None
+    """The survivor set this site signed in the consistency round (once per session)."""
+    unmasked: bool = False
 
-    def point(self, site: str) -> int:
-        return self.sites.index(site) + 1
+    @property
+    def session(self) -> str:
+        return self.plan.session
+
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return self.plan.sites
+
+    @property
+    def threshold(self) -> int:
+        return self.plan.threshold
+
+    @property
+    def fraction_bits(self) -> int:
+        return self.plan.fraction_bits
+
+    @property
+    def own_keys(self) -> bytes:
+        return crypto.public_bytes(self.encryption_key) + crypto.public_bytes(self.masking_key)
+
+    def holders(self) -> tuple[str, ...]:
+        """This site and its neighbours, in the session's order: whose shares it holds."""
+        mine = set(self.neighbours) | {self.me}
+        return tuple(s for s in self.sites if s in mine)
 
 
-def _sessions(context: SiteContext) -> dict[str, SiteSession]:
+def sessions(context: SiteContext) -> dict[str, SiteSession]:
     return context.cache.setdefault(_CACHE_KEY, {})
 
 
-def _session(context: SiteContext, args: dict[str, Any], task: str) -> SiteSession:
+def open_session(context: SiteContext, args: dict[str, Any], task: str) -> SiteSession:
     session = args.get("session")
-    found = _sessions(context).get(session) if isinstance(session, str) else None
+    found = sessions(context).get(session) if isinstance(session, str) else None
     if found is None:
-        raise MalformedRequestError(
-            site=context.name, task=task, reason=f"no open secure-aggregation session {session!r}"
-        )
+        raise refuse(context, task, f"no open secure-aggregation session {session!r}")
     return found
 
 
-def _refuse(context: SiteContext, task: str, reason: str) -> MalformedRequestError:
+def refuse(context: SiteContext, task: str, reason: str) -> MalformedRequestError:
     return MalformedRequestError(site=context.name, task=task, reason=reason)
+
+
+def refuse_rule(context: SiteContext, task: str, reason: str, rule: str) -> DisclosureError:
+    """A refusal of the protocol's rules: ``roster`` (keys or sites the pinned roster does not
+    vouch for), ``secagg-graph`` (neighbours other than the session's graph gives),
+    ``secagg-shares`` (shares missing, misaddressed, replayed or altered), ``secagg-survivors``
+    (a survivor set not agreed by the session's threshold)."""
+    return DisclosureError(site=context.name, task=task, reason=reason, rule=rule)
+
+
+def signed(context: SiteContext, message: bytes) -> np.ndarray:
+    """This site's signature of ``message`` as a wire row (empty when not pinned)."""
+    pin = context.secure_aggregation
+    row = signature_row("" if pin is None else pin.sign_advert(message))
+    return rows([row], SIGNATURE_BYTES)[0]
 
 
 # --- round 1: advertise keys -------------------------------------------------------------
 
 
-def _refuse_roster(context: SiteContext, task: str, reason: str) -> DisclosureError:
-    return DisclosureError(site=context.name, task=task, reason=reason, rule="roster")
-
-
 def advertise(context: SiteContext, args: dict[str, Any]) -> TaskReply:
-    session, sites = args.get("session"), args.get("sites")
-    threshold, bits = args.get("threshold"), args.get("fraction_bits")
-    if not (isinstance(session, str) and 16 <= len(session) <= 64):
-        raise _refuse(context, ADVERTISE_TASK, "the session id must be 16 to 64 characters")
-    if session in _sessions(context):
-        raise _refuse(context, ADVERTISE_TASK, f"session {session!r} was already used")
-    if (
-        not isinstance(sites, list)
-        or not all(isinstance(s, str) for s in sites)
-        or len(set(sites)) != len(sites)
-        or context.name not in sites
-        or len(sites) > MAX_SITES
-    ):
-        raise _refuse(
-            context, ADVERTISE_TASK, "sites must list distinct site names, this site among them"
-        )
     try:
-        check_threshold(threshold, len(sites))
-        ring.check_fraction_bits(bits)
-    except StudyConfigurationError as error:
-        raise _refuse(context, ADVERTISE_TASK, str(error)) from None
+        plan = SessionPlan.from_args(args)
+    except ValueError as error:
+        raise refuse(context, ADVERTISE_TASK, str(error)) from None
+    if context.name not in plan.sites:
+        raise refuse(context, ADVERTISE_TASK, "the session's sites must include this site")
+    if plan.session in sessions(context):
+        raise refuse(context, ADVERTISE_TASK, f"session {plan.session!r} was already used")
     pin = context.secure_aggregation
-    if pin is not None and pin.unknown_sites(sites):
-        raise _refuse_roster(
+    if pin is not None and pin.unknown_sites(plan.sites):
+        raise refuse_rule(
             context,
             ADVERTISE_TASK,
             f"the session names sites outside this site's pinned roster: "
-            f"{pin.unknown_sites(sites)[:5]}",
+            f"{pin.unknown_sites(plan.sites)[:5]}",
+            "roster",
         )
     state = SiteSession(
-        session=session,
-        sites=tuple(sites),
+        plan=plan,
         me=context.name,
-        threshold=threshold,
-        fraction_bits=bits,
         encryption_key=crypto.new_private_key(),
         masking_key=crypto.new_private_key(),
         pinned=pin is not None,
     )
-    open_sessions = _sessions(context)
+    open_sessions = sessions(context)
     while len(open_sessions) >= MAX_OPEN_SESSIONS:
         del open_sessions[next(iter(open_sessions))]
-    open_sessions[session] = state
-    encryption, masking = (
-        crypto.public_hex(state.encryption_key),
-        crypto.public_hex(state.masking_key),
-    )
-    signature = (
-        "" if pin is None else pin.sign_advert(_advert(state, context.name, encryption, masking))
-    )
+    open_sessions[plan.session] = state
+    keys = state.own_keys
     return TaskReply(
-        {"encryption_key": encryption, "masking_key": masking, "signature": signature},
+        {
+            "keys": np.frombuffer(keys, dtype=np.uint8).copy(),
+            "signature": signed(context, plan.advert(context.name, keys)),
+        },
         contributors=None,
     )
 
 
-def _advert(state: SiteSession, site: str, encryption: str, masking: str) -> bytes:
-    return roster.advert_message(
-        state.session, site, state.sites, state.threshold, state.fraction_bits, encryption, masking
-    )
+# --- round 2: share keys with the graph's neighbours -------------------------------------
 
 
-# --- round 2: share keys -----------------------------------------------------------------
-
-
-def _share_aad(session: str, sender: str, receiver: str) -> str:
+def share_aad(session: str, sender: str, receiver: str) -> str:
     return f"{session}|{sender}->{receiver}"
 
 
 def share(context: SiteContext, args: dict[str, Any]) -> TaskReply:
-    state = _session(context, args, SHARE_TASK)
-    keys = args.get("public_keys")
-    if state.public_keys or state.masked:
-        raise _refuse(context, SHARE_TASK, "this session's keys were already shared")
-    if not (
-        isinstance(keys, dict)
-        and set(keys) <= set(state.sites)
-        and state.me in keys
-        and all(
-            isinstance(entry, list)
-            and len(entry) in (2, 3)
-            and all(isinstance(k, str) for k in entry)
-            for entry in keys.values()
-        )
-    ):
-        raise _refuse(
-            context,
-            SHARE_TASK,
-            "public_keys must map session sites to [encryption, masking, signature] keys",
-        )
-    own = [crypto.public_hex(state.encryption_key), crypto.public_hex(state.masking_key)]
-    if keys[state.me][:2] != own:
-        raise _refuse(context, SHARE_TASK, "the keys relayed for this site are not its own")
-    pin = context.secure_aggregation
-    if state.pinned:
-        unsigned = [
-            site
-            for site, entry in keys.items()
-            if len(entry) != 3
-            or not pin.verify_advert(site, _advert(state, site, entry[0], entry[1]), entry[2])
-        ]
-        if unsigned:
-            raise _refuse_roster(
-                context,
-                SHARE_TASK,
-                f"the keys relayed for {unsigned[:5]} are not signed by the keys this site "
-                "pinned for them; the session is refused",
-            )
-    if len(keys) < state.threshold:
-        raise _refuse(
-            context,
-            SHARE_TASK,
-            f"only {len(keys)} sites advertised keys, fewer than the threshold {state.threshold}",
-        )
+    state = open_session(context, args, SHARE_TASK)
+    if state.neighbours or state.masked:
+        raise refuse(context, SHARE_TASK, "this session's keys were already shared")
     try:
-        for pair in keys.values():
-            crypto.public_from_hex(pair[0]), crypto.public_from_hex(pair[1])
+        seeding, relayed = (
+            Adverts.from_wire(args.get("contributor")),
+            Adverts.from_wire(args.get("neighbours")),
+        )
     except ValueError as error:
-        raise _refuse(context, SHARE_TASK, f"a relayed public key is invalid ({error})") from None
-    receivers = [s for s in state.sites if s in keys]
-    state.public_keys = {s: (keys[s][0], keys[s][1]) for s in receivers}  # signatures checked
+        raise refuse(context, SHARE_TASK, f"malformed advertisements: {error}") from None
+    plan = state.plan
+    if list(seeding.keys) != [plan.contributor]:
+        raise refuse_rule(
+            context,
+            SHARE_TASK,
+            f"the graph is seeded by the session's first site {plan.contributor!r}, not "
+            f"{list(seeding.keys)[:3]}",
+            "secagg-graph",
+        )
+    if plan.contributor == state.me and seeding.keys[state.me] != state.own_keys:
+        raise refuse(context, SHARE_TASK, "the keys relayed for this site are not its own")
+    _check_signed(context, state, seeding)
+    mine = plan.graph(seeding.keys[plan.contributor]).neighbours(state.me)
+    if list(relayed.keys) != list(mine):
+        raise refuse_rule(
+            context,
+            SHARE_TASK,
+            f"the sites relayed as this site's neighbours {sorted(relayed.keys)[:8]} are not "
+            f"the ones the session's graph gives it {sorted(mine)[:8]} (in the session's "
+            "order); the session is refused",
+            "secagg-graph",
+        )
+    _check_signed(context, state, relayed)
+    try:  # both agreements with every neighbour, before anything is drawn
+        sealing = {v: _agreed(state, keys, "shares") for v, keys in relayed.keys.items()}
+        pairs = {v: _agreed(state, keys, "mask") for v, keys in relayed.keys.items()}
+    except ValueError as error:
+        raise refuse(context, SHARE_TASK, f"a relayed public key is invalid ({error})") from None
+    state.neighbours, state.public_keys, state.pair_seeds = tuple(mine), relayed.keys, pairs
     state.self_seed = secrets.token_bytes(shamir.SECRET_BYTES)
-    n = len(state.sites)
-    key_shares = shamir.split(crypto.private_bytes(state.masking_key), state.threshold, n)
-    seed_shares = shamir.split(state.self_seed, state.threshold, n)
-    sealed = []
-    for receiver in receivers:
-        x = state.point(receiver)
-        if receiver == state.me:
-            state.shares[state.me] = (key_shares[x], seed_shares[x])
-            sealed.append("")
-            continue
-        key = crypto.agreed_key(
-            state.encryption_key, state.public_keys[receiver][0], state.session, "shares"
+    points = [plan.point(s) for s in state.holders()]
+    threshold = plan.shape.share_threshold
+    key_shares = shamir.split_at(crypto.private_bytes(state.masking_key), threshold, points)
+    seed_shares = shamir.split_at(state.self_seed, threshold, points)
+    mine_at = plan.point(state.me)
+    state.shares[state.me] = (key_shares[mine_at], seed_shares[mine_at])
+    sealed = [
+        crypto.seal(
+            sealing[receiver],
+            key_shares[plan.point(receiver)] + seed_shares[plan.point(receiver)],
+            share_aad(plan.session, state.me, receiver),
         )
-        sealed.append(
-            crypto.seal(
-                key,
-                key_shares[x] + seed_shares[x],
-                _share_aad(state.session, state.me, receiver),
-            )
+        for receiver in mine
+    ]
+    return TaskReply({"sealed": rows(sealed, SEALED_BYTES)}, contributors=None)
+
+
+def _agreed(state: SiteSession, keys: bytes, purpose: str) -> bytes:
+    """The key this site agrees with a neighbour of public ``keys``: to seal shares (its
+    encryption key) or to mask (its masking key); ``ValueError`` for a key that is not one."""
+    if purpose == "shares":
+        own, peer = state.encryption_key, keys[: crypto.KEY_BYTES]
+    else:
+        own, peer = state.masking_key, keys[crypto.KEY_BYTES :]
+    return crypto.agreed_key(own, peer, state.session, purpose)
+
+
+def _check_signed(context: SiteContext, state: SiteSession, adverts: Adverts) -> None:
+    if not state.pinned:
+        return
+    pin = context.secure_aggregation
+    unsigned = [
+        site
+        for site, keys in adverts.keys.items()
+        if not pin.verify_advert(site, state.plan.advert(site, keys), adverts.signatures[site])
+    ]
+    if unsigned:
+        raise refuse_rule(
+            context,
+            SHARE_TASK,
+            f"the keys relayed for {unsigned[:5]} are not signed by the keys this site "
+            "pinned for them; the session is refused",
+            "roster",
         )
-    return TaskReply({"sealed": sealed}, contributors=None)
 
 
 # --- round 3: the masked reply -----------------------------------------------------------
 
 
 def open_shares(context: SiteContext, block: MaskBlock, task: str) -> SiteSession:
-    """Check the session is at its masked-reply round and keep the shares sealed for this site.
+    """Check the session is at its masked-reply round and open every neighbour's shares.
 
     Runs before anything is charged or computed: a request that fails here
     costs no privacy budget.
     """
-    state = _session(context, {"session": block.session}, task)
-    if not state.public_keys or state.masked:
-        raise _refuse(context, task, "this session is not at its masked-reply round")
-    senders = [s for s in state.sites if s in block.sealed]
-    if not set(block.sealed) <= set(state.public_keys) or state.me not in senders:
-        raise _refuse(context, task, "the sealed shares name sites outside the session")
-    if len(senders) < state.threshold:
-        raise _refuse(
-            context, task, f"only {len(senders)} sites shared keys, fewer than {state.threshold}"
+    state = open_session(context, {"session": block.session}, task)
+    if not state.neighbours or state.masked:
+        raise refuse(context, task, "this session is not at its masked-reply round")
+    if len(block.sealed) != len(state.neighbours):
+        raise refuse_rule(
+            context,
+            task,
+            f"{len(block.sealed)} sealed shares came for this site's {len(state.neighbours)} "
+            "neighbours: every neighbour's shares are needed, so that every pairwise mask "
+            "cancels and every mask can be removed",
+            "secagg-shares",
         )
-    receivers = list(state.public_keys)
-    mine = receivers.index(state.me)
     opened_shares = {}
-    for sender in senders:
-        if sender == state.me:
-            continue
-        sealed = block.sealed[sender]
-        if len(sealed) != len(receivers):
-            raise _refuse(context, task, f"the shares of {sender!r} do not cover the session")
-        key = crypto.agreed_key(
-            state.encryption_key, state.public_keys[sender][0], state.session, "shares"
-        )
+    for sender, sealed in zip(state.neighbours, block.sealed, strict=True):
         try:
             opened = crypto.open_sealed(
-                key, sealed[mine], _share_aad(state.session, sender, state.me)
+                _agreed(state, state.public_keys[sender], "shares"),
+                sealed,
+                share_aad(state.session, sender, state.me),
             )
         except ValueError:
-            raise _refuse(
-                context, task, f"the share sealed by {sender!r} failed authentication"
-            ) from None
+            opened = b""
         if len(opened) != 2 * shamir.SHARE_BYTES:
-            raise _refuse(context, task, f"the share sealed by {sender!r} has the wrong size")
+            raise refuse_rule(
+                context,
+                task,
+                f"the share sealed by {sender!r} does not open for this site in this session "
+                "(replayed from another session, addressed to another site, or altered)",
+                "secagg-shares",
+            )
         opened_shares[sender] = (opened[: shamir.SHARE_BYTES], opened[shamir.SHARE_BYTES :])
     state.shares.update(opened_shares)
-    state.senders = tuple(senders)
     return state
 
 
@@ -358,15 +380,10 @@ def mask_reply(
         raise MalformedRequestError(site=state.me, task=task, reason=str(error)) from None
     length = len(total)
     total = total + crypto.mask(state.self_seed, length)
-    me = state.point(state.me)
-    for other in state.senders:
-        if other == state.me:
-            continue
-        seed = crypto.agreed_key(
-            state.masking_key, state.public_keys[other][1], state.session, "mask"
-        )
-        pair = crypto.mask(seed, length)
-        total = total + pair if me < state.point(other) else total - pair
+    me = state.plan.point(state.me)
+    for other in state.neighbours:
+        pair = crypto.mask(state.pair_seeds[other], length)
+        total = total + pair if me < state.plan.point(other) else total - pair
     return {MASKED_FIELD: total}
 
 
@@ -379,39 +396,3 @@ def mask_facts(state: SiteSession) -> dict[str, Any]:
         "fraction_bits": state.fraction_bits,
         "seed_commitment": seed_commitment(state.session, state.me, state.self_seed),
     }
-
-
-# --- round 4: unmask ---------------------------------------------------------------------
-
-
-def unmask(context: SiteContext, args: dict[str, Any]) -> TaskReply:
-    state = _session(context, args, UNMASK_TASK)
-    survivors, dropped = args.get("survivors"), args.get("dropped")
-    if not state.masked or state.unmasked:
-        raise _refuse(context, UNMASK_TASK, "this session is not at its unmasking round")
-    if not (
-        isinstance(survivors, list)
-        and isinstance(dropped, list)
-        and all(isinstance(s, str) for s in survivors + dropped)
-        and len(set(survivors + dropped)) == len(survivors) + len(dropped)
-        and set(survivors) | set(dropped) == set(state.senders)
-        and state.me in survivors
-    ):
-        raise _refuse(
-            context,
-            UNMASK_TASK,
-            "survivors and dropped must split the sites that shared keys, this site a survivor",
-        )
-    if len(survivors) < state.threshold:
-        raise _refuse(
-            context,
-            UNMASK_TASK,
-            f"only {len(survivors)} sites survived, fewer than the threshold {state.threshold}",
-        )
-    state.unmasked = True
-    reply = {
-        "seed_shares": [state.shares[s][1].hex() for s in survivors],
-        "key_shares": [state.shares[s][0].hex() for s in dropped],
-    }
-    del _sessions(context)[state.session]  # keys and shares are forgotten
-    return TaskReply(reply, contributors=None)

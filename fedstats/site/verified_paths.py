@@ -23,8 +23,9 @@ both kinds (each verifying site checks its own signature at the previous point).
 
 Inside secure aggregation (Bonawitz et al., CCS 2017) a site signs its masked reply ``y_u``
 with the session and a commitment to its self-mask seed ``b_u``
-(:data:`fedstats.contract.secure_aggregation.MASK_FACTS`), and answers only when every site
-of the path shared keys in the session, so the pairwise masks cancel in the total. The next
+(:data:`fedstats.contract.secure_aggregation.MASK_FACTS`), and answers only when the
+session's sites are the path's (each masks against all its graph neighbours in the session),
+so the pairwise masks cancel in the total. The next
 round relays the signed masked replies with the seeds the coordinator rebuilt when it
 unmasked; the site checks each seed against its commitment and recomputes the total
 ``sum_u y_u - sum_u PRG(b_u)`` (:func:`fedstats.contract.secure_aggregation.unmasked_total`),
@@ -694,10 +695,11 @@ def _unmasked(
 
 
 def check_masked_round(ctx: SiteContext, task: str, point: PathPoint, session: Any) -> None:
-    """A round of a path inside secure aggregation: the session's sites and those whose keys
-    this site masked its reply with (``session.senders``) must be the path's, so that the
+    """A round of a path inside secure aggregation: the session's sites must be the path's.
+    Every site masks against all its graph neighbours in the session (it refuses a masked
+    round missing one's shares: :func:`fedstats.site.secure_aggregation.open_shares`), so the
     pairwise masks cancel in the total every site recomputes next round."""
-    if any(set(group) != set(point.sites) for group in (session.sites, session.senders)):
+    if set(session.sites) != set(point.sites):
         raise _refused(
             ctx,
             task,

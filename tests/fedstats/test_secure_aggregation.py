@@ -14,8 +14,8 @@ from scipy import stats
 import accounting
 import fedstats
 from fedstats.contract import codec
-from fedstats.contract import secure_aggregation as secagg_wire
 from fedstats.errors import (
+    DisclosureError,
     MalformedRequestError,
     SecureAggregationAborted,
     SiteUnreachableError,
@@ -27,6 +27,7 @@ from fedstats.secagg import ring as secagg_ring
 from fedstats.secagg import shamir as secagg_shamir
 from fedstats.site import secure_aggregation as secagg_site
 from fedstats.site.task import SiteContext
+from tests.security.secagg_sessions import session
 
 
 def frames(n_sites: int, n: int = 120, seed: int = 0) -> dict[str, pd.DataFrame]:
@@ -34,7 +35,7 @@ def frames(n_sites: int, n: int = 120, seed: int = 0) -> dict[str, pd.DataFrame]
     out = {}
     for i in range(n_sites):
         x1, x2 = rng.normal(size=n), rng.uniform(-2, 2, size=n)
-        eta = -0.3 + 0.8 * x1 - 0.5 * x2 + 0.2 * i
+        eta = -0.3 + 0.8 * x1 - 0.5 * x2 + 0.2 * (i % 5)
         out[f"site{i}"] = pd.DataFrame(
             {"x1": x1, "x2": x2, "y": (rng.random(n) < 1 / (1 + np.exp(-eta))).astype(int)}
         )
@@ -63,6 +64,11 @@ class Flaky:
         if self.fail_on is not None and codec.decode(request)["task"] == self.fail_on:
             raise ConnectionError("connection reset by peer")
         return self.handle(request)
+
+
+CASES = {"secagg": (5, 3), "secagg+": (20, 18)}
+"""Each construction at a size where it is itself: the complete graph of 5 sites with
+``t = 3``, and SecAgg+ at 20 sites with ``t = 18`` (8 neighbours each, 6 of 9 holders)."""
 
 
 def flaky_federation(n_sites: int, failing: dict[str, str]) -> fedstats.Federation:
@@ -130,16 +136,19 @@ def test_ring_refuses_values_whose_sum_could_wrap():
 # --- the protocol ------------------------------------------------------------------------
 
 
-def test_secure_sum_equals_the_plain_sum_and_the_coordinator_sees_only_masked_vectors():
+@pytest.mark.parametrize("construction", CASES)
+def test_secure_sum_equals_the_plain_sum_and_the_coordinator_sees_only_masked_vectors(
+    construction,
+):
     # the plain reference is a raw request at beta = 0, off any fit's path
-    fed = fedstats.Federation.in_process(frames(5), verified_paths=False)
+    n, t = CASES[construction]
+    fed = fedstats.Federation.in_process(frames(n), verified_paths=False)
     args = summaries_args(fed)
     expected = plain_sum(fed, args, list(fed.sites))
-    summed = secure_sum(
-        fed, "logistic.summaries", args, analysis="sa", options=SecureAggregation(threshold=3)
-    )
+    options = SecureAggregation(threshold=t, construction=construction)
+    summed = secure_sum(fed, "logistic.summaries", args, analysis="sa", options=options)
     assert summed.survivors == fed.sites and not summed.dropped
-    tolerance = 5 * secagg_ring.resolution(32)
+    tolerance = n * secagg_ring.resolution(32)
     for name, value in expected.items():
         np.testing.assert_allclose(summed.total[name], value, rtol=0, atol=tolerance)
     task_rows = fed.inventory.to_frame("sa")
@@ -147,8 +156,10 @@ def test_secure_sum_equals_the_plain_sum_and_the_coordinator_sees_only_masked_ve
         "secagg.advertise",
         "secagg.share",
         "logistic.summaries",
+        "secagg.confirm",
         "secagg.unmask",
     ]
+    assert options.neighbourhood_for(n).complete == (construction == "secagg")
 
 
 @pytest.mark.parametrize(
@@ -161,155 +172,94 @@ def test_secure_sum_equals_the_plain_sum_and_the_coordinator_sees_only_masked_ve
         {"site4": "secagg.unmask", "site0": "secagg.unmask"},
     ],
 )
-def test_decoded_sum_is_exact_with_up_to_n_minus_t_dropouts(failing):
-    fed = flaky_federation(5, failing)
+@pytest.mark.parametrize("construction", CASES)
+def test_decoded_sum_is_exact_with_up_to_n_minus_t_dropouts(failing, construction):
+    n, t = CASES[construction]
+    fed = flaky_federation(n, failing)
     args = summaries_args(fed)
-    summed = secure_sum(
-        fed, "logistic.summaries", args, analysis="sa", options=SecureAggregation(threshold=3)
-    )
+    options = SecureAggregation(threshold=t, construction=construction)
+    summed = secure_sum(fed, "logistic.summaries", args, analysis="sa", options=options)
     masked_lost = {"secagg.advertise", "secagg.share", "logistic.summaries"}
     survivors = [s for s in fed.sites if failing.get(s) not in masked_lost]
     assert list(summed.survivors) == survivors
     assert set(summed.dropped) == set(failing)
     assert all("connection reset" in why for why in summed.dropped.values())
-    reference = fedstats.Federation.in_process(frames(5), verified_paths=False)
+    reference = fedstats.Federation.in_process(frames(n), verified_paths=False)
     expected = plain_sum(reference, args, survivors)
     for name, value in expected.items():
         np.testing.assert_allclose(
-            summed.total[name], value, rtol=0, atol=5 * secagg_ring.resolution(32)
+            summed.total[name], value, rtol=0, atol=n * secagg_ring.resolution(32)
         )
 
 
 @pytest.mark.parametrize(
     "step", ["secagg.advertise", "secagg.share", "logistic.summaries", "secagg.unmask"]
 )
-def test_fewer_than_t_sites_abort_cleanly_naming_the_sites(step):
-    fed = flaky_federation(5, {"site1": step, "site2": step, "site3": step})
+@pytest.mark.parametrize("construction", CASES)
+def test_fewer_than_t_sites_abort_cleanly_naming_the_sites(step, construction):
+    n, t = CASES[construction]
+    fed = flaky_federation(n, {"site1": step, "site2": step, "site3": step})
     args = summaries_args(fed)
-    with pytest.raises(SecureAggregationAborted, match="fewer than the threshold 3") as caught:
-        secure_sum(
-            fed, "logistic.summaries", args, analysis="sa", options=SecureAggregation(threshold=3)
-        )
+    options = SecureAggregation(threshold=t, construction=construction)
+    with pytest.raises(SecureAggregationAborted, match=f"fewer than the threshold {t}") as caught:
+        secure_sum(fed, "logistic.summaries", args, analysis="sa", options=options)
     for site in ("site1", "site2", "site3"):
         assert site in str(caught.value)
     unmask = fed.inventory.to_frame("sa").query("task == 'secagg.unmask' and status == 'ok'")
-    # Fewer than t sites released shares, too few to rebuild any seed or key (Shamir).
-    assert len(unmask) < 3
+    # Fewer than t sites released shares, too few to rebuild every seed or key (Shamir).
+    assert len(unmask) < t
     if step != "secagg.unmask":
         assert unmask.empty
 
 
 def test_a_site_refuses_an_unmasking_below_its_threshold():
-    """Even a coordinator that goes on regardless learns no seed from fewer than t survivors."""
-    contexts = sessions_at_masked_round(n_sites=5, threshold=3, masked_by=["s0", "s1"])
-    context = contexts["s0"]
+    """Even a coordinator that goes on regardless learns no seed from fewer than t survivors:
+    a site neither signs nor unmasks a survivor set smaller than its threshold."""
+    drawn = session(["s0", "s1", "s2", "s3", "s4"], threshold=3).advertise().share()
+    drawn.mask(sites=["s0", "s1"])
     with pytest.raises(MalformedRequestError, match="fewer than the threshold"):
-        secagg_site.unmask(
-            context,
-            {"session": SESSION, "survivors": ["s0", "s1"], "dropped": ["s2", "s3", "s4"]},
-        )
+        drawn.confirm(["s0"], ["s0", "s1"])
+    drawn.signatures = {s: np.zeros(secagg_site.SIGNATURE_BYTES, np.uint8) for s in ("s0", "s1")}
+    with pytest.raises(MalformedRequestError, match="fewer than the threshold"):
+        drawn.unmask("s0", ["s0", "s1"])
 
 
-def test_a_site_never_reveals_both_shares_of_one_site_nor_unmasks_twice():
-    contexts = sessions_at_masked_round(n_sites=3, threshold=2, masked_by=["s0", "s1", "s2"])
-    context = contexts["s0"]
-    with pytest.raises(MalformedRequestError, match="split the sites"):
-        secagg_site.unmask(
-            context, {"session": SESSION, "survivors": ["s0", "s1", "s2"], "dropped": ["s1"]}
-        )
-    secagg_site.unmask(
-        context, {"session": SESSION, "survivors": ["s0", "s1", "s2"], "dropped": []}
-    )
+def test_a_site_never_signs_two_survivor_sets_nor_unmasks_twice():
+    """One survivor set per session: a site that signed one refuses to sign another (so no
+    two sets both reach the threshold, and no site's seed and key are both revealed), and
+    after it unmasked, the session is gone."""
+    drawn = session(["s0", "s1", "s2"], threshold=2).advertise().share().mask()
+    drawn.confirm(["s0", "s1", "s2"], ["s0", "s1", "s2"])
+    with pytest.raises(DisclosureError, match="already signed another survivor set") as refused:
+        drawn.confirm(["s0"], ["s0", "s2"])
+    assert refused.value.rule == "secagg-survivors"
+    drawn.unmask("s0", ["s0", "s1", "s2"])
     with pytest.raises(MalformedRequestError, match="no open secure-aggregation session"):
-        secagg_site.unmask(
-            context, {"session": SESSION, "survivors": ["s0", "s2"], "dropped": ["s1"]}
-        )
+        drawn.unmask("s0", ["s0", "s2"])
 
 
 def test_a_tampered_share_or_a_reused_session_is_refused():
+    """Over the codec and the silo: a session id used twice is refused at once, and a share
+    pair altered by one bit fails authentication (rule ``secagg-shares``)."""
     fed = fedstats.Federation.in_process(
         frames(3), verified_paths=False
     )  # raw masked requests at beta = 0 with no path: sites that do not verify paths
     args = summaries_args(fed)
     silo = fed.silos["site0"]
-    session = "f" * 32
-    sites = list(fed.sites)
-    start = {"session": session, "sites": sites, "threshold": 2, "fraction_bits": 32}
-    keys = {
-        s: fed.silos[s].handle(codec.encode({"task": "secagg.advertise", "args": start}))
-        for s in sites
-    }
-    public = {}
-    for s, raw in keys.items():
-        result = codec.decode(raw)["result"]
-        public[s] = [result["encryption_key"], result["masking_key"], result["signature"]]
-    sealed = {}
-    for s in sites:
-        reply = codec.decode(
-            fed.silos[s].handle(
-                codec.encode(
-                    {"task": "secagg.share", "args": {"session": session, "public_keys": public}}
-                )
-            )
-        )
-        sealed[s] = reply["result"]["sealed"]
-    again = codec.decode(silo.handle(codec.encode({"task": "secagg.advertise", "args": start})))
+    drawn = session(list(fed.sites), threshold=2, silos=fed.silos).advertise().share()
+    again = codec.decode(
+        silo.handle(codec.encode({"task": "secagg.advertise", "args": drawn.plan.to_args()}))
+    )
     assert again["error"]["type"] == "MalformedRequestError"
     assert "already used" in again["error"]["values"]["reason"]
-    tampered = {s: list(v) for s, v in sealed.items()}
-    flipped = tampered["site1"][0]
-    tampered["site1"][0] = flipped[:-2] + ("00" if flipped[-2:] != "00" else "11")
-    reply = codec.decode(
-        silo.handle(
-            codec.encode(
-                {
-                    "task": "logistic.summaries",
-                    "args": {**args, "secagg": {"session": session, "sealed": tampered}},
-                }
-            )
-        )
-    )
-    assert reply["status"] == "error"
-    assert "failed authentication" in reply["error"]["values"]["reason"]
-
-
-SESSION = "a" * 32
-
-
-def sessions_at_masked_round(
-    n_sites: int, threshold: int, masked_by: list[str], value: float = 0.0
-) -> dict[str, SiteContext]:
-    """Site contexts driven directly through the protocol's first three rounds."""
-    names = [f"s{i}" for i in range(n_sites)]
-    contexts = {
-        s: SiteContext(name=s, frame=pd.DataFrame(), policy=fedstats.DisclosurePolicy())
-        for s in names
-    }
-    start = {"session": SESSION, "sites": names, "threshold": threshold, "fraction_bits": 32}
-    public = {}
-    for s in names:
-        keys = secagg_site.advertise(contexts[s], start).payload
-        public[s] = [keys["encryption_key"], keys["masking_key"]]
-    sealed = {
-        s: secagg_site.share(contexts[s], {"session": SESSION, "public_keys": public}).payload[
-            "sealed"
-        ]
-        for s in names
-    }
-    block = secagg_wire.MaskBlock(SESSION, sealed)
-    plain = {"v": fedstats_array(1)}
-    for s in masked_by:
-        state = secagg_site.open_shares(contexts[s], block, "t")
-        contexts[s].cache["last masked"] = secagg_site.mask_reply(
-            state, {"v": np.array([value])}, None, plain, "t"
-        )["masked"]
-    return contexts
-
-
-def fedstats_array(size: int):
-    from fedstats.schema import Array
-
-    return Array((size,))
+    block = drawn.block("site0")
+    flipped = bytearray(block.sealed[0])
+    flipped[-1] ^= 1
+    tampered = type(block)(block.session, [bytes(flipped), *block.sealed[1:]])
+    request = {"task": "logistic.summaries", "args": {**args, "secagg": tampered.to_wire()}}
+    reply = codec.decode(silo.handle(codec.encode(request)))
+    assert reply["status"] == "error" and reply["error"]["values"]["rule"] == "secagg-shares"
+    assert "does not open" in reply["error"]["values"]["reason"]
 
 
 def test_one_masked_reply_is_uniform_over_the_ring_whatever_the_input():
@@ -318,8 +268,8 @@ def test_one_masked_reply_is_uniform_over_the_ring_whatever_the_input():
     for value in (0.0, 123456.789):
         draws = []
         for _ in range(1000):
-            contexts = sessions_at_masked_round(3, 2, masked_by=["s0"], value=value)
-            draws.append(int(contexts["s0"].cache["last masked"][0]))
+            drawn = session(["s0", "s1", "s2"], threshold=2, pinned=False).advertise().share()
+            draws.append(int(drawn.mask(sites=["s0"], values={"s0": value}).masked["s0"][0]))
         samples[value] = (
             np.array(draws, dtype=np.float64) / 2.0**64,
             np.array([d & 15 for d in draws]),
@@ -509,11 +459,13 @@ def test_exact_logistic_and_cox_fits_over_secure_aggregation_equal_the_pooled_re
         np.testing.assert_allclose(hidden.bse.to_numpy(), clear.bse.to_numpy(), atol=1e-7)
 
 
-def test_an_exact_fit_stops_when_a_site_drops_out_of_a_round():
-    fed = flaky_federation(4, {"site2": "logistic.summaries"})
+@pytest.mark.parametrize("construction", CASES)
+def test_an_exact_fit_stops_when_a_site_drops_out_of_a_round(construction):
+    n, t = CASES[construction]
+    fed = flaky_federation(n, {"site2": "logistic.summaries"})
     with pytest.raises(SecureAggregationAborted, match="exact fit needs every site"):
         fedstats.LogisticRegression("y ~ x1 + x2").fit(
-            fed, secure_aggregation=SecureAggregation(threshold=3)
+            fed, secure_aggregation=SecureAggregation(threshold=t, construction=construction)
         )
 
 
@@ -522,7 +474,13 @@ def test_a_site_forgets_the_keys_of_old_unfinished_sessions():
     for i in range(secagg_site.MAX_OPEN_SESSIONS + 5):
         secagg_site.advertise(
             context,
-            {"session": f"{i:032d}", "sites": ["s0", "s1"], "threshold": 2, "fraction_bits": 32},
+            {
+                "session": f"{i:032d}",
+                "sites": ["s0", "s1"],
+                "construction": "secagg+",
+                "threshold": 2,
+                "fraction_bits": 32,
+            },
         )
     open_sessions = context.cache["secagg sessions"]
     assert len(open_sessions) == secagg_site.MAX_OPEN_SESSIONS

@@ -24,6 +24,7 @@ import accounting
 import fedstats
 from fedstats.contract import codec
 from fedstats.contract import secure_aggregation as secagg_wire
+from fedstats.contract.secagg_session import Adverts, SessionPlan, signature_hex
 from fedstats.datasets import heart_disease
 from fedstats.models.agree import agree_design
 from fedstats.models.secure_aggregation import SecureAggregation
@@ -34,6 +35,7 @@ from fedstats.secagg import shamir as secagg_shamir
 from fedstats.site import secure_aggregation as secagg_site
 from fedstats.site.silo import Silo
 from fedstats.site.task import SiteContext
+from tests.security import secagg_sessions as sessions
 
 TASK = "logistic.summaries"
 SIGMA, ROW_NORM, BITS = 3.0, 2.0, 32
@@ -77,56 +79,80 @@ def raw(silo: Silo, task: str, args: dict) -> dict:
     return codec.decode(silo.handle(codec.encode({"task": task, "args": args})))
 
 
-def sybil_attack(target: Silo, args: dict, fakes: int, session: str, forge=None) -> dict:
-    """The coordinator's attack: a session of the target and ``fakes`` sites it invents and
-    runs itself, then the target's reply unmasked alone. Returns the target's replies at each
+ATTACKS = {"secagg": (4, secagg_wire.majority), "secagg+": (11, lambda n: n)}
+"""Per construction, how many sites the coordinator invents and the threshold it asks: the
+complete graph of 5 sites at a majority, and SecAgg+ over 12 sites at ``t = n`` (a ring of
+degree 4: the target's four neighbours are all invented)."""
+
+
+def sybil_attack(
+    target: Silo, args: dict, session: str, construction: str = "secagg", forge=None
+) -> dict:
+    """The coordinator's attack: a session of the target and sites it invents and runs
+    itself, then the target's reply unmasked alone. Returns the target's replies at each
     step (an error stops the attack) and, when it succeeded, the recovered reply."""
+    fakes, threshold_of = ATTACKS[construction]
     names = [target.name, *(f"sybil-{i}" for i in range(fakes))]
-    threshold = secagg_wire.majority(len(names))
-    start = {"session": session, "sites": names, "threshold": threshold, "fraction_bits": BITS}
+    plan = SessionPlan(session, tuple(names), construction, threshold_of(len(names)), BITS)
     mine = {s: SiteContext(s, pd.DataFrame(), fedstats.DisclosurePolicy()) for s in names[1:]}
     if forge is not None:  # the invented sites sign with keys the coordinator holds
         for s, ctx in mine.items():
             ctx.secure_aggregation = forge[s]
-    advert = raw(target, secagg_wire.ADVERTISE_TASK, start)
+    advert = raw(target, secagg_wire.ADVERTISE_TASK, plan.to_args())
     if advert["status"] != "ok":
         return {"refused": advert}
-    keys = {
-        target.name: [advert["result"][k] for k in ("encryption_key", "masking_key", "signature")]
-    }
+    keys = {target.name: bytes(advert["result"]["keys"])}
+    signatures = {target.name: signature_hex(bytes(advert["result"]["signature"]))}
     for s, ctx in mine.items():
-        reply = secagg_site.advertise(ctx, start).payload
-        keys[s] = [reply["encryption_key"], reply["masking_key"], reply["signature"]]
-    shared = raw(target, secagg_wire.SHARE_TASK, {"session": session, "public_keys": keys})
+        reply = secagg_site.advertise(ctx, plan.to_args()).payload
+        keys[s], signatures[s] = bytes(reply["keys"]), signature_hex(bytes(reply["signature"]))
+    drawn = plan.graph(keys[plan.contributor])
+
+    def share_args(site):
+        def only(sites):
+            return Adverts({v: keys[v] for v in sites}, {v: signatures[v] for v in sites})
+
+        return {
+            "session": session,
+            "contributor": only([plan.contributor]).to_wire(),
+            "neighbours": only(drawn.neighbours(site)).to_wire(),
+        }
+
+    shared = raw(target, secagg_wire.SHARE_TASK, share_args(target.name))
     if shared["status"] != "ok":
         return {"refused": shared}
-    sealed = {target.name: shared["result"]["sealed"]}
+    sealed = {target.name: [bytes(r) for r in shared["result"]["sealed"]]}
     for s, ctx in mine.items():
-        sealed[s] = secagg_site.share(ctx, {"session": session, "public_keys": keys}).payload[
-            "sealed"
-        ]
-    masked = raw(target, TASK, {**args, "secagg": {"session": session, "sealed": sealed}})
+        sealed[s] = [bytes(r) for r in secagg_site.share(ctx, share_args(s)).payload["sealed"]]
+
+    def block(site):
+        rows = [sealed[v][drawn.neighbours(v).index(site)] for v in drawn.neighbours(site)]
+        return secagg_wire.MaskBlock(session, rows)
+
+    masked = raw(target, TASK, {**args, "secagg": block(target.name).to_wire()})
     if masked["status"] != "ok":
         return {"refused": masked}
-    block = secagg_wire.MaskBlock(session, sealed)
-    states = {s: secagg_site.open_shares(ctx, block, TASK) for s, ctx in mine.items()}
+    holders = drawn.neighbours(target.name)  # all invented
+    states = {v: secagg_site.open_shares(mine[v], block(v), TASK) for v in holders}
     seed = secagg_shamir.combine(
-        {names.index(s) + 1: state.shares[target.name][1] for s, state in states.items()},
-        threshold,
+        {plan.point(v): state.shares[target.name][1] for v, state in states.items()},
+        plan.shape.share_threshold,
     )
     total = np.asarray(masked["result"]["masked"], dtype=np.uint64)
     total = total - crypto.mask(seed, len(total))
-    for state in states.values():  # the target (point 1) added +PRG(s_uv) for every other site
-        pair = crypto.agreed_key(state.masking_key, keys[target.name][1], session, "mask")
-        total = total - crypto.mask(pair, len(total))
-    return {"recovered": secagg_ring.decode(total, BITS), "threshold": threshold}
+    for state in states.values():  # the target (point 1) added +PRG(s_uv) for each neighbour
+        total = total - crypto.mask(state.pair_seeds[target.name], len(total))
+    return {"recovered": secagg_ring.decode(total, BITS), "threshold": plan.threshold}
 
 
-def test_a_site_with_a_pinned_roster_refuses_invented_sites(cleveland, private_args, tmp_path):
+@pytest.mark.parametrize("construction", ATTACKS)
+def test_a_site_with_a_pinned_roster_refuses_invented_sites(
+    cleveland, private_args, tmp_path, construction
+):
     pins = secagg_roster.in_process_pins(["cleveland", "hungary", "va"])
     book = ledger(tmp_path)
     target = Silo("cleveland", cleveland, ledger=book, secure_aggregation=pins["cleveland"])
-    outcome = sybil_attack(target, private_args, fakes=4, session="1" * 32)
+    outcome = sybil_attack(target, private_args, "1" * 32, construction)
     error = outcome["refused"]["error"]
     assert error["type"] == "DisclosureError" and error["values"]["rule"] == "roster"
     assert error["values"]["site"] == "cleveland" and error["values"]["task"] == "secagg.advertise"
@@ -134,44 +160,58 @@ def test_a_site_with_a_pinned_roster_refuses_invented_sites(cleveland, private_a
     assert book.entries(accounting.Scope("patient", "cleveland", STUDY)) == []
 
 
-def test_a_site_refuses_keys_not_signed_by_the_keys_it_pinned(cleveland, private_args, tmp_path):
+@pytest.mark.parametrize("construction", ATTACKS)
+def test_a_site_refuses_keys_not_signed_by_the_keys_it_pinned(
+    cleveland, private_args, tmp_path, construction
+):
     """The coordinator names only real sites but relays keys it made for them, unsigned or
     signed with keys of its own: the share round is refused, nothing is charged."""
-    names = ["cleveland", "sybil-0", "sybil-1", "sybil-2", "sybil-3"]
+    fakes = ATTACKS[construction][0]
+    names = ["cleveland", *(f"sybil-{i}" for i in range(fakes))]
     pins = secagg_roster.in_process_pins(names)  # the roster lists these names...
     forged = secagg_roster.in_process_pins(names)  # ...the coordinator signs with other keys
     book = ledger(tmp_path)
     target = Silo("cleveland", cleveland, ledger=book, secure_aggregation=pins["cleveland"])
-    outcome = sybil_attack(target, private_args, fakes=4, session="2" * 32, forge=forged)
+    outcome = sybil_attack(target, private_args, "2" * 32, construction, forge=forged)
     error = outcome["refused"]["error"]
     assert error["type"] == "DisclosureError" and error["values"]["rule"] == "roster"
     assert error["values"]["task"] == "secagg.share"
     assert "not signed" in error["values"]["reason"]
-    unsigned = sybil_attack(target, private_args, fakes=4, session="3" * 32)  # no signatures
+    unsigned = sybil_attack(target, private_args, "3" * 32, construction)  # no signatures
     assert unsigned["refused"]["error"]["values"]["rule"] == "roster"
     assert book.entries(accounting.Scope("patient", "cleveland", STUDY)) == []
 
 
-def test_a_pinned_site_refuses_a_session_whose_threshold_was_changed_for_it():
-    """Signatures cover the session's sites and threshold: telling one site another threshold
-    than the others (to unmask it with fewer shares) is seen by every site."""
+@pytest.mark.parametrize(
+    "changed", [{"threshold": 2}, {"construction": "secagg"}, {"fraction_bits": 16}]
+)
+def test_a_pinned_site_refuses_a_session_whose_plan_was_changed_for_it(changed):
+    """Signatures cover the session's sites, construction, threshold and precision: telling
+    one site another threshold than the others (to unmask it with fewer shares), or another
+    construction (another graph), is seen by every site."""
     names = ["a", "b", "c"]
-    pins = secagg_roster.in_process_pins(names)
-    ctx = {s: SiteContext(s, pd.DataFrame(), fedstats.DisclosurePolicy()) for s in names}
+    drawn = sessions.session(names, threshold=3, construction="secagg+")
     for s in names:
-        ctx[s].secure_aggregation = pins[s]
-    keys = {}
+        args = drawn.plan.to_args() | (changed if s == "a" else {})
+        secagg_site.advertise(drawn.contexts[s], args)
+    keys, signatures = {}, {}
     for s in names:
-        start = {"session": "4" * 32, "sites": names, "threshold": 2 if s == "a" else 3}
-        reply = secagg_site.advertise(ctx[s], {**start, "fraction_bits": BITS}).payload
-        keys[s] = [reply["encryption_key"], reply["masking_key"], reply["signature"]]
+        state = secagg_site.sessions(drawn.contexts[s])[drawn.plan.session]
+        keys[s] = state.own_keys
+        signatures[s] = drawn.contexts[s].secure_aggregation.sign_advert(
+            state.plan.advert(s, keys[s])
+        )
+    drawn.adverts = Adverts(keys, signatures)
+    drawn.graph = drawn.plan.graph(keys["a"])
     for s in names:
-        with pytest.raises(fedstats.errors.DisclosureError, match="not signed"):
-            secagg_site.share(ctx[s], {"session": "4" * 32, "public_keys": keys})
+        with pytest.raises(fedstats.errors.DisclosureError, match="not signed") as refused:
+            secagg_site.share(drawn.contexts[s], drawn.share_args(s))
+        assert refused.value.rule == "roster"
 
 
+@pytest.mark.parametrize("construction", ATTACKS)
 def test_an_unpinned_site_is_charged_for_the_noise_the_coordinator_can_see(
-    cleveland, private_args, tmp_path
+    cleveland, private_args, tmp_path, construction
 ):
     """The attack succeeds against a site without a pinned roster: the coordinator reads its
     reply alone. Over repeated attacks the noise it sees has sd sigma / sqrt(t) times the
@@ -181,7 +221,7 @@ def test_an_unpinned_site_is_charged_for_the_noise_the_coordinator_can_see(
     target = Silo("cleveland", cleveland, ledger=book)
     draws = []
     for i in range(80):
-        outcome = sybil_attack(target, private_args, fakes=4, session=f"{i:032d}")
+        outcome = sybil_attack(target, private_args, f"{i:032d}", construction)
         draws.append(outcome["recovered"])
     threshold = outcome["threshold"]
     seen = np.std(np.array(draws), axis=0, ddof=1)  # the data part is the same every time
@@ -205,13 +245,16 @@ def test_an_unpinned_site_is_charged_for_the_noise_the_coordinator_can_see(
     assert central < true_epsilon  # the old charge was below the truth
 
 
-def test_in_process_federations_pin_their_sites_and_charge_the_noise_of_the_sum(tmp_path):
+@pytest.mark.parametrize("construction", ATTACKS)
+def test_in_process_federations_pin_their_sites_and_charge_the_noise_of_the_sum(
+    tmp_path, construction
+):
     heart = heart_disease().only(("cleveland", "hungary", "va"))
     books = {s: ledger(tmp_path, s) for s in heart.frames}
     fed = fedstats.Federation.in_process(heart.frames, ledgers=books, study=STUDY)
     privacy = fedstats.RecordDP(epsilon=2.0, delta=1e-5, bounds={"chol": (0.0, 610.0)})
     fedstats.LogisticRegression("disease ~ chol").fit(
-        fed, privacy=privacy, secure_aggregation=SecureAggregation()
+        fed, privacy=privacy, secure_aggregation=SecureAggregation(construction=construction)
     )
     for s, book in books.items():
         entries = book.entries(accounting.Scope("patient", s, STUDY))
@@ -286,7 +329,7 @@ def test_the_supernode_keys_of_the_study_pki_sign_the_roster(tmp_path):
         section.roster, section.signing_key = roster, node.private_key
         pins[s] = secagg_roster.load_roster_pin(section, site=s)
     message = secagg_roster.advert_message(
-        "5" * 32, "region_0", ["region_0", "region_1"], 2, 32, "a", "b"
+        "5" * 32, "region_0", ["region_0", "region_1"], 2, 32, "a", "b", construction="secagg+"
     )
     signature = pins["region_0"].sign_advert(message)
     assert pins["region_1"].verify_advert("region_0", message, signature)
@@ -294,7 +337,8 @@ def test_the_supernode_keys_of_the_study_pki_sign_the_roster(tmp_path):
     assert not pins["region_1"].verify_advert("region_0", message.replace(b"32", b"16"), signature)
 
 
-def test_sybil_sites_through_the_public_api_are_refused_by_the_pinned_site(cleveland):
+@pytest.mark.parametrize("construction", ATTACKS)
+def test_sybil_sites_through_the_public_api_are_refused_by_the_pinned_site(cleveland, construction):
     """The coordinator builds a federation of one real, pinned site and sites it runs itself
     (copies of other hospitals' data), and fits through secure aggregation: the real site
     refuses the session (rule roster) and releases no masked reply."""
@@ -309,7 +353,7 @@ def test_sybil_sites_through_the_public_api_are_refused_by_the_pinned_site(cleve
     )
     with pytest.raises(fedstats.errors.FedstatsError):
         fedstats.LogisticRegression("disease ~ age + chol").fit(
-            fed, secure_aggregation=SecureAggregation()
+            fed, secure_aggregation=SecureAggregation(construction=construction)
         )
     refusals = [e for e in real.log if e.status == "refused"]
     assert [(e.task, e.reason) for e in refusals] == [("secagg.advertise", "roster")]

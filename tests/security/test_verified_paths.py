@@ -1156,17 +1156,28 @@ def test_a_tampered_masked_vector_is_refused(frames):
 
 
 def test_a_masked_round_leaving_a_site_out_of_its_session_is_refused():
-    """A coordinator that leaves one site's shares out of a masked round (so its pairwise
-    masks would not cancel, and the total the others recompute would be off by masks it
-    could know): the sites refuse the round, rule ``path``, before they mask anything."""
+    """A coordinator that runs a masked round of the path in a session without one of the
+    path's sites (here: s2 fails to advertise, so the session starts over without it): the
+    pairwise masks of the path's sites would not cancel in the total, so the sites refuse the
+    round, rule ``path``, before they mask anything. Leaving one site's shares out of a
+    session it is in is refused by the protocol itself (rule ``secagg-shares``:
+    ``tests/security/test_secure_aggregation_graph.py``)."""
     base = fedstats.Federation.in_process(three_sites())
 
-    def leave_out(args):
-        block = args["secagg"]
-        sealed = {s: v for s, v in block["sealed"].items() if s != "s2"}
-        return {**args, "secagg": {**block, "sealed": sealed}}
+    class LeavesOut:
+        def __init__(self, handle) -> None:
+            self.handle = handle
 
-    fed = tampered(base, leave_out)
+        def __call__(self, request: bytes) -> bytes:
+            message = codec.decode(request)
+            if message["task"] == "secagg.advertise" and len(message["args"]["sites"]) == 3:
+                raise ConnectionError("s2 is left out")
+            return self.handle(request)
+
+    fed = fedstats.Federation(
+        {s: LeavesOut(silo.handle) if s == "s2" else silo.handle for s, silo in base.silos.items()}
+    )
+    fed.silos, fed.path_sites = base.silos, base.path_sites
     with pytest.raises(fedstats.SecureAggregationAborted):
         fedstats.LogisticRegression("y ~ x").fit(
             fed, secure_aggregation=fedstats.SecureAggregation(threshold=2)

@@ -54,6 +54,7 @@ TASKS = TaskCatalogue(
         budget.STATUS,
         secure_aggregation.ADVERTISE,
         secure_aggregation.SHARE,
+        secure_aggregation.CONFIRM,
         secure_aggregation.UNMASK,
     ],
     optional=[DEEP_SPECS],
