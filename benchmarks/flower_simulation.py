@@ -4,7 +4,9 @@ For each number of sites, one study runs on Flower's simulation engine
 (``LocalStudy(root, simulation=True)``: a SuperLink with ``--simulation``,
 whose ``flwr-simulation`` runs the fedstats ClientApp of every site on a
 virtual SuperNode, a Ray actor; the same ServerApp, ClientApp, site code,
-codec and boundary rules as a deployment). Its fits: exact logistic
+codec and boundary rules as a deployment; the sites pin the study's roster and
+answer exact iterative fits only on verified paths, as ``fedstats site run``
+requires). Its fits: exact logistic
 regression and a Cox model stratified by site, each with plain replies and
 with secure aggregation. In the same run the pooled fits are made on the
 concatenated rows (statsmodels' GLM Binomial, lifelines' ``CoxPHFitter``
@@ -17,7 +19,10 @@ share, the masked task, unmask). Read from the study's message inventory:
 ``round_seconds`` (the fit's wall time over its Newton steps, divided by
 their number) and ``bytes_per_site_per_round`` (every request and reply of
 those steps, divided by steps and sites). Target: at 100 sites, secure
-aggregation's bytes per site per round at most 3 x plain.
+aggregation (SecAgg+, the default construction) takes at most 3 x plain's bytes per site
+per round. On verified paths a plain round relays the previous round's signed replies of
+every site, so it too grows with the number of sites; ``overhead_bytes_per_site_per_round``
+is what secure aggregation adds.
 Prints one JSON line.
 
     .venv/bin/python benchmarks/flower_simulation.py [--sites 10 30 100] [--per-site 200]
@@ -128,7 +133,9 @@ def rounds_of(rows: list[dict], analysis: str, n_sites: int) -> dict:
     start = min(datetime.fromisoformat(r["sent_at"]).timestamp() for r in mine)
     end = max(datetime.fromisoformat(r["sent_at"]).timestamp() + r["seconds"] for r in mine)
     total = sum(r["request_bytes"] + r["reply_bytes"] for r in mine)
+    tasks = sorted(by_task)
     return {
+        "tasks": tasks,
         "rounds": steps,
         "round_seconds": round((end - start) / steps, 4),
         "bytes_per_site_per_round": round(total / (steps * n_sites)),
@@ -140,13 +147,15 @@ def max_diff(ours: dict[str, float], theirs: pd.Series) -> float:
     return float(max(abs(ours[name] - theirs[name]) for name in theirs.index))
 
 
-def one_study(n_sites: int, per_site: int, p: int, seed: int, secure: str) -> dict:
+def one_study(
+    n_sites: int, per_site: int, p: int, seed: int, secure: str, verified_paths: bool
+) -> dict:
     frames = synthetic_sites(n_sites, per_site, p, seed)
     pooled = pooled_fits(frames, covariates(p))
     fits = FITS.format(secure=secure, terms=" + ".join(covariates(p)))
     with tempfile.TemporaryDirectory(prefix=f"fedstats-simulation-{n_sites}-") as folder:
         root = Path(folder)
-        study = LocalStudy(root, simulation=True, verified_paths=False)
+        study = LocalStudy(root, simulation=True, verified_paths=verified_paths)
         try:
             started = time.perf_counter()
             study.start(frames)
@@ -184,8 +193,11 @@ def one_study(n_sites: int, per_site: int, p: int, seed: int, secure: str) -> di
     entry["exact_within_target"] = worst <= EXACT_TARGET
     for kind in ("logistic", "cox"):
         plain = entry[f"{kind}_plain"]["bytes_per_site_per_round"]
-        entry[f"{kind}_secure_bytes_vs_plain"] = round(
-            entry[f"{kind}_secure"]["bytes_per_site_per_round"] / plain, 2
+        secure_bytes = entry[f"{kind}_secure"]["bytes_per_site_per_round"]
+        entry[f"{kind}_secure_bytes_vs_plain"] = round(secure_bytes / plain, 2)
+        entry[f"{kind}_secure_overhead_bytes_per_site_per_round"] = secure_bytes - plain
+        entry[f"{kind}_secure_time_vs_plain"] = round(
+            entry[f"{kind}_secure"]["round_seconds"] / entry[f"{kind}_plain"]["round_seconds"], 2
         )
     return entry
 
@@ -197,7 +209,14 @@ def main() -> None:
     parser.add_argument("--covariates", type=int, default=20)
     parser.add_argument("--seed", type=int, default=20261127)
     parser.add_argument(
-        "--secure", default="", help="options of the secure fits' secure_aggregation table"
+        "--secure",
+        default="",
+        help='options of the secure fits\' secure_aggregation table, e.g. construction = "secagg"',
+    )
+    parser.add_argument(
+        "--no-verified-paths",
+        action="store_true",
+        help="sites that do not verify paths (default: they do, as fedstats site run requires)",
     )
     args = parser.parse_args()
     result: dict = {
@@ -205,10 +224,16 @@ def main() -> None:
         "engine": "flower simulation (ray)",
         "covariates": args.covariates,
         "per_site": args.per_site,
+        "verified_paths": not args.no_verified_paths,
     }
     for n_sites in args.sites:
         result[f"sites_{n_sites}"] = one_study(
-            n_sites, args.per_site, args.covariates, args.seed, args.secure
+            n_sites,
+            args.per_site,
+            args.covariates,
+            args.seed,
+            args.secure,
+            not args.no_verified_paths,
         )
     largest = result[f"sites_{max(args.sites)}"]
     ratio = largest["logistic_secure_bytes_vs_plain"]

@@ -91,6 +91,8 @@ class SecureAggregationOptions(BaseModel):
     model_config = STRICT
     threshold: Annotated[int, Field(ge=2)] | None = None
     fraction_bits: Annotated[int, Field(ge=1, le=62)] | None = None
+    construction: Literal["secagg+", "secagg"] | None = None
+    """``"secagg+"`` (the default: O(log n) neighbours) or ``"secagg"`` (every pair)."""
 
 
 class LogisticFit(BaseModel):
