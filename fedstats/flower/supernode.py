@@ -50,6 +50,7 @@ from pathlib import Path
 from types import ModuleType
 
 import flwr
+from flwr.common.logger import update_console_handler
 from flwr.supernode import start_client_internal
 from flwr.supernode.cli import flower_supernode
 
@@ -185,6 +186,7 @@ def wake_worker_on_each_message(module: ModuleType, sender: WakeSender) -> None:
 
 def main() -> int | None:
     """Run Flower's SuperNode with the study's pace (see the module docstring)."""
+    update_console_handler(timestamps=True, colored=False)  # a site's log file, read later
     if checked_flower():
         start_client_internal.time = PacedClock(StudyPace(poll_interval()))  # type: ignore[assignment]
         quick_object_pulls(start_client_internal)
