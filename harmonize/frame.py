@@ -19,6 +19,19 @@ only the :class:`~harmonize.records.RecordStore`:
 * **records**: every record the reader represented is classified *included*
   (used in the frame) or *excluded* (with the reason), or *rejected* here.
 
+A reader may represent records it has not validated yet (``events.unvalidated``:
+FHIR Observations and Encounters, see :mod:`harmonize.fhir`). The frame also names
+those it relies on (:attr:`FrameResult.unvalidated_relied_on`): the values
+it takes or quarantines, the first outcome event, the index event, the
+records dated on the last day of a cohort member's follow-up (when no
+observation period ends it), and every value of a unit whose conversion
+depends on the analyte the codes name. Any set of the *other* unvalidated
+records could be removed without changing the frame, its quarantine or any
+other record's classification: the last value and the first event stay
+where they are, the follow-up ends on the same day and no unit converts
+differently. So once every record it relies on has been validated, and the
+invalid ones removed, the frame is the one built from valid records only.
+
 Concept sets match a record by ``(system, code)`` or by OMOP ``concept_id``.
 """
 
@@ -50,6 +63,8 @@ class FrameResult:
     record_status: pd.DataFrame  # record_type, status, reason, n
     cohort_exclusions: dict[str, int]
     conversions: list[dict] = field(default_factory=list)
+    unvalidated_relied_on: list[str] = field(default_factory=list)
+    """``record_ref`` of the unvalidated records the frame relies on (see the module docstring)."""
 
 
 def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
@@ -66,12 +81,15 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
     con = store.connection
     con.execute(f"DELETE FROM rejected WHERE source = '{HARMONIZE}'")
     _create_matches(con, spec)
+    con.execute("CREATE OR REPLACE TEMP TABLE _relied (record_ref VARCHAR)")
     try:
         persons = _persons(store)
         index = _index_dates(store, spec)
+        _rely_on(con, index["index_ref"])
         cohort, exclusions = _cohort(persons, index, spec)
         _create_cohort_table(con, cohort)
         follow_up = _follow_up_end(store)
+        _rely_on_follow_up_ends(con)
         _mark_used(con, pd.concat([cohort["record_ref"], cohort["index_ref"]]))
         conversions: list[dict] = []
         frame = pd.DataFrame(index=cohort.index)
@@ -91,6 +109,7 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
                     exclusions[f"missing {covariate.name}"] = int(missing.sum())
                     frame = frame[~missing]
         status = _record_status(store, frame.index)
+        relied = _unvalidated_relied_on(con)
     finally:
         for table in _WORK_TABLES:
             con.execute(f"DROP TABLE IF EXISTS {table}")
@@ -100,6 +119,7 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
         record_status=status,
         cohort_exclusions=exclusions,
         conversions=conversions,
+        unvalidated_relied_on=relied,
     )
 
 
@@ -108,7 +128,15 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
 HARMONIZE = "harmonize"
 """The ``source`` of the quarantine rows the frame builder adds."""
 
-_WORK_TABLES = ("_concepts", "_cohort", "_used", "_values", "_unit_factors", "_patients")
+_WORK_TABLES = (
+    "_concepts",
+    "_cohort",
+    "_used",
+    "_relied",
+    "_values",
+    "_unit_factors",
+    "_patients",
+)
 
 
 def _create_matches(con: duckdb.DuckDBPyConnection, spec: StudySpec) -> None:
@@ -241,6 +269,46 @@ def _mark_used(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
         con.unregister("_used_rows")
 
 
+def _rely_on(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
+    """Add record references (from pandas) to ``_relied``."""
+    rows = pd.DataFrame({"record_ref": refs.dropna().astype(object)})
+    con.register("_relied_rows", rows)
+    try:
+        con.execute("INSERT INTO _relied SELECT CAST(record_ref AS VARCHAR) FROM _relied_rows")
+    finally:
+        con.unregister("_relied_rows")
+
+
+def _rely_on_follow_up_ends(con: duckdb.DuckDBPyConnection) -> None:
+    """The unvalidated records on the last day of a cohort member's follow-up without a period."""
+    con.execute(
+        """
+        INSERT INTO _relied
+        SELECT e.record_ref FROM events e
+        JOIN (SELECT person_id, max(event_date) AS last_day FROM events GROUP BY person_id) m
+          USING (person_id)
+        WHERE e.unvalidated AND e.event_date = m.last_day
+          AND e.person_id IN (SELECT person_id FROM _cohort)
+          AND e.person_id NOT IN (SELECT person_id FROM periods WHERE end_date IS NOT NULL)
+        """
+    )
+
+
+def _unvalidated_relied_on(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The unvalidated records used, quarantined here or otherwise relied on, in order."""
+    rows = con.execute(
+        f"""
+        SELECT DISTINCT record_ref FROM events
+        WHERE unvalidated AND record_ref IN (
+            SELECT record_ref FROM _relied
+            UNION ALL SELECT record_ref FROM _used
+            UNION ALL SELECT location FROM rejected WHERE source = '{HARMONIZE}')
+        ORDER BY record_ref
+        """
+    ).fetchall()
+    return [ref for (ref,) in rows]
+
+
 def _follow_up_end(store: RecordStore) -> pd.Series:
     ends = store.frame(
         """
@@ -321,6 +389,10 @@ def _last_value(
         con.execute("CREATE OR REPLACE TEMP TABLE _unit_factors AS SELECT * FROM _unit_factor_rows")
     finally:
         con.unregister("_unit_factor_rows")
+    con.execute(
+        "INSERT INTO _relied SELECT v.record_ref FROM _values v "
+        "JOIN _unit_factors f USING (unit) WHERE f.by_analyte"
+    )
     low, high = covariate.range
     quarantine = f"""
         INSERT INTO rejected (source, location, record_type, record_id, field, reason, detail)
@@ -360,7 +432,12 @@ def _last_value(
 def _unit_factors(
     con: duckdb.DuckDBPyConnection, covariate: Covariate, conversions: list[dict]
 ) -> pd.DataFrame:
-    """``unit, scale, offset, reason`` for every unit in ``_values`` (reason: why it fails)."""
+    """``unit, scale, offset, reason, by_analyte`` for every unit in ``_values``.
+
+    ``reason``: why it fails; ``by_analyte``: the conversion needs the molar
+    mass of the analyte the group's codes name (so every record of the unit
+    bears on it).
+    """
     groups = con.execute(
         """
         SELECT unit, list(DISTINCT code) FILTER (WHERE code IS NOT NULL),
@@ -379,9 +456,9 @@ def _unit_factors(
                 unit, covariate.unit, analyte.molar_mass if analyte else None
             )
         except units.UnitError as error:
-            rows.append((unit, None, None, str(error)))
+            rows.append((unit, None, None, str(error), False))
             continue
-        rows.append((unit, scale, offset, None))
+        rows.append((unit, scale, offset, None, _by_analyte(unit, covariate.unit)))
         if (scale, offset) != (1.0, 0.0) or units.ucum(unit) != unit:
             conversions.append(
                 {
@@ -393,9 +470,19 @@ def _unit_factors(
                     "records": int(records),
                 }
             )
-    return pd.DataFrame(rows, columns=["unit", "scale", "offset", "reason"]).astype(
-        {"unit": object, "scale": float, "offset": float, "reason": object}
+    columns = ["unit", "scale", "offset", "reason", "by_analyte"]
+    return pd.DataFrame(rows, columns=columns).astype(
+        {"unit": object, "scale": float, "offset": float, "reason": object, "by_analyte": bool}
     )
+
+
+def _by_analyte(unit: str, target: str) -> bool:
+    """Whether converting ``unit`` to ``target`` needs an analyte's molar mass."""
+    try:
+        units.factor(unit, target)
+    except units.UnitError:
+        return True
+    return False
 
 
 def _outcome(
@@ -418,6 +505,7 @@ def _outcome(
             [outcome.event],
         ).df()
         first = first.set_index("person_id")
+        _rely_on(con, first["record_ref"])
         event_date = pd.to_datetime(first["event_date"]).reindex(cohort.index)
         refs = first["record_ref"]
     end = follow_up.reindex(cohort.index)
