@@ -70,8 +70,8 @@ of the plain shape of :func:`harmonize.fhir_json.plain_rows` whose id
 occurs once in the export is stored with the rows it gives if valid,
 flagged ``unvalidated``, without building its ``fhir.resources`` model.
 The frame builder names the unvalidated records it relies on (the value it
-takes, values it quarantines, the index visit, the first outcome event, the
-last record of a follow-up; see :mod:`harmonize.frame`), and
+takes, values it quarantines, the index visit, the outcome event, the last
+record of a follow-up; see :mod:`harmonize.frame`), and
 :meth:`FhirReading.validate` validates exactly those in full: a valid one
 keeps its rows, an invalid one is rejected with the reason
 ``fhir.resources`` gives, as if read with :func:`read_fhir`, and the frame

@@ -20,15 +20,17 @@ only the :class:`~harmonize.records.RecordStore`:
   (used in the frame) or *excluded* (with the reason), or *rejected* here.
 
 A reader may represent records it has not validated yet (``events.unvalidated``:
-FHIR Observations and Encounters, see :mod:`harmonize.fhir`). The frame also names
-those it relies on (:attr:`FrameResult.unvalidated_relied_on`): the values
-it takes or quarantines, the first outcome event, the index event, the
-records dated on the last day of a cohort member's follow-up (when no
-observation period ends it), and every value of a unit whose conversion
-depends on the analyte the codes name. Any set of the *other* unvalidated
-records could be removed without changing the frame, its quarantine or any
-other record's classification: the last value and the first event stay
-where they are, the follow-up ends on the same day and no unit converts
+FHIR Observations and Encounters, see :mod:`harmonize.fhir`). The frame also
+names those it relies on (:attr:`FrameResult.unvalidated_relied_on`): the
+records it uses (values, index events and outcome events of the cohort) or
+quarantines, every person's index event, the records dated on the last day
+of a cohort member's follow-up (when no observation period ends it), and
+every value of a unit whose conversion depends on the analyte the codes
+name. Any set of the *other* unvalidated records could be removed without
+changing the frame, its quarantine or any other record's classification:
+the index, the last value and the first event in the window stay where they
+are (an outcome event after the window changes nothing: the follow-up's
+last day does), the follow-up ends on the same day and no unit converts
 differently. So once every record it relies on has been validated, and the
 invalid ones removed, the frame is the one built from valid records only.
 
@@ -505,7 +507,6 @@ def _outcome(
             [outcome.event],
         ).df()
         first = first.set_index("person_id")
-        _rely_on(con, first["record_ref"])
         event_date = pd.to_datetime(first["event_date"]).reindex(cohort.index)
         refs = first["record_ref"]
     end = follow_up.reindex(cohort.index)
