@@ -147,10 +147,18 @@ def _create_matches(con: duckdb.DuckDBPyConnection, spec: StudySpec) -> None:
     An event matches a set by ``(system, code)`` or by OMOP ``concept_id``;
     two hash joins, not one join on a disjunction, so matching stays linear
     in the number of events. ``_matched`` is a view: it is never held whole.
+    An event matched by its code is not matched again by its concept id
+    (an anti-join, not a ``UNION`` that would sort every matched row each
+    time the view is read); two identical rows of one record (a coding
+    written twice) both appear, and every query below is indifferent to
+    repeated rows (it takes the first row per person, distinct records or
+    persons, or a ``DISTINCT`` quarantine).
     """
     con.register("_concept_rows", _concept_table(spec))
     try:
-        con.execute("CREATE OR REPLACE TEMP TABLE _concepts AS SELECT * FROM _concept_rows")
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _concepts AS SELECT DISTINCT * FROM _concept_rows"
+        )
     finally:
         con.unregister("_concept_rows")
     columns = (
@@ -162,9 +170,11 @@ def _create_matches(con: duckdb.DuckDBPyConnection, spec: StudySpec) -> None:
         CREATE OR REPLACE TEMP VIEW _matched AS
         SELECT {columns} FROM events e
           JOIN _concepts c ON e.system = c.system AND e.code = c.code
-        UNION
+        UNION ALL
         SELECT {columns} FROM events e
           JOIN _concepts c ON e.concept_id = c.concept_id
+        WHERE NOT EXISTS (SELECT 1 FROM _concepts d WHERE d.set_name = c.set_name
+                          AND d.system = e.system AND d.code = e.code)
         """
     )
 
@@ -557,15 +567,20 @@ def _record_status(store: RecordStore, patients: pd.Index) -> pd.DataFrame:
     return store.frame(
         f"""
         WITH records AS (
-            SELECT person_id, record_type, record_ref, 'person' AS kind FROM persons
-            UNION ALL SELECT person_id, record_type, record_ref, 'period' FROM periods
-            UNION ALL SELECT person_id, record_type, record_ref, domain FROM events
+            SELECT person_id, record_type, record_ref, 'person' AS kind, false AS matched
+            FROM persons
+            UNION ALL SELECT person_id, record_type, record_ref, 'period', false FROM periods
+            UNION ALL SELECT e.person_id, e.record_type, e.record_ref, e.domain,
+                EXISTS (SELECT 1 FROM _concepts c WHERE c.system = e.system AND c.code = e.code)
+                OR EXISTS (SELECT 1 FROM _concepts c WHERE c.concept_id = e.concept_id)
+            FROM events e
         ),
         per_record AS (
             SELECT r.record_ref, any_value(r.record_type) AS record_type,
                    bool_or(p.person_id IS NULL) AS outside_frame,
                    bool_or(r.kind IN ('person', 'period', 'death')) AS always_used,
-                   bool_and(r.kind = 'visit') AS only_visit
+                   bool_and(r.kind = 'visit') AS only_visit,
+                   bool_or(r.matched) AS matched
             FROM records r LEFT JOIN _patients p ON r.person_id = p.person_id
             GROUP BY r.record_ref
         ),
@@ -573,7 +588,6 @@ def _record_status(store: RecordStore, patients: pd.Index) -> pd.DataFrame:
             SELECT DISTINCT location AS ref FROM rejected WHERE source = '{HARMONIZE}'
         ),
         used AS (SELECT DISTINCT record_ref AS ref FROM _used),
-        matched AS (SELECT DISTINCT record_ref AS ref FROM _matched),
         classified AS (
             SELECT r.record_type,
               CASE
@@ -581,12 +595,11 @@ def _record_status(store: RecordStore, patients: pd.Index) -> pd.DataFrame:
                 WHEN r.outside_frame THEN 'patient not in the analysis frame'
                 WHEN u.ref IS NOT NULL OR r.always_used THEN NULL
                 WHEN r.only_visit THEN '{OTHER_VISIT}'
-                WHEN m.ref IS NOT NULL THEN '{OUTSIDE_WINDOW}'
+                WHEN r.matched THEN '{OUTSIDE_WINDOW}'
                 ELSE '{NOT_IN_CONCEPTS}' END AS reason
             FROM per_record r
             LEFT JOIN rejected_here x ON r.record_ref = x.ref
             LEFT JOIN used u ON r.record_ref = u.ref
-            LEFT JOIN matched m ON r.record_ref = m.ref
         )
         SELECT record_type,
                CASE WHEN reason IS NULL THEN 'included'
