@@ -114,22 +114,24 @@ def harmonize_in_child(source: str, path: Path, out: Path, options: list[str]) -
     command = [sys.executable, "-c", CHILD, str(peaks), "harmonize", "--spec", str(SPEC),
                "--site", f"bench_{source}", f"--{source}", str(path), "--out", str(out),
                *options]  # fmt: skip
+    log = out.with_suffix(".stderr.log")  # a file, not a pipe: the run's progress log fills one
     start = time.perf_counter()
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    sampled = 0
-    tree = psutil.Process(child.pid)
-    processes: set[int] = set()
-    while child.poll() is None:
-        try:
-            members = [tree, *tree.children(recursive=True)]
-            processes |= {p.pid for p in members}
-            sampled = max(sampled, sum(p.memory_info().rss for p in members))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
+    with log.open("wb") as stderr:
+        child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)
+        sampled = 0
+        tree = psutil.Process(child.pid)
+        processes: set[int] = set()
+        while child.poll() is None:
+            try:
+                members = [tree, *tree.children(recursive=True)]
+                processes |= {p.pid for p in members}
+                sampled = max(sampled, sum(p.memory_info().rss for p in members))
+            except psutil.Error:
+                pass
+            time.sleep(0.05)
     wall = time.perf_counter() - start
-    errors = child.stderr.read().decode() if child.stderr else ""
     if child.returncode != 0:
+        errors = log.read_text(errors="replace")[-4000:]
         raise SystemExit(f"harmonize --{source} failed ({child.returncode}): {errors}")
     kernel = json.loads(peaks.read_text())
     return {
