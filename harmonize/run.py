@@ -187,7 +187,13 @@ def _build_validated_frame(
     """
     result = build_frame(store, spec)
     while result.unvalidated_relied_on:
-        if reading.validate(result.unvalidated_relied_on):
+        try:
+            changed = reading.validate(result.unvalidated_relied_on)
+        except HarmonizationError:
+            # no frame comes of this run: its records are unclassified, none rejected here
+            store.connection.execute(f"DELETE FROM rejected WHERE source = '{HARMONIZE}'")
+            raise
+        if changed:
             result = build_frame(store, spec)
         else:
             result.unvalidated_relied_on = []

@@ -599,22 +599,26 @@ def test_worker_processes_give_the_same_run_as_one_process(tmp_path, monkeypatch
 
 
 def test_a_file_whose_relied_on_records_fail_stops_the_run_and_balances(tmp_path):
-    """Every sbp the frame takes is not valid FHIR: 6 of 12 records of the file rejected while
-    validating (50 %, over 10 %): the run stops with a balanced report naming the file."""
+    """Every sbp the frame takes is not valid FHIR: 6 of 13 records of the file rejected while
+    validating (46 %, over 10 %): the run stops with a balanced report naming the file. The
+    frame built before had quarantined an implausible bmi (8 kg/m2); no frame comes of the
+    run, so that record is unclassified like the others, not rejected."""
     patients, observations = [], []
     for i in range(6):
         patients.append({"resourceType": "Patient", "id": f"p{i}", "gender": "male",
                          "birthDate": "1950-01-01", "deceasedDateTime": "2012-01-01"})  # fmt: skip
         observations.append(encounter(f"e{i}", f"p{i}", "2010-05-01"))
         observations.append(observation(f"o{i}", f"p{i}", SBP, "2010-01-02", 120.0) | {"bogus": 1})
+    observations.append(observation("b0", "p0", BMI, "2010-01-02", 8.0))
     (tmp_path / "Patient.000.ndjson").write_text("\n".join(map(json.dumps, patients)) + "\n")
     (tmp_path / "Mixed.000.ndjson").write_text("\n".join(map(json.dumps, observations)) + "\n")
     with pytest.raises(HarmonizationFailed) as caught:
         harmonize(load_spec(DEMO), site="s", fhir=tmp_path, latest_date=TODAY, workers=1)
     report = caught.value.report
     report.check_balance()
-    assert "Mixed.000.ndjson: 6 of 12 records rejected" in str(caught.value)
-    assert report.rejected == 6 and report.read == 18
+    assert "Mixed.000.ndjson: 6 of 13 records rejected" in str(caught.value)
+    assert report.rejected == 6 and report.read == 19
+    assert report.unprocessed == 19 - 6  # read, mapped to rows, never classified
     assert set(caught.value.quarantine["reason"].str[:14]) == {"not valid FHIR"}
 
 
