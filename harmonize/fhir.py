@@ -83,10 +83,10 @@ validation would include, exclude or reject is counted the same way, except
 an invalid record the frame would not use even if it were valid (an
 earlier value, a value outside the windows, a visit other than the index
 visit, a record of a patient outside the frame): it is counted as the frame
-counts its rows, and never rejected,
-as a record outside the concept sets already was. The rejected share of a
-file (``max_rejected_share``) counts the rejections found at read and while
-validating.
+counts its rows, and never rejected, as a record outside the concept sets
+already was. The rejected share of a file (``max_rejected_share``) counts
+the rejections found at read and while validating, so a file whose defects
+touch only records the frame does not use is not stopped.
 """
 
 from __future__ import annotations
@@ -314,9 +314,9 @@ class FhirReading:
 
     :meth:`read` reads every input (see :func:`read_fhir`, which is
     ``FhirReading(...).read()``). With ``defer=True`` the plain NDJSON
-    Observations and Encounters whose ids occur once are stored unvalidated (see the
-    module docstring); :meth:`validate` validates some of them in full
-    afterwards, and :meth:`note_unvalidated` records how many never were.
+    Observations and Encounters whose ids occur once are stored unvalidated
+    (see the module docstring); :meth:`validate` validates some of them in
+    full afterwards, and :meth:`note_unvalidated` records how many never were.
     The worker processes live until the reading is closed (it is a context
     manager), so that validating afterwards does not start them again.
     """
