@@ -40,7 +40,7 @@ from harmonize.fhir_mapping import (
     validate,
 )
 
-__all__ = ["NOT_USED", "Decision", "DeferredRows", "decide", "decide_line", "decide_lines"]
+__all__ = ["NOT_USED", "Decision", "DeferredRows", "decide", "decide_lines", "malformed"]
 
 NOT_USED = "resource type not used by the spec"
 
@@ -93,15 +93,6 @@ def decide(resource: object, record_ref: str, today: date, full_url: str | None 
 def malformed(error: Exception) -> Decision:
     """The decision for a line that is not JSON."""
     return Decision("unknown", None, None, Rejection(None, clip(f"malformed JSON: {error}")))
-
-
-def decide_line(line: bytes, record_ref: str, today: date) -> Decision:
-    """:func:`decide` for one NDJSON line, which may not even be JSON."""
-    try:
-        resource = parse_json(line)
-    except (ValueError, RecursionError) as error:
-        return malformed(error)
-    return decide(resource, record_ref, today)
 
 
 def decide_lines(
