@@ -161,6 +161,9 @@ _SUFFIXES = (".json", ".ndjson")
 _FIRST_REASONS = 3
 _MAX_REASON = 500
 _LINE = ":line "
+DEFERRED_BATCH_ROWS = 250_000
+"""Rows of unvalidated records (compact Arrow tables, about 100 bytes a row) buffered before
+they are appended to the store: DuckDB appends large batches at about half the cost a row."""
 PARALLEL_MIN_BYTES = 64 * 2**20
 """NDJSON files this large are read by several processes unless ``workers`` says."""
 MAX_AUTO_WORKERS = 4
@@ -554,7 +557,7 @@ class FhirReading:
         self.unvalidated[source] += n
         self.counter.advance(n)
         self.deferred_tables.append(table)
-        if sum(t.num_rows for t in self.deferred_tables) >= self.batch_size:
+        if sum(t.num_rows for t in self.deferred_tables) >= DEFERRED_BATCH_ROWS:
             self._flush_deferred()
 
     def _apply(self, source: str, location: str, decision: Decision, tally: _Tally) -> None:

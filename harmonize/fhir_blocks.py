@@ -24,6 +24,7 @@ streamed line by line.
 
 from __future__ import annotations
 
+import re
 from array import array
 from collections import Counter
 from collections.abc import Iterator
@@ -41,7 +42,7 @@ from harmonize.fhir_decisions import (
     decide_lines,
     malformed,
 )
-from harmonize.fhir_json import line_key, parse_json, plain_rows
+from harmonize.fhir_json import PLAIN_TYPES, line_key, parse_json, plain_key, plain_rows
 from harmonize.fhir_mapping import MEDICATION, Rows
 
 __all__ = [
@@ -61,6 +62,9 @@ __all__ = [
 BLOCK_BYTES = 1 << 20
 """Bytes per block (about 3,000 lines of a typical Observation export)."""
 _MEDICATION_BYTES = b'"Medication"'
+_PLAIN_LINE = re.compile(
+    rb'\n\{"resourceType":"(' + "|".join(PLAIN_TYPES).encode() + rb')","id":"([^"\\\n]*)"'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,8 +144,16 @@ def survey_block(block: Block, keys: bool) -> BlockSurvey:
 
     Only lines holding the text ``"Medication"`` are parsed for the index
     (and some others for their keys, see :func:`~harmonize.fhir_json.line_key`);
-    a line that is not JSON is left to the reader.
+    a line that is not JSON is left to the reader. A block of plain lines
+    only is surveyed whole (:func:`_survey_plain_block`).
     """
+    if keys and (plain := _survey_plain_block(block)) is not None:
+        return plain
+    return _survey_lines(block, keys)
+
+
+def _survey_lines(block: Block, keys: bool) -> BlockSurvey:
+    """:func:`survey_block`, line by line."""
     found = BlockSurvey()
     for line_number, line in _lines(block):
         found.lines += 1
@@ -160,6 +172,32 @@ def survey_block(block: Block, keys: bool) -> BlockSurvey:
         if isinstance(resource, dict) and resource.get("resourceType") == MEDICATION:
             found.medications.append((line_number, resource))
     return found
+
+
+def _survey_plain_block(block: Block) -> BlockSurvey | None:
+    """The survey of a block every line of which begins ``{"resourceType":"<type>","id":"``
+    for a :data:`~harmonize.fhir_json.PLAIN_TYPES` type, else None.
+
+    Most blocks of a Bulk Data export are such. The block is read whole and
+    searched with one regular expression, not line by line: when each line
+    begins so, holds no other ``"id"`` or ``"resourceType"`` and the block no
+    escape, every line is a record (none is blank), none is a Medication,
+    and the id written after the prefix is the resource's, as
+    :func:`~harmonize.fhir_json.line_key` reads it.
+    """
+    if block.end - block.start > 4 * BLOCK_BYTES:
+        return None
+    with block.path.open("rb") as handle:
+        handle.seek(block.start)
+        data = handle.read(block.end - block.start)
+    if not data.endswith(b"\n") or b"\\" in data:
+        return None
+    lines = data.count(b"\n")
+    found = _PLAIN_LINE.findall(b"\n" + data)
+    if not (len(found) == lines == data.count(b'"id"') == data.count(b'"resourceType"')):
+        return None
+    keys = array("q", (plain_key(kind, record_id) for kind, record_id in found))
+    return BlockSurvey(lines=lines, records=lines, keys=keys)
 
 
 @dataclass

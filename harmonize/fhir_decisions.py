@@ -174,10 +174,10 @@ class DeferredRows:
 
     def take(self) -> tuple[pa.Table, Counter[str]]:
         """The rows so far as a table (columns of ``events``) and their records; then empty."""
-        columns = list(zip(*self.rows, strict=True)) if self.rows else [()] * 10
+        rows = self.rows
         arrays = [
-            pa.array(values, type=column.type)
-            for values, column in zip(columns, _DEFERRED_SCHEMA, strict=True)
+            pa.array([row[i] for row in rows], type=column.type)
+            for i, column in enumerate(_DEFERRED_SCHEMA)
         ]
         table = pa.Table.from_arrays(arrays, schema=_DEFERRED_SCHEMA)
         table = table.append_column("unvalidated", pa.array([True] * len(self.rows)))

@@ -53,7 +53,7 @@ import orjson
 
 from harmonize.fhir_mapping import FULL_DATE, NOT_HAPPENED, PATIENT_REFERENCE
 
-__all__ = ["PLAIN_TYPES", "line_key", "parse_json", "plain_rows", "record_key"]
+__all__ = ["PLAIN_TYPES", "line_key", "parse_json", "plain_key", "plain_rows", "record_key"]
 
 PLAIN_TYPES = ("Observation", "Encounter")
 """The resource types whose records :func:`plain_rows` may read."""
@@ -86,6 +86,11 @@ def _key(text: bytes) -> int:
     return (zlib.crc32(text) << 32 | zlib.adler32(text)) - (1 << 63)
 
 
+def plain_key(resource_type: bytes, record_id: bytes) -> int:
+    """:func:`record_key` of a type and an id as a line writes them (UTF-8, no escape)."""
+    return _key(resource_type + b"/" + record_id)
+
+
 def line_key(line: bytes) -> int | None:
     """:func:`record_key` of the line's resource if it is of a :data:`PLAIN_TYPES` type."""
     for kind in PLAIN_TYPES:
@@ -93,7 +98,7 @@ def line_key(line: bytes) -> int | None:
         if line.startswith(prefix) and line.count(b'"id"') == 1 and b"\\" not in line:
             end = line.find(b'"', len(prefix))
             if end > 0:
-                return _key(kind.encode() + b"/" + line[len(prefix) : end])
+                return plain_key(kind.encode(), line[len(prefix) : end])
     if not any(mark in line for mark in _MARKS.values()):
         return None
     try:

@@ -244,7 +244,7 @@ def survey(
         try:
             if path.suffix == ".ndjson":
                 parallel = path in in_blocks
-                blocks = split(path) if parallel else [whole(path)]
+                blocks = split(path) if parallel or keys else [whole(path)]
                 surveys = list((block_map if parallel else map)(survey_block, blocks, repeat(keys)))
                 found.blocks[path] = renumber(blocks, surveys)
                 n = _take_block_surveys(path, found.blocks[path], surveys, found, collected)

@@ -709,3 +709,55 @@ def test_a_unit_converted_through_a_molar_mass_has_every_record_validated(tmp_pa
     for result in results:
         assert result.frame["lipid"].tolist() == [pytest.approx(5.0 * 386.65 / 10)]
         assert result.quarantine["location"].tolist() == ["line 2"]
+
+
+# ---------------------------------------------------------------- the first pass
+def _compact(resource: dict[str, Any]) -> str:
+    return json.dumps(resource, separators=(",", ":"))
+
+
+PLAIN_LINES = {
+    "observation": lambda i: _compact(observation(f"o{i}", "p1", SBP, "2010-01-02", 1.0)),
+    "encounter": lambda i: _compact(encounter(f"e{i}", "p1", "2010-01-02")),
+    "repeated id": lambda i: _compact(encounter("e0", "p1", "2010-01-02")),
+}
+OTHER_LINES = {
+    "spaced": lambda i: json.dumps(observation(f"s{i}", "p1", SBP, "2010-01-02", 1.0)),
+    "blank": lambda i: "   ",
+    "empty": lambda i: "",
+    "escaped id": lambda i: '{"resourceType":"Observation","id":"x\\u0041' + str(i) + '"}',
+    "second id": lambda i: '{"resourceType":"Observation","id":"a","id":"b' + str(i) + '"}',
+    "second type": lambda i: '{"resourceType":"Encounter","id":"m' + str(i)
+    + '","resourceType":"Medication","code":{"coding":[{"code":"1"}]}}',
+    "medication": lambda i: '{"resourceType":"Medication","id":"m' + str(i) + '"}',
+    "contained": lambda i: '{"resourceType":"Observation","id":"c' + str(i)
+    + '","contained":[{"resourceType":"Patient","id":"p"}]}',
+    "not json": lambda i: '{"resourceType":"Observation","id":"q' + str(i) + '",',
+    "cut type": lambda i: '{"resourceType":"Observation"',
+}  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    kinds=st.lists(st.sampled_from(sorted(PLAIN_LINES) * 4 + sorted(OTHER_LINES)), max_size=30),
+    final_newline=st.booleans(),
+    block_bytes=st.integers(50, 3_000),
+)
+def test_a_block_surveyed_whole_is_surveyed_as_line_by_line(kinds, final_newline, block_bytes):
+    """Lines, records, Medications and id keys of each block: the same whether the block is
+    searched whole (when every line is plain) or line by line."""
+    from harmonize.fhir_blocks import _survey_lines, _survey_plain_block, renumber, split
+
+    table = PLAIN_LINES | OTHER_LINES
+    text = "\n".join(table[kind](i) for i, kind in enumerate(kinds))
+    with tempfile.TemporaryDirectory() as root:
+        path = Path(root) / "x.ndjson"
+        path.write_text(text + ("\n" if final_newline and kinds else ""))
+        blocks = split(path, block_bytes)
+        slow = [_survey_lines(block, True) for block in blocks]
+        quick = [_survey_plain_block(block) for block in blocks]
+        for block, by_line, whole_block in zip(renumber(blocks, slow), slow, quick, strict=True):
+            if whole_block is not None:
+                assert whole_block == by_line, block
+        if kinds and all(kind in PLAIN_LINES for kind in kinds) and final_newline:
+            assert all(whole_block is not None for whole_block in quick)
