@@ -52,35 +52,76 @@ medication requests were coded through a reference to an exported Medication.
 
 Rows are buffered per table and appended to the store every ``batch_size``
 rows: memory stays bounded whatever the size of an NDJSON file (a ``.json``
-Bundle is one JSON document and is parsed whole). The ids already seen are
-kept, per resource type, to refuse duplicates: about 100 bytes per resource.
+Bundle is one JSON document and is parsed whole). The ids of the records
+validated as read are kept, per resource type, to refuse duplicates: about
+100 bytes per resource (a record read without validation has an id that
+occurs once in the export, found by the first pass at 8 bytes a record).
 
 Validating a resource with ``fhir.resources`` costs about 0.1 ms, which
-dominates large exports; NDJSON files may therefore be validated by several
-processes (``workers``), each taking chunks of lines. The main process takes
-their decisions in file order, checks duplicates and writes the store, so
-the result does not depend on the number of workers, and only a few chunks
-per worker are in flight at a time.
+dominates large exports; NDJSON files may therefore be read by several
+processes (``workers``), each taking blocks of lines (:mod:`harmonize.fhir_blocks`)
+that it reads itself. The main process takes their decisions in file order,
+checks duplicates and writes the store, so the result does not depend on
+the number of workers, and only a few blocks per worker are in flight at a
+time. Lines are parsed with ``orjson`` (:func:`harmonize.fhir_json.parse_json`).
+
+**Validating what the frame uses.** :func:`read_fhir` validates every
+record. A harmonisation run (:func:`harmonize.run.harmonize`) instead reads
+with ``FhirReading(..., defer=True)``: an NDJSON Observation or Encounter
+of the plain shape of :func:`harmonize.fhir_json.plain_rows` whose id
+occurs once in the export is stored with the rows it gives if valid,
+flagged ``unvalidated``, without building its ``fhir.resources`` model.
+The frame builder names the unvalidated records it relies on (the value it
+takes, values it quarantines, the index visit, the outcome event, the last
+record of a follow-up; see :mod:`harmonize.frame`), and
+:meth:`FhirReading.validate` validates exactly those in full: a valid one
+keeps its rows, an invalid one is rejected with the reason
+``fhir.resources`` gives, as if read with :func:`read_fhir`, and the frame
+is built again without it, until the frame relies on no unvalidated record.
+The frame is then the one full validation gives, and every record full
+validation would include, exclude or reject is counted the same way, except
+an invalid record the frame would not use even if it were valid (an
+earlier value, a value outside the windows, a visit other than the index
+visit, a record of a patient outside the frame): it is counted as the frame
+counts its rows, and never rejected, as a record outside the concept sets
+already was. The rejected share of a file (``max_rejected_share``) counts
+the rejections found at read and while validating, so a file whose defects
+touch only records the frame does not use is not stopped.
 """
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
+from bisect import bisect_right
 from collections import Counter, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from datetime import date
-from itertools import chain, islice
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from harmonize.errors import HarmonizationError
+from harmonize.fhir_blocks import (
+    Block,
+    BlockRead,
+    numbered_lines,
+    read_block,
+    validate_block,
+)
+from harmonize.fhir_decisions import (
+    NOT_USED,
+    Decision,
+    DeferredRows,
+    decide,
+    decide_lines,
+)
+from harmonize.fhir_json import parse_json
 from harmonize.fhir_mapping import (
     DATED_BY_RECORDED_DATE,
     EVENT_COLUMNS,
@@ -94,14 +135,11 @@ from harmonize.fhir_mapping import (
     Rows,
     Scope,
     clip,
-    scope_of,
-    status_exclusion,
-    to_rows,
-    validate,
 )
 from harmonize.fhir_medications import (
     MedicationIndex,
     PatientIndex,
+    Survey,
     bundle_entries,
     load_json_document,
     survey,
@@ -109,9 +147,8 @@ from harmonize.fhir_medications import (
 from harmonize.progress import Progress, ProgressCounter
 from harmonize.records import OUTSIDE_CONCEPTS, RecordStore
 
-__all__ = ["NOT_READ", "NOT_USED", "REQUEST_ONLY", "read_fhir"]
+__all__ = ["NOT_READ", "NOT_USED", "REQUEST_ONLY", "FhirReading", "read_fhir"]
 
-NOT_USED = "resource type not used by the spec"
 EXPORT_LOG = "BulkDataExportLog"
 EXPORT_LOG_REASON = "not a FHIR resource: Bulk Data export log"
 NOT_READ = "not read: the run stopped at an earlier file (max_rejected_share)"
@@ -123,11 +160,14 @@ _COLUMNS = {"persons": PERSON_COLUMNS, "events": EVENT_COLUMNS, "rejected": _REJ
 _SUFFIXES = (".json", ".ndjson")
 _FIRST_REASONS = 3
 _MAX_REASON = 500
+_LINE = ":line "
+DEFERRED_BATCH_ROWS = 250_000
+"""Rows of unvalidated records (compact Arrow tables, about 100 bytes a row) buffered before
+they are appended to the store: DuckDB appends large batches at about half the cost a row."""
 PARALLEL_MIN_BYTES = 64 * 2**20
-"""NDJSON files this large are validated by several processes unless ``workers`` says."""
+"""NDJSON files this large are read by several processes unless ``workers`` says."""
 MAX_AUTO_WORKERS = 4
-CHUNK_LINES = 2_000
-CHUNKS_IN_FLIGHT_PER_WORKER = 3
+BLOCKS_IN_FLIGHT_PER_WORKER = 3
 
 
 def read_fhir(
@@ -141,7 +181,7 @@ def read_fhir(
     progress: Progress | None = None,
     concepts: Iterable[Coding] | None = None,
 ) -> None:
-    """Read FHIR R4 Bundles and NDJSON files into ``store``, accounting for every record.
+    """Read FHIR R4 Bundles and NDJSON files into ``store``, validating every record.
 
     Parameters
     ----------
@@ -163,9 +203,10 @@ def read_fhir(
     batch_size
         Rows buffered per table before they are appended to the store.
     workers
-        Processes validating NDJSON lines. ``None``: the machine's cores (at
-        most 4) for NDJSON files of at least 64 MB, else one; ``1``: this
-        process only; more: that many for every NDJSON file.
+        Processes reading NDJSON lines. ``None``: when an NDJSON file has at
+        least 64 MB, the machine's cores (at most 4) for every NDJSON file,
+        else this process only; ``1``: this process only; more: that many
+        for every NDJSON file.
     progress
         Called as ``progress(done, total)`` with the records processed so far
         and the total counted by the first pass (see :mod:`harmonize.progress`).
@@ -187,48 +228,36 @@ def read_fhir(
         file's quarantine, is in the store, and the records of the files not
         read are in its ``unprocessed`` table).
     """
-    if not 0.0 <= max_rejected_share <= 1.0:
-        raise ValueError(f"max_rejected_share must be within [0, 1], got {max_rejected_share}")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if workers is not None and workers < 1:
-        raise ValueError(f"workers must be at least 1, got {workers}")
-    files = _input_files(paths)
-    found = survey(files)
-    counter = ProgressCounter(progress, found.total)
-    counter.report()
-    with _Reader(store, today or date.today(), batch_size, workers) as reader:
-        reader.medications, reader.patients = found.medications, found.patients
-        reader.counter = counter
-        reader.concepts = frozenset(concepts) if concepts is not None else None
-        try:
-            for number, path in enumerate(files):
-                try:
-                    _check_share(path, reader.read_file(path), max_rejected_share)
-                except HarmonizationError:
-                    left = found.records[path] - sum(reader.tally.read.values())
-                    if left > 0:  # the file stopped part way (a process died, say)
-                        store.count_unprocessed(path.name, NOT_READ, left)
-                    for later in files[number + 1 :]:
-                        if found.records[later]:
-                            store.count_unprocessed(later.name, NOT_READ, found.records[later])
-                    raise
-        finally:
-            reader.write_notes()
-    counter.report()
+    with FhirReading(
+        paths,
+        store,
+        max_rejected_share=max_rejected_share,
+        today=today,
+        batch_size=batch_size,
+        workers=workers,
+        progress=progress,
+        concepts=concepts,
+    ) as reading:
+        reading.read()
 
 
 def _check_share(path: Path, tally: _Tally, max_rejected_share: float) -> None:
     """Stop the run when ``path`` has more rejected records than ``max_rejected_share``."""
     read = sum(tally.read.values())
     if read and tally.rejected / read > max_rejected_share:
-        raise HarmonizationError(
-            f"{path}: {tally.rejected} of {read} records rejected "
-            f"({tally.rejected / read:.1%}, more than max_rejected_share "
-            f"{max_rejected_share:.1%}); first reasons: {'; '.join(tally.reasons)}. "
-            "The file is unusable as a whole: fix the export, or raise max_rejected_share "
-            "after reviewing the store's rejected table."
-        )
+        raise _share_error(path, tally.rejected, read, tally.reasons, max_rejected_share)
+
+
+def _share_error(
+    path: Path | str, rejected: int, read: int, reasons: list[str], max_rejected_share: float
+) -> HarmonizationError:
+    return HarmonizationError(
+        f"{path}: {rejected} of {read} records rejected "
+        f"({rejected / read:.1%}, more than max_rejected_share "
+        f"{max_rejected_share:.1%}); first reasons: {'; '.join(reasons)}. "
+        "The file is unusable as a whole: fix the export, or raise max_rejected_share "
+        "after reviewing the store's rejected table."
+    )
 
 
 def _input_files(paths: str | Path | Iterable[str | Path]) -> list[Path]:
@@ -283,91 +312,67 @@ class _RunCounts:
     coded_by_reference: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What one record becomes, decided without the run's state (so in any process).
+class FhirReading:
+    """One read of FHIR inputs into a store: row buffers, the ids seen, the workers.
 
-    ``model_id`` is the validated resource's id (a Patient's person id),
-    which the run checks for duplicates before it applies ``outcome``;
-    ``scope`` the codes by which it could match the study's concept sets
-    (None: always used, or unreadable).
+    :meth:`read` reads every input (see :func:`read_fhir`, which is
+    ``FhirReading(...).read()``). With ``defer=True`` the plain NDJSON
+    Observations and Encounters whose ids occur once are stored unvalidated
+    (see the module docstring); :meth:`validate` validates some of them in
+    full afterwards, and :meth:`note_unvalidated` records how many never were.
+    The worker processes live until the reading is closed (it is a context
+    manager), so that validating afterwards does not start them again.
     """
-
-    record_type: str
-    record_id: str | None
-    model_id: str | None
-    outcome: Rows | Exclusion | Rejection | MedicationReference
-    scope: Scope | None = None
-
-
-def decide(resource: object, record_ref: str, today: date, full_url: str | None = None) -> Decision:
-    """Validate and map one parsed record (see the module docstring for the rules).
-
-    ``full_url``: the Bundle entry's ``fullUrl``, the identity of a Patient without an id.
-    """
-    if not isinstance(resource, dict):
-        problem = Rejection(None, f"not a JSON object but {type(resource).__name__}")
-        return Decision("unknown", None, None, problem)
-    resource_type = resource.get("resourceType")
-    if not isinstance(resource_type, str) or not resource_type:
-        problem = Rejection("resourceType", "missing resourceType")
-        return Decision("unknown", _record_id(resource), None, problem)
-    resource_type = clip(resource_type, 64)
-    if resource_type not in USED_TYPES:
-        return Decision(resource_type, None, None, Exclusion(NOT_USED))
-    record_id = _record_id(resource)
-    scope = scope_of(resource_type, resource)
-    model = validate(resource_type, resource)
-    if isinstance(model, Rejection):
-        return Decision(resource_type, record_id, None, model, scope)
-    outcome = status_exclusion(resource_type, model) or to_rows(
-        resource_type, model, record_ref, today, full_url
-    )
-    model_id = model.id
-    if resource_type == "Patient" and isinstance(outcome, Rows):
-        model_id = outcome.rows[0][0]
-    return Decision(resource_type, record_id, model_id, outcome, scope)
-
-
-def decide_line(line: bytes, record_ref: str, today: date) -> Decision:
-    """:func:`decide` for one NDJSON line, which may not even be JSON."""
-    try:
-        resource = json.loads(line)
-    except (ValueError, RecursionError) as error:
-        return Decision("unknown", None, None, Rejection(None, clip(f"malformed JSON: {error}")))
-    return decide(resource, record_ref, today)
-
-
-def _decide_chunk(
-    chunk: list[tuple[int, bytes]], source: str, today: date
-) -> list[tuple[str, Decision]]:
-    """Decisions for a chunk of numbered NDJSON lines (run in a worker process)."""
-    return [(f"line {n}", decide_line(line, f"{source}:line {n}", today)) for n, line in chunk]
-
-
-class _Reader:
-    """One run: row buffers, the ids seen so far, the worker pool, and applying decisions."""
 
     def __init__(
-        self, store: RecordStore, today: date, batch_size: int, workers: int | None
+        self,
+        paths: str | Path | Iterable[str | Path],
+        store: RecordStore,
+        *,
+        max_rejected_share: float = 0.10,
+        today: date | None = None,
+        batch_size: int = 50_000,
+        workers: int | None = None,
+        progress: Progress | None = None,
+        concepts: Iterable[Coding] | None = None,
+        defer: bool = False,
     ) -> None:
+        if not 0.0 <= max_rejected_share <= 1.0:
+            raise ValueError(f"max_rejected_share must be within [0, 1], got {max_rejected_share}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        if workers is not None and workers < 1:
+            raise ValueError(f"workers must be at least 1, got {workers}")
+        self.paths = paths
         self.store = store
-        self.today = today
+        self.max_rejected_share = max_rejected_share
+        self.today = today or date.today()
         self.batch_size = batch_size
         self.workers = workers
+        self.progress = progress
+        self.defer = defer
         self.pool: ProcessPoolExecutor | None = None
         self.buffers: dict[str, list[tuple[Any, ...]]] = {name: [] for name in _COLUMNS}
+        self.deferred = DeferredRows()
+        self.deferred_tables: list[pa.Table] = []
         # Medications are not checked for repeated ids: a Bundle per patient may repeat
         # the same Medication; the index flags one id given with different codes.
         self.seen: dict[str, set[str]] = {name: set() for name in USED_TYPES - {MEDICATION}}
         self.medications = MedicationIndex()
         self.patients = PatientIndex()
-        self.concepts: frozenset[Coding] | None = None
+        self.concepts: frozenset[Coding] | None = (
+            frozenset(concepts) if concepts is not None else None
+        )
         self.counter = ProgressCounter(None)
         self.counts = _RunCounts()
         self.tally = _Tally()
+        self.found = Survey({}, MedicationIndex())
+        self.parallel: dict[Path, int] = {}
+        self.by_name: dict[str, Path] = {}
+        self.unvalidated: Counter[str] = Counter()
+        """Records of each file read without validation and not validated since."""
 
-    def __enter__(self) -> _Reader:
+    def __enter__(self) -> FhirReading:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -381,12 +386,58 @@ class _Reader:
             return 1
         return max(1, min(MAX_AUTO_WORKERS, os.cpu_count() or 1))
 
-    def _pool(self, workers: int) -> ProcessPoolExecutor:
+    def _pool(self) -> ProcessPoolExecutor:
         if self.pool is None:
             # spawn: workers must not inherit the store's DuckDB threads and locks
             context = multiprocessing.get_context("spawn")
+            workers = max(self.parallel.values())
             self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=context)
         return self.pool
+
+    # ------------------------------------------------------------ the run
+    def read(self) -> None:
+        """Read every input into the store (see :func:`read_fhir` for the rules and errors)."""
+        files = _input_files(self.paths)
+        self.by_name = {path.name: path for path in files}
+        ndjson = [path for path in files if path.suffix == ".ndjson"]
+        self.parallel = {
+            path: workers for path in ndjson if (workers := self._workers_for(path)) > 1
+        }
+        if self.parallel and self.workers is None:  # the pool is started: every file uses it
+            self.parallel = dict.fromkeys(ndjson, max(self.parallel.values()))
+        block_map = self._guarded(self._pool().map) if self.parallel else map
+        found = self.found = survey(
+            files, keys=self.defer, in_blocks=self.parallel, block_map=block_map
+        )
+        self.medications, self.patients = found.medications, found.patients
+        counter = self.counter = ProgressCounter(self.progress, found.total)
+        counter.report()
+        try:
+            for number, path in enumerate(files):
+                try:
+                    _check_share(path, self.read_file(path), self.max_rejected_share)
+                except HarmonizationError:
+                    left = found.records[path] - sum(self.tally.read.values())
+                    if left > 0:  # the file stopped part way (a process died, say)
+                        self.store.count_unprocessed(path.name, NOT_READ, left)
+                    for later in files[number + 1 :]:
+                        if found.records[later]:
+                            self.store.count_unprocessed(later.name, NOT_READ, found.records[later])
+                    raise
+        finally:
+            self.write_notes()
+        counter.report()
+
+    def _guarded(self, block_map: Any) -> Any:
+        """``block_map`` with a dead worker process turned into a HarmonizationError."""
+
+        def guarded(*arguments: Any) -> list[Any]:
+            try:
+                return list(block_map(*arguments))
+            except BrokenProcessPool as error:
+                raise _died(error) from None
+
+        return guarded
 
     def write_notes(self) -> None:
         """The run's counts that change no total but say how records were dated and coded."""
@@ -403,6 +454,17 @@ class _Reader:
                 "exported Medication their medicationReference names",
             )
 
+    def note_unvalidated(self) -> None:
+        """Note, per file, the records never validated: the frame does not use them."""
+        for source, n in sorted(self.unvalidated.items()):
+            if n:
+                self.store.note(
+                    "fhir",
+                    f"{source}: {n:,} records not validated with fhir.resources: the "
+                    "analysis frame does not use them (each is counted as the frame counts "
+                    "its rows)",
+                )
+
     # ------------------------------------------------------------ files
     def read_file(self, path: Path) -> _Tally:
         """Read one file; what it applied is written to the store even when it stops part way."""
@@ -416,17 +478,12 @@ class _Reader:
         except OSError as error:
             raise HarmonizationError(f"{path}: cannot read ({error})") from None
         except BrokenProcessPool as error:
-            raise HarmonizationError(
-                f"{path}: a validating process died ({error}); rerun with workers=1 "
-                "(--workers 1) or with more memory"
-            ) from None
+            raise _died(error) from None
         finally:
-            for table in _COLUMNS:
-                self._flush(table)
+            self._flush_all()
             for record_type, n in sorted(tally.read.items()):
                 self.store.count_read(source, record_type, n)
-            for (record_type, reason), n in sorted(tally.excluded.items()):
-                self.store.exclude_at_read(source, record_type, reason, n)
+            self._write_excluded(source, tally)
         return tally
 
     def _read_json(self, path: Path, source: str, tally: _Tally) -> None:
@@ -447,45 +504,70 @@ class _Reader:
             self._apply(source, location, decision, tally)
 
     def _read_ndjson(self, path: Path, source: str, tally: _Tally) -> None:
-        with path.open("rb") as handle:
-            lines = _lines(handle)
-            first = next(lines, None)
-            if first is None:
-                return
-            if _is_export_log(first[1]):
-                tally.read[EXPORT_LOG] += 1 + sum(1 for _ in lines)
-                tally.excluded[(EXPORT_LOG, EXPORT_LOG_REASON)] = tally.read[EXPORT_LOG]
-                self.counter.advance(tally.read[EXPORT_LOG])
-                return
-            numbered = chain([first], lines)
-            workers = self._workers_for(path)
-            if workers == 1:
-                for number, line in numbered:
-                    location = f"line {number}"
-                    decision = decide_line(line, f"{source}:{location}", self.today)
-                    self._apply(source, location, decision, tally)
-                return
-            pool = self._pool(workers)
-            self.store.note("fhir", f"{source}: validated by {workers} worker processes")
-            in_flight: deque[Future[list[tuple[str, Decision]]]] = deque()
-            for chunk in _chunks(numbered, CHUNK_LINES):
-                in_flight.append(pool.submit(_decide_chunk, chunk, source, self.today))
-                if len(in_flight) >= CHUNKS_IN_FLIGHT_PER_WORKER * workers:
-                    self._apply_chunk(source, in_flight.popleft().result(), tally)
-            while in_flight:
-                self._apply_chunk(source, in_flight.popleft().result(), tally)
+        blocks = self.found.blocks[path]
+        first = next((line for block in blocks for line in numbered_lines(block)), None)
+        if first is None:
+            return
+        if _is_export_log(first[1]):
+            n = self.found.records[path]
+            tally.read[EXPORT_LOG] += n
+            tally.excluded[(EXPORT_LOG, EXPORT_LOG_REASON)] += n
+            self.counter.advance(n)
+            return
+        repeated = self.found.repeated if self.defer else None
+        if path not in self.parallel:
+            for block in blocks:
+                lines = numbered_lines(block)
+                for number, decision in decide_lines(
+                    lines, source, self.today, repeated, self.deferred
+                ):
+                    self._apply(source, f"line {number}", decision, tally)
+                    if len(self.deferred) >= self.batch_size:
+                        self._take_deferred(source, tally)
+            self._take_deferred(source, tally)
+            return
+        pool, workers = self._pool(), self.parallel[path]
+        self.store.note("fhir", f"{source}: validated by {workers} worker processes")
+        in_flight: deque[Future[BlockRead]] = deque()
+        for block in blocks:
+            in_flight.append(pool.submit(read_block, block, source, self.today, repeated))
+            if len(in_flight) >= BLOCKS_IN_FLIGHT_PER_WORKER * workers:
+                self._apply_block(source, in_flight.popleft().result(), tally)
+        while in_flight:
+            self._apply_block(source, in_flight.popleft().result(), tally)
 
     # ------------------------------------------------------------ records
-    def _apply_chunk(
-        self, source: str, decisions: list[tuple[str, Decision]], tally: _Tally
+    def _apply_block(self, source: str, result: BlockRead, tally: _Tally) -> None:
+        for number, decision in result.decisions:
+            self._apply(source, f"line {number}", decision, tally)
+        if result.deferred is not None:
+            self._store_deferred(source, result.deferred, result.deferred_records, tally)
+
+    def _take_deferred(self, source: str, tally: _Tally) -> None:
+        if len(self.deferred):
+            table, records = self.deferred.take()
+            self._store_deferred(source, table, records, tally)
+
+    def _store_deferred(
+        self, source: str, table: pa.Table, records: Counter[str], tally: _Tally
     ) -> None:
-        for location, decision in decisions:
-            self._apply(source, location, decision, tally)
+        """Count deferred records as read and buffer their (unvalidated) rows."""
+        tally.read.update(records)
+        n = sum(records.values())
+        self.unvalidated[source] += n
+        self.counter.advance(n)
+        self.deferred_tables.append(table)
+        if sum(t.num_rows for t in self.deferred_tables) >= DEFERRED_BATCH_ROWS:
+            self._flush_deferred()
 
     def _apply(self, source: str, location: str, decision: Decision, tally: _Tally) -> None:
-        """Count one record and carry out its decision, refusing duplicated ids."""
+        """Count one record and carry out its decision."""
         tally.read[decision.record_type] += 1
         self.counter.advance()
+        self._carry_out(source, location, decision, tally)
+
+    def _carry_out(self, source: str, location: str, decision: Decision, tally: _Tally) -> None:
+        """Carry out one record's decision, refusing duplicated ids."""
         outcome = decision.outcome
         seen = self.seen.get(decision.record_type)
         if decision.model_id is not None and seen is not None:
@@ -559,9 +641,7 @@ class _Reader:
         """Quarantine one record (buffered like rows; same columns as ``RecordStore.reject``)."""
         tally.rejected += 1
         if len(tally.reasons) < _FIRST_REASONS:
-            where = f"{location} ({record_type}{', ' + problem.field if problem.field else ''})"
-            shown = f" ({problem.detail})" if problem.detail else ""
-            tally.reasons.append(f"{where}: {problem.reason}{shown}")
+            tally.reasons.append(_reason_text(location, record_type, problem))
         buffer = self.buffers["rejected"]
         row = (source, location, record_type, record_id, problem.field, problem.reason)
         buffer.append((*row, problem.detail))
@@ -573,6 +653,153 @@ class _Reader:
         if rows:
             self.store.append(table, pd.DataFrame.from_records(rows, columns=_COLUMNS[table]))
             rows.clear()
+
+    def _flush_deferred(self) -> None:
+        if self.deferred_tables:
+            self.store.append("events", pa.concat_tables(self.deferred_tables))
+            self.deferred_tables = []
+
+    def _flush_all(self) -> None:
+        for table in _COLUMNS:
+            self._flush(table)
+        self._flush_deferred()
+
+    def _write_excluded(self, source: str, tally: _Tally) -> None:
+        for (record_type, reason), n in sorted(tally.excluded.items()):
+            self.store.exclude_at_read(source, record_type, reason, n)
+
+    # ------------------------------------------------------------ validating later
+    def validate(self, record_refs: Collection[str]) -> bool:
+        """Validate in full the unvalidated records ``record_refs`` (``"<file>:line N"``).
+
+        A record that validates to the rows it stood for keeps them (no
+        longer ``unvalidated``); any other decision replaces its rows, as if
+        it had been validated when read (rejected with the reason
+        ``fhir.resources`` gives, say). Returns whether any record's rows
+        changed (else the store holds the same rows as before, all validated).
+
+        Raises
+        ------
+        HarmonizationError
+            A file's rejected records now exceed ``max_rejected_share``, or a
+            worker process died.
+        """
+        lines = self._lines_of(record_refs)
+        tasks = [
+            (path, block, numbers)
+            for path, numbers in lines.items()
+            for block, numbers in _by_block(self.found.blocks[path], numbers)
+        ]
+        kept: dict[str, list[int]] = {}
+        changed: dict[str, list[tuple[int, Decision]]] = {}
+        try:
+            if any(path in self.parallel for path, _, _ in tasks):
+                pool = self._pool()
+                futures = [
+                    (path.name, pool.submit(validate_block, block, numbers, path.name, self.today))
+                    for path, block, numbers in tasks
+                ]
+                results = ((source, future.result()) for source, future in futures)
+            else:
+                results = (
+                    (path.name, validate_block(block, numbers, path.name, self.today))
+                    for path, block, numbers in tasks
+                )
+            for source, (same, other) in results:
+                kept.setdefault(source, []).extend(same)
+                changed.setdefault(source, []).extend(other)
+        except BrokenProcessPool as error:
+            raise _died(error) from None
+        found = sum(len(kept[source]) + len(changed[source]) for source in kept)
+        if found != sum(len(set(numbers)) for numbers in lines.values()):
+            raise RuntimeError(
+                f"validated {found} records of the {len(record_refs)} asked for: "
+                "a record reference names no line"
+            )
+        for source in kept:
+            self._apply_validated(source, kept[source], changed[source])
+        for source in kept:
+            self._check_share_now(source)
+        return any(changed.values())
+
+    def _lines_of(self, record_refs: Collection[str]) -> dict[Path, list[int]]:
+        lines: dict[Path, list[int]] = {}
+        for ref in record_refs:
+            source, _, line = ref.rpartition(_LINE)
+            path = self.by_name.get(source)
+            if path is None or not line.isdigit():
+                raise ValueError(f"not a record of this reading: {ref!r}")
+            lines.setdefault(path, []).append(int(line))
+        return lines
+
+    def _apply_validated(
+        self, source: str, kept: list[int], changed: list[tuple[int, Decision]]
+    ) -> None:
+        """Keep the rows of the records that validated to them; carry out the others' decisions."""
+        connection = self.store.connection
+        refs = pa.table({"record_ref": [f"{source}:line {n}" for n in kept]})
+        connection.register("_validated", refs)
+        try:
+            connection.execute(
+                "UPDATE events SET unvalidated = NULL "
+                "WHERE unvalidated AND record_ref IN (SELECT record_ref FROM _validated)"
+            )
+        finally:
+            connection.unregister("_validated")
+        if changed:
+            gone = pa.table({"record_ref": [f"{source}:line {n}" for n, _ in changed]})
+            connection.register("_changed", gone)
+            try:
+                connection.execute(
+                    "DELETE FROM events WHERE record_ref IN (SELECT record_ref FROM _changed)"
+                )
+            finally:
+                connection.unregister("_changed")
+        tally = _Tally()
+        for number, decision in changed:
+            self._carry_out(source, f"line {number}", decision, tally)
+        self._flush_all()
+        self._write_excluded(source, tally)
+        self.unvalidated[source] -= len(kept) + len(changed)
+
+    def _check_share_now(self, source: str) -> None:
+        """Stop the run when ``source`` now has more rejected records than the share allows."""
+        one = self.store.connection.execute
+        counted = one("SELECT coalesce(sum(n), 0) FROM read_counts WHERE source = ?", [source])
+        read = int(counted.fetchone()[0])
+        rows = one(
+            "SELECT location, record_type, field, reason, detail FROM rejected WHERE source = ?",
+            [source],
+        ).fetchall()
+        if read and len(rows) / read > self.max_rejected_share:
+            reasons = [
+                _reason_text(location, record_type, Rejection(field_, reason, detail))
+                for location, record_type, field_, reason, detail in rows[:_FIRST_REASONS]
+            ]
+            raise _share_error(
+                self.by_name[source], len(rows), read, reasons, self.max_rejected_share
+            )
+
+
+def _by_block(blocks: list[Block], numbers: list[int]) -> list[tuple[Block, list[int]]]:
+    """``numbers`` (line numbers) grouped by the block that holds each, in file order."""
+    firsts = [block.first_line for block in blocks]
+    grouped: dict[int, list[int]] = {}
+    for line in sorted(set(numbers)):
+        grouped.setdefault(bisect_right(firsts, line) - 1, []).append(line)
+    return [(blocks[index], lines) for index, lines in sorted(grouped.items())]
+
+
+def _reason_text(location: str, record_type: str, problem: Rejection) -> str:
+    where = f"{location} ({record_type}{', ' + problem.field if problem.field else ''})"
+    shown = f" ({problem.detail})" if problem.detail else ""
+    return f"{where}: {problem.reason}{shown}"
+
+
+def _died(error: BaseException) -> HarmonizationError:
+    return HarmonizationError(
+        f"a reading process died ({error}); rerun with workers=1 (--workers 1) or with more memory"
+    )
 
 
 def _entry_without_resource(entry: object) -> Decision:
@@ -598,22 +825,10 @@ def _plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
-def _chunks(numbered: Iterator[tuple[int, bytes]], size: int) -> Iterator[list[tuple[int, bytes]]]:
-    while chunk := list(islice(numbered, size)):
-        yield chunk
-
-
-def _record_id(resource: dict[str, Any]) -> str | None:
-    value = resource.get("id")
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        return None
-    return clip(str(value), 64)
-
-
 def _is_export_log(line: bytes) -> bool:
     """A Bulk Data export log line (``log.ndjson``): ``exportId`` and ``eventId``, no type."""
     try:
-        first = json.loads(line)
+        first = parse_json(line)
     except (ValueError, RecursionError):
         return False
     return (
@@ -621,8 +836,3 @@ def _is_export_log(line: bytes) -> bool:
         and "resourceType" not in first
         and {"exportId", "eventId"} <= first.keys()
     )
-
-
-def _lines(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
-    """Non-blank lines with their number, counted from 1."""
-    return ((n, line) for n, line in enumerate(handle, start=1) if line.strip())

@@ -148,10 +148,14 @@ SCOPED_TYPES = frozenset({"Condition", "Observation", "MedicationRequest", "Proc
 """Resource types used only when a code of theirs is in a concept set of the study."""
 
 _MAX_TEXT = 200
-_PATIENT_REF = re.compile(r"(?:^|/)Patient/([A-Za-z0-9\-.]{1,64})(?:/_history/[A-Za-z0-9\-.]+)?$")
+PATIENT_REFERENCE = re.compile(
+    r"(?:^|/)Patient/([A-Za-z0-9\-.]{1,64})(?:/_history/[A-Za-z0-9\-.]+)?$"
+)
+"""A reference to a Patient by id: ``Patient/<id>``, relative or absolute, with ``_history``."""
 _UUID_REF = re.compile(r"^urn:uuid:([A-Za-z0-9\-.]{1,64})$")
 _CHOICE = re.compile(r"\['([a-z]+)[A-Z]")
-_FULL_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+FULL_DATE = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+"""The calendar date a FHIR date, dateTime or instant starts with, when it has a day."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,7 +460,7 @@ def _person_id(model: Any, record_ref: str, today: date) -> Person | Rejection:
     match = _UUID_REF.match(reference)
     if match is not None:
         return Person(match.group(1), subject=reference)
-    match = _PATIENT_REF.search(reference)
+    match = PATIENT_REFERENCE.search(reference)
     if match is None:
         return Rejection("subject.reference", "subject is not a Patient", clip(repr(reference)))
     absolute = "://" in reference
@@ -506,7 +510,7 @@ def _date_of(field: str, value: Any, today: date) -> date | Rejection:
     elif isinstance(value, date):
         day = value
     else:  # fhir.resources keeps partial dates (and leap seconds) as the string written
-        match = _FULL_DATE.match(str(value))
+        match = FULL_DATE.match(str(value))
         if match is None:
             return Rejection(field, "partial date: no day", clip(repr(str(value))))
         try:

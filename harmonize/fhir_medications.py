@@ -25,18 +25,33 @@ The same pass indexes the ``fullUrl`` of every Patient entry of a Bundle
 (:class:`PatientIndex`), so that a subject ``urn:uuid:...`` names its
 Patient wherever the entry is, and walks Bundles inside Bundles
 (:func:`bundle_entries`) as the reader will.
+
+Asked for ``keys``, it also finds the Observation and Encounter ids that
+occur more than once in the export (by their 64-bit
+:func:`~harmonize.fhir_json.record_key`, 8 bytes per record while the pass
+runs): a record with such an id is always validated as it is read, so that
+duplicates are refused in file order as before, while the others may be
+read without validation (see
+:mod:`harmonize.fhir`). Large NDJSON files are surveyed in blocks
+(:mod:`harmonize.fhir_blocks`) by the reader's worker processes, which then
+read the same blocks.
 """
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable, Iterator
+from array import array
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from harmonize.errors import BundleTooDeep, HarmonizationError
+from harmonize.fhir_blocks import Block, BlockSurvey, renumber, split, survey_block, whole
+from harmonize.fhir_json import PLAIN_TYPES, parse_json, record_key
 from harmonize.fhir_mapping import (
     MEDICATION,
     Coding,
@@ -63,7 +78,6 @@ _REFERENCE_FIELD = "medicationReference.reference"
 _MEDICATION_REF = re.compile(
     r"(?:^|/)Medication/([A-Za-z0-9\-.]{1,64})(?:/_history/[A-Za-z0-9\-.]+)?$"
 )
-_MEDICATION_BYTES = b'"Medication"'
 _SHOWN_REFERENCE = 100
 
 
@@ -180,19 +194,41 @@ class PatientIndex:
 
 @dataclass
 class Survey:
-    """What the first pass found: records per file (in read order) and the Medication index."""
+    """What the first pass found.
+
+    ``records`` per file (in read order), the Medication and Patient
+    indexes, the numbered ``blocks`` of each NDJSON file (one block when
+    it is read in this process), and ``repeated``: the keys of the
+    Observation and Encounter ids that occur more than once (None when not asked).
+    """
 
     records: dict[Path, int]
     medications: MedicationIndex
     patients: PatientIndex = field(default_factory=PatientIndex)
+    blocks: dict[Path, list[Block]] = field(default_factory=dict)
+    repeated: frozenset[int] | None = None
 
     @property
     def total(self) -> int:
         return sum(self.records.values())
 
 
-def survey(files: Iterable[Path]) -> Survey:
+BlockMap = Callable[..., Iterable[BlockSurvey]]
+"""``map``-like: ``(survey_block, blocks, keys)`` to each block's survey, in order."""
+
+
+def survey(
+    files: Iterable[Path],
+    *,
+    keys: bool = False,
+    in_blocks: Collection[Path] = (),
+    block_map: BlockMap = map,
+) -> Survey:
     """Count every file's records and index its Medications (see the module docstring).
+
+    ``keys``: also find the Observation and Encounter ids that occur more than once.
+    ``in_blocks``: NDJSON files to survey in blocks, with ``block_map`` (a
+    process pool's ``map``, so that workers survey them).
 
     Raises
     ------
@@ -203,22 +239,41 @@ def survey(files: Iterable[Path]) -> Survey:
         -- before any record is read.
     """
     found = Survey({}, MedicationIndex())
+    collected = array("q")
     for path in files:
         try:
             if path.suffix == ".ndjson":
-                n = _survey_ndjson(path, found.medications)
+                parallel = path in in_blocks
+                blocks = split(path) if parallel or keys else [whole(path)]
+                surveys = list((block_map if parallel else map)(survey_block, blocks, repeat(keys)))
+                found.blocks[path] = renumber(blocks, surveys)
+                n = _take_block_surveys(path, found.blocks[path], surveys, found, collected)
             else:
-                n = _survey_json(path, found)
+                n = _survey_json(path, found, collected if keys else None)
         except OSError as error:
             raise HarmonizationError(f"{path}: cannot read ({error})") from None
         found.records[path] = n
+    if keys:
+        values, counts = np.unique(np.frombuffer(collected, dtype=np.int64), return_counts=True)
+        found.repeated = frozenset(values[counts > 1].tolist())
     return found
+
+
+def _take_block_surveys(
+    path: Path, blocks: list[Block], surveys: list[BlockSurvey], found: Survey, keys: array
+) -> int:
+    """Index the blocks' Medications (in file order) and collect their keys; their records."""
+    for block, block_survey in zip(blocks, surveys, strict=True):
+        for line, resource in block_survey.medications:
+            found.medications.add(resource, f"{path.name}:line {block.first_line - 1 + line}")
+        keys.extend(block_survey.keys)
+    return sum(block_survey.records for block_survey in surveys)
 
 
 def load_json_document(path: Path) -> dict[str, Any]:
     """A ``.json`` input parsed whole: one Bundle or one resource, else a HarmonizationError."""
     try:
-        document = json.loads(path.read_bytes())
+        document = parse_json(path.read_bytes())
     except (ValueError, RecursionError) as error:
         raise HarmonizationError(f"{path}: not valid JSON ({clip(str(error))})") from None
     if not isinstance(document, dict) or not isinstance(document.get("resourceType"), str):
@@ -228,14 +283,15 @@ def load_json_document(path: Path) -> dict[str, Any]:
     return document
 
 
-def _survey_json(path: Path, found: Survey) -> int:
+def _survey_json(path: Path, found: Survey, keys: array | None) -> int:
     document = load_json_document(path)
+    resources: Iterable[tuple[str, Any]]
     if document["resourceType"] != "Bundle":
-        if document["resourceType"] == MEDICATION:
-            found.medications.add(document, f"{path.name}:resource")
-        return 1
+        resources = [("resource", {"resource": document})]
+    else:
+        resources = bundle_entries(document, path)
     n = 0
-    for location, entry in bundle_entries(document, path):
+    for location, entry in resources:
         n += 1
         resource = entry.get("resource") if isinstance(entry, dict) else None
         if not isinstance(resource, dict):
@@ -245,6 +301,10 @@ def _survey_json(path: Path, found: Survey) -> int:
             found.medications.add(resource, f"{path.name}:{location}", entry.get("fullUrl"))
         elif kind == "Patient":
             found.patients.add(resource, entry.get("fullUrl"))
+        elif kind in PLAIN_TYPES and keys is not None:
+            key = record_key(kind, resource.get("id"))
+            if key is not None:
+                keys.append(key)
     return n
 
 
@@ -278,24 +338,3 @@ def bundle_entries(
             yield from bundle_entries(resource, path, f"{here}/", depth + 1)
         else:
             yield here, entry
-
-
-def _survey_ndjson(path: Path, index: MedicationIndex) -> int:
-    n = 0
-    with path.open("rb") as handle:
-        for number, line in _numbered(handle):
-            n += 1
-            if _MEDICATION_BYTES not in line:
-                continue
-            try:
-                resource = json.loads(line)
-            except (ValueError, RecursionError):
-                continue  # the second pass rejects it
-            if isinstance(resource, dict) and resource.get("resourceType") == MEDICATION:
-                index.add(resource, f"{path.name}:line {number}")
-    return n
-
-
-def _numbered(handle: Iterable[bytes]) -> Iterator[tuple[int, bytes]]:
-    """Non-blank lines with their number, counted from 1 (as the reader numbers them)."""
-    return ((n, line) for n, line in enumerate(handle, start=1) if line.strip())

@@ -19,6 +19,21 @@ only the :class:`~harmonize.records.RecordStore`:
 * **records**: every record the reader represented is classified *included*
   (used in the frame) or *excluded* (with the reason), or *rejected* here.
 
+A reader may represent records it has not validated yet (``events.unvalidated``:
+FHIR Observations and Encounters, see :mod:`harmonize.fhir`). The frame also
+names those it relies on (:attr:`FrameResult.unvalidated_relied_on`): the
+records it uses (values, index events and outcome events of the cohort) or
+quarantines, every person's index event, the records dated on the last day
+of a cohort member's follow-up (when no observation period ends it), and
+every value of a unit whose conversion depends on the analyte the codes
+name. Any set of the *other* unvalidated records could be removed without
+changing the frame, its quarantine or any other record's classification:
+the index, the last value and the first event in the window stay where they
+are (an outcome event after the window changes nothing: the follow-up's
+last day does), the follow-up ends on the same day and no unit converts
+differently. So once every record it relies on has been validated, and the
+invalid ones removed, the frame is the one built from valid records only.
+
 Concept sets match a record by ``(system, code)`` or by OMOP ``concept_id``.
 """
 
@@ -50,6 +65,8 @@ class FrameResult:
     record_status: pd.DataFrame  # record_type, status, reason, n
     cohort_exclusions: dict[str, int]
     conversions: list[dict] = field(default_factory=list)
+    unvalidated_relied_on: list[str] = field(default_factory=list)
+    """``record_ref`` of the unvalidated records the frame relies on (see the module docstring)."""
 
 
 def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
@@ -66,12 +83,15 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
     con = store.connection
     con.execute(f"DELETE FROM rejected WHERE source = '{HARMONIZE}'")
     _create_matches(con, spec)
+    con.execute("CREATE OR REPLACE TEMP TABLE _relied (record_ref VARCHAR)")
     try:
         persons = _persons(store)
         index = _index_dates(store, spec)
+        _rely_on(con, index["index_ref"])
         cohort, exclusions = _cohort(persons, index, spec)
         _create_cohort_table(con, cohort)
         follow_up = _follow_up_end(store)
+        _rely_on_follow_up_ends(con)
         _mark_used(con, pd.concat([cohort["record_ref"], cohort["index_ref"]]))
         conversions: list[dict] = []
         frame = pd.DataFrame(index=cohort.index)
@@ -91,6 +111,7 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
                     exclusions[f"missing {covariate.name}"] = int(missing.sum())
                     frame = frame[~missing]
         status = _record_status(store, frame.index)
+        relied = _unvalidated_relied_on(con)
     finally:
         for table in _WORK_TABLES:
             con.execute(f"DROP TABLE IF EXISTS {table}")
@@ -100,6 +121,7 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
         record_status=status,
         cohort_exclusions=exclusions,
         conversions=conversions,
+        unvalidated_relied_on=relied,
     )
 
 
@@ -108,7 +130,15 @@ def build_frame(store: RecordStore, spec: StudySpec) -> FrameResult:
 HARMONIZE = "harmonize"
 """The ``source`` of the quarantine rows the frame builder adds."""
 
-_WORK_TABLES = ("_concepts", "_cohort", "_used", "_values", "_unit_factors", "_patients")
+_WORK_TABLES = (
+    "_concepts",
+    "_cohort",
+    "_used",
+    "_relied",
+    "_values",
+    "_unit_factors",
+    "_patients",
+)
 
 
 def _create_matches(con: duckdb.DuckDBPyConnection, spec: StudySpec) -> None:
@@ -117,10 +147,18 @@ def _create_matches(con: duckdb.DuckDBPyConnection, spec: StudySpec) -> None:
     An event matches a set by ``(system, code)`` or by OMOP ``concept_id``;
     two hash joins, not one join on a disjunction, so matching stays linear
     in the number of events. ``_matched`` is a view: it is never held whole.
+    An event matched by its code is not matched again by its concept id
+    (an anti-join, not a ``UNION`` that would sort every matched row each
+    time the view is read); two identical rows of one record (a coding
+    written twice) both appear, and every query below is indifferent to
+    repeated rows (it takes the first row per person, distinct records or
+    persons, or a ``DISTINCT`` quarantine).
     """
     con.register("_concept_rows", _concept_table(spec))
     try:
-        con.execute("CREATE OR REPLACE TEMP TABLE _concepts AS SELECT * FROM _concept_rows")
+        con.execute(
+            "CREATE OR REPLACE TEMP TABLE _concepts AS SELECT DISTINCT * FROM _concept_rows"
+        )
     finally:
         con.unregister("_concept_rows")
     columns = (
@@ -132,9 +170,11 @@ def _create_matches(con: duckdb.DuckDBPyConnection, spec: StudySpec) -> None:
         CREATE OR REPLACE TEMP VIEW _matched AS
         SELECT {columns} FROM events e
           JOIN _concepts c ON e.system = c.system AND e.code = c.code
-        UNION
+        UNION ALL
         SELECT {columns} FROM events e
           JOIN _concepts c ON e.concept_id = c.concept_id
+        WHERE NOT EXISTS (SELECT 1 FROM _concepts d WHERE d.set_name = c.set_name
+                          AND d.system = e.system AND d.code = e.code)
         """
     )
 
@@ -241,6 +281,46 @@ def _mark_used(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
         con.unregister("_used_rows")
 
 
+def _rely_on(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
+    """Add record references (from pandas) to ``_relied``."""
+    rows = pd.DataFrame({"record_ref": refs.dropna().astype(object)})
+    con.register("_relied_rows", rows)
+    try:
+        con.execute("INSERT INTO _relied SELECT CAST(record_ref AS VARCHAR) FROM _relied_rows")
+    finally:
+        con.unregister("_relied_rows")
+
+
+def _rely_on_follow_up_ends(con: duckdb.DuckDBPyConnection) -> None:
+    """The unvalidated records on the last day of a cohort member's follow-up without a period."""
+    con.execute(
+        """
+        INSERT INTO _relied
+        SELECT e.record_ref FROM events e
+        JOIN (SELECT person_id, max(event_date) AS last_day FROM events GROUP BY person_id) m
+          USING (person_id)
+        WHERE e.unvalidated AND e.event_date = m.last_day
+          AND e.person_id IN (SELECT person_id FROM _cohort)
+          AND e.person_id NOT IN (SELECT person_id FROM periods WHERE end_date IS NOT NULL)
+        """
+    )
+
+
+def _unvalidated_relied_on(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """The unvalidated records used, quarantined here or otherwise relied on, in order."""
+    rows = con.execute(
+        f"""
+        SELECT DISTINCT record_ref FROM events
+        WHERE unvalidated AND record_ref IN (
+            SELECT record_ref FROM _relied
+            UNION ALL SELECT record_ref FROM _used
+            UNION ALL SELECT location FROM rejected WHERE source = '{HARMONIZE}')
+        ORDER BY record_ref
+        """
+    ).fetchall()
+    return [ref for (ref,) in rows]
+
+
 def _follow_up_end(store: RecordStore) -> pd.Series:
     ends = store.frame(
         """
@@ -321,6 +401,10 @@ def _last_value(
         con.execute("CREATE OR REPLACE TEMP TABLE _unit_factors AS SELECT * FROM _unit_factor_rows")
     finally:
         con.unregister("_unit_factor_rows")
+    con.execute(
+        "INSERT INTO _relied SELECT v.record_ref FROM _values v "
+        "JOIN _unit_factors f USING (unit) WHERE f.by_analyte"
+    )
     low, high = covariate.range
     quarantine = f"""
         INSERT INTO rejected (source, location, record_type, record_id, field, reason, detail)
@@ -360,7 +444,12 @@ def _last_value(
 def _unit_factors(
     con: duckdb.DuckDBPyConnection, covariate: Covariate, conversions: list[dict]
 ) -> pd.DataFrame:
-    """``unit, scale, offset, reason`` for every unit in ``_values`` (reason: why it fails)."""
+    """``unit, scale, offset, reason, by_analyte`` for every unit in ``_values``.
+
+    ``reason``: why it fails; ``by_analyte``: the conversion needs the molar
+    mass of the analyte the group's codes name (so every record of the unit
+    bears on it).
+    """
     groups = con.execute(
         """
         SELECT unit, list(DISTINCT code) FILTER (WHERE code IS NOT NULL),
@@ -379,9 +468,9 @@ def _unit_factors(
                 unit, covariate.unit, analyte.molar_mass if analyte else None
             )
         except units.UnitError as error:
-            rows.append((unit, None, None, str(error)))
+            rows.append((unit, None, None, str(error), False))
             continue
-        rows.append((unit, scale, offset, None))
+        rows.append((unit, scale, offset, None, _by_analyte(unit, covariate.unit)))
         if (scale, offset) != (1.0, 0.0) or units.ucum(unit) != unit:
             conversions.append(
                 {
@@ -393,9 +482,19 @@ def _unit_factors(
                     "records": int(records),
                 }
             )
-    return pd.DataFrame(rows, columns=["unit", "scale", "offset", "reason"]).astype(
-        {"unit": object, "scale": float, "offset": float, "reason": object}
+    columns = ["unit", "scale", "offset", "reason", "by_analyte"]
+    return pd.DataFrame(rows, columns=columns).astype(
+        {"unit": object, "scale": float, "offset": float, "reason": object, "by_analyte": bool}
     )
+
+
+def _by_analyte(unit: str, target: str) -> bool:
+    """Whether converting ``unit`` to ``target`` needs an analyte's molar mass."""
+    try:
+        units.factor(unit, target)
+    except units.UnitError:
+        return True
+    return False
 
 
 def _outcome(
@@ -468,15 +567,20 @@ def _record_status(store: RecordStore, patients: pd.Index) -> pd.DataFrame:
     return store.frame(
         f"""
         WITH records AS (
-            SELECT person_id, record_type, record_ref, 'person' AS kind FROM persons
-            UNION ALL SELECT person_id, record_type, record_ref, 'period' FROM periods
-            UNION ALL SELECT person_id, record_type, record_ref, domain FROM events
+            SELECT person_id, record_type, record_ref, 'person' AS kind, false AS matched
+            FROM persons
+            UNION ALL SELECT person_id, record_type, record_ref, 'period', false FROM periods
+            UNION ALL SELECT e.person_id, e.record_type, e.record_ref, e.domain,
+                EXISTS (SELECT 1 FROM _concepts c WHERE c.system = e.system AND c.code = e.code)
+                OR EXISTS (SELECT 1 FROM _concepts c WHERE c.concept_id = e.concept_id)
+            FROM events e
         ),
         per_record AS (
             SELECT r.record_ref, any_value(r.record_type) AS record_type,
                    bool_or(p.person_id IS NULL) AS outside_frame,
                    bool_or(r.kind IN ('person', 'period', 'death')) AS always_used,
-                   bool_and(r.kind = 'visit') AS only_visit
+                   bool_and(r.kind = 'visit') AS only_visit,
+                   bool_or(r.matched) AS matched
             FROM records r LEFT JOIN _patients p ON r.person_id = p.person_id
             GROUP BY r.record_ref
         ),
@@ -484,7 +588,6 @@ def _record_status(store: RecordStore, patients: pd.Index) -> pd.DataFrame:
             SELECT DISTINCT location AS ref FROM rejected WHERE source = '{HARMONIZE}'
         ),
         used AS (SELECT DISTINCT record_ref AS ref FROM _used),
-        matched AS (SELECT DISTINCT record_ref AS ref FROM _matched),
         classified AS (
             SELECT r.record_type,
               CASE
@@ -492,12 +595,11 @@ def _record_status(store: RecordStore, patients: pd.Index) -> pd.DataFrame:
                 WHEN r.outside_frame THEN 'patient not in the analysis frame'
                 WHEN u.ref IS NOT NULL OR r.always_used THEN NULL
                 WHEN r.only_visit THEN '{OTHER_VISIT}'
-                WHEN m.ref IS NOT NULL THEN '{OUTSIDE_WINDOW}'
+                WHEN r.matched THEN '{OUTSIDE_WINDOW}'
                 ELSE '{NOT_IN_CONCEPTS}' END AS reason
             FROM per_record r
             LEFT JOIN rejected_here x ON r.record_ref = x.ref
             LEFT JOIN used u ON r.record_ref = u.ref
-            LEFT JOIN matched m ON r.record_ref = m.ref
         )
         SELECT record_type,
                CASE WHEN reason IS NULL THEN 'included'

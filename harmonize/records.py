@@ -23,6 +23,9 @@ Tables (DuckDB, in memory or in a file for large inputs):
     concept id or NULL), ``event_date`` (date), ``value`` (double or NULL),
     ``unit`` (UCUM text or NULL), ``record_type``, ``record_ref``. One input
     record may give several rows (a blood-pressure panel gives two).
+    ``unvalidated``: true for the rows of a FHIR record read without
+    validation (an Observation or Encounter the frame may not use, see
+    :mod:`harmonize.fhir`), until it is validated; NULL otherwise.
 ``read_counts``
     ``source``, ``record_type``, ``n``: every input record read, by type.
 ``excluded_at_read``
@@ -61,6 +64,7 @@ from typing import Any
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 OUTSIDE_CONCEPTS = "outside the concept sets of the study"
 """Why a record whose codes match no concept set of the study is not used."""
@@ -96,6 +100,7 @@ _SCHEMA = {
         ("unit", "VARCHAR"),
         ("record_type", "VARCHAR"),
         ("record_ref", "VARCHAR"),
+        ("unvalidated", "BOOLEAN"),
     ],
     "read_counts": [("source", "VARCHAR"), ("record_type", "VARCHAR"), ("n", "BIGINT")],
     "excluded_at_read": [
@@ -144,18 +149,31 @@ class RecordStore:
         self.close()
 
     # ------------------------------------------------------------------ writing
-    def append(self, table: str, rows: pd.DataFrame | Iterable[Mapping[str, Any]]) -> None:
-        """Append rows (a DataFrame or dicts) to one of the tables, columns by name."""
+    def append(
+        self, table: str, rows: pd.DataFrame | pa.Table | Iterable[Mapping[str, Any]]
+    ) -> None:
+        """Append rows (a DataFrame, an Arrow table or dicts) to a table, columns by name.
+
+        A column the rows lack is NULL.
+        """
         if table not in _SCHEMA:
             raise ValueError(f"unknown table {table!r}")
-        frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-        if frame.empty:
+        frame: pd.DataFrame | pa.Table
+        if isinstance(rows, pa.Table):
+            frame = rows
+        else:
+            frame = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
+            frame = frame.reindex(columns=[name for name, _ in _SCHEMA[table]])
+        if not len(frame):
             return
         names = [name for name, _ in _SCHEMA[table]]
-        frame = frame.reindex(columns=names)
+        given = set(frame.column_names if isinstance(frame, pa.Table) else frame.columns)
         self.connection.register("_incoming", frame)
         try:
-            casts = ", ".join(f"CAST(_incoming.{n} AS {k})" for n, k in _SCHEMA[table])
+            casts = ", ".join(
+                f"CAST({'_incoming.' + n if n in given else 'NULL'} AS {k})"
+                for n, k in _SCHEMA[table]
+            )
             self.connection.execute(
                 f"INSERT INTO {table} ({', '.join(names)}) SELECT {casts} FROM _incoming"
             )
@@ -224,6 +242,14 @@ class RecordStore:
             self.connection.execute(
                 "SELECT count(*) FROM (SELECT record_ref FROM persons "
                 "UNION SELECT record_ref FROM events)"
+            ).fetchall()[0][0]
+        )
+
+    def unvalidated(self) -> int:
+        """Input records represented by rows not validated yet (``events.unvalidated``)."""
+        return int(
+            self.connection.execute(
+                "SELECT count(DISTINCT record_ref) FROM events WHERE unvalidated"
             ).fetchall()[0][0]
         )
 

@@ -18,6 +18,9 @@ kind in ``rejected_examples`` and every record in the quarantine. The report
 also gives the cohort's exclusions, the coding coverage, the unit
 conversions applied, the readers' notes, missingness and value ranges per
 column, and the site fingerprint the coordinator compares across sites.
+``not_validated`` counts the records read without validation that the frame
+never relied on (FHIR NDJSON Observations, see :mod:`harmonize.fhir`): they
+are among the excluded, counted as the frame counts their rows.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "rejected": (int,),
     "unprocessed": (int,),
     "not_read": (int,),
+    "not_validated": (int,),
     "read_by_type": (dict,),
     "excluded_by_reason": (dict,),
     "rejected_by_reason": (dict,),
@@ -86,6 +90,7 @@ class HarmonizationReport:
     rejected: int = 0
     unprocessed: int = 0
     not_read: int = 0
+    not_validated: int = 0
     read_by_type: dict[str, int] = field(default_factory=dict)
     excluded_by_reason: dict[str, int] = field(default_factory=dict)
     rejected_by_reason: dict[str, int] = field(default_factory=dict)
@@ -136,6 +141,11 @@ class HarmonizationReport:
                 problems.append(f"{name} sums to {sum(table.values())}, not {total}")
         if not 0 <= self.not_read <= self.unprocessed:
             problems.append(f"not_read {self.not_read} is not within [0, {self.unprocessed}]")
+        if not 0 <= self.not_validated <= self.excluded + self.unprocessed:
+            problems.append(
+                f"not_validated {self.not_validated} is not within "
+                f"[0, excluded {self.excluded} + unprocessed {self.unprocessed}]"
+            )
         if problems:
             raise UnbalancedReport(
                 f"harmonisation report of site {self.site!r} does not balance: "
@@ -217,6 +227,11 @@ class HarmonizationReport:
             + ("" if self.balanced else "   (NOT BALANCED)"),
             f"  patients in the analysis frame: {self.patients:,}",
         ]
+        if self.not_validated:
+            lines.append(
+                f"  not validated with fhir.resources: {self.not_validated:,} of the excluded "
+                "records (the frame does not use them)"
+            )
         if self.failure:
             lines.append(f"  failure: {self.failure}")
         for title, counts in (

@@ -20,16 +20,20 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from tempfile import TemporaryDirectory
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from harmonize.errors import HarmonizationError, HarmonizationFailed
 from harmonize.fingerprint import FINGERPRINT_ATTR, fingerprint_frame, frame_data_digest
-from harmonize.frame import HARMONIZE, build_frame, coding_coverage
+from harmonize.frame import HARMONIZE, FrameResult, build_frame, coding_coverage
 from harmonize.progress import Progress
 from harmonize.records import RecordStore
 from harmonize.report import HarmonizationReport, column_summary, counts_by
 from harmonize.spec import StudySpec
+
+if TYPE_CHECKING:
+    from harmonize.fhir import FhirReading
 
 
 @dataclass
@@ -51,6 +55,7 @@ def harmonize(
     memory_limit: str | None = "1GB",
     workers: int | None = None,
     progress: Progress | None = None,
+    validate_all: bool = False,
 ) -> Harmonized:
     """Harmonise one site's FHIR (``fhir=``) or OMOP (``omop=``) data under ``spec``.
 
@@ -62,7 +67,14 @@ def harmonize(
     or else in a temporary file removed at the end; ``memory_limit`` caps
     what DuckDB holds in memory (it spills to disk beyond), so the memory a
     run needs does not grow with the site's data. ``workers``: processes
-    validating large FHIR NDJSON files (see :func:`harmonize.fhir.read_fhir`).
+    reading large FHIR NDJSON files (see :func:`harmonize.fhir.read_fhir`).
+
+    FHIR NDJSON Observations are validated with ``fhir.resources`` when the
+    frame relies on them (see :mod:`harmonize.fhir`): the frame is the one
+    full validation gives, and an invalid Observation the frame would not
+    use even if it were valid is counted as the frame counts its rows
+    instead of rejected. ``validate_all=True`` validates every record as it
+    is read (slower: about 0.1 ms per resource).
 
     ``progress``: called as ``progress(done, total)`` while the source is
     read, with the input records processed so far and their total when it is
@@ -97,17 +109,22 @@ def harmonize(
         store = stack.enter_context(RecordStore(store_path, memory_limit=memory_limit))
         try:
             if fhir is not None:
-                from harmonize.fhir import read_fhir
+                from harmonize.fhir import FhirReading
 
-                read_fhir(
-                    fhir,
-                    store,
-                    max_rejected_share=max_rejected_share,
-                    today=latest_date,
-                    workers=workers,
-                    progress=progress,
-                    concepts=_study_codings(spec),
+                reading = stack.enter_context(
+                    FhirReading(
+                        fhir,
+                        store,
+                        max_rejected_share=max_rejected_share,
+                        today=latest_date,
+                        workers=workers,
+                        progress=progress,
+                        concepts=_study_codings(spec),
+                        defer=not validate_all,
+                    )
                 )
+                reading.read()
+                result = _build_validated_frame(store, spec, reading)
             else:
                 from harmonize.omop import read_omop
 
@@ -115,7 +132,7 @@ def harmonize(
                 if progress is not None:
                     read = store.totals()["read"]
                     progress(read, read)
-            result = build_frame(store, spec)
+                result = build_frame(store, spec)
         except HarmonizationError as error:
             _fill_read_side(report, store)
             _count_unclassified(report, store)
@@ -156,6 +173,34 @@ UNCLASSIFIED = "read and mapped to rows, not classified: the run stopped before 
 """Why records a stopped run had already mapped are neither included nor excluded."""
 
 
+def _build_validated_frame(
+    store: RecordStore, spec: StudySpec, reading: FhirReading
+) -> FrameResult:
+    """Build the frame, validating the unvalidated records it relies on, until it relies on none.
+
+    Each round validates every record the frame relies on; a record that
+    fails is rejected and its rows removed, and the frame is built again
+    (see :mod:`harmonize.frame` for why the result is the frame of the
+    valid records). Each round validates records never validated before, so
+    the rounds end. When every record validates to the rows that stood for
+    it, the store holds the rows it held and the frame stands as built.
+    """
+    result = build_frame(store, spec)
+    while result.unvalidated_relied_on:
+        try:
+            changed = reading.validate(result.unvalidated_relied_on)
+        except HarmonizationError:
+            # no frame comes of this run: its records are unclassified, none rejected here
+            store.connection.execute(f"DELETE FROM rejected WHERE source = '{HARMONIZE}'")
+            raise
+        if changed:
+            result = build_frame(store, spec)
+        else:
+            result.unvalidated_relied_on = []
+    reading.note_unvalidated()
+    return result
+
+
 def _study_codings(spec: StudySpec) -> frozenset[tuple[str, str]]:
     """Every ``(system, code)`` of the study's concept sets: what a FHIR record may match."""
     return frozenset().union(*(s.codings() for s in spec.concept_sets.values()))
@@ -186,6 +231,7 @@ def _fill_read_side(report: HarmonizationReport, store: RecordStore) -> None:
     report.excluded = int(at_read["n"].sum()) if not at_read.empty else 0
     report.excluded_by_reason = counts_by(at_read, "reason") if not at_read.empty else {}
     report.notes = store.notes()
+    report.not_validated = store.unvalidated()
     rejected = store.table("rejected")
     report.rejected = int((rejected["source"] != HARMONIZE).sum()) if not rejected.empty else 0
 

@@ -678,10 +678,10 @@ def test_memory_is_bounded_by_the_batch_not_the_file(tmp_path):
 def test_worker_processes_give_the_same_store_as_one_process(tmp_path, monkeypatch):
     """Decisions taken in worker processes are applied in file order: same rows, same quarantine.
 
-    Small chunks put duplicates, malformed lines and invalid resources in
-    chunks other than their first occurrence's.
+    Small blocks put duplicates, malformed lines and invalid resources in
+    blocks other than their first occurrence's.
     """
-    import harmonize.fhir as fhir_reader
+    import harmonize.fhir_blocks as fhir_blocks
     from harmonize.synthetic_ehr import synthetic_ehr, write_fhir_ndjson
 
     folder = write_fhir_ndjson(synthetic_ehr(40, seed=3), tmp_path / "fhir")
@@ -694,7 +694,7 @@ def test_worker_processes_give_the_same_store_as_one_process(tmp_path, monkeypat
                json.dumps({"resourceType": "Immunization", "id": "i1"}).encode(),
                *observations[50:]]  # fmt: skip
     (folder / "Observation.000.ndjson").write_bytes(b"\n".join(mutated) + b"\n")
-    monkeypatch.setattr(fhir_reader, "CHUNK_LINES", 7)
+    monkeypatch.setattr(fhir_blocks, "BLOCK_BYTES", 2_000)  # about 7 lines
 
     def tables(workers: int) -> dict[str, pd.DataFrame]:
         store = RecordStore()
