@@ -104,7 +104,7 @@ class DifferencingGuard:
         self._columns: dict[str, str] = {}
         self._matrix: np.ndarray | None = None
         self._answered: dict[str, list[np.ndarray]] = {}
-        self._stacked: dict[str, np.ndarray] = {}
+        self._stacked: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._db: sqlite3.Connection | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,12 +231,16 @@ class DifferencingGuard:
                 if not (differ == 0).any():
                     fresh_sets.append((label, bits))
             fresh_columns: list[tuple[str, np.ndarray]] = []
-            kept = self._column_matrix(group, width)
+            kept, kept_low, kept_high = self._column_matrix(group, width)
             others = np.empty((len(kept) + len(values), width))  # the kept, then the fresh
             others[: len(kept)] = kept
+            low = np.concatenate([kept_low, np.empty(len(values))])  # each one's least, greatest
+            high = np.concatenate([kept_high, np.empty(len(values))])
             for label, column in values:
-                compared = others[: len(kept) + len(fresh_columns)]
-                close, same = near_copies(compared, column, k, units)
+                compared = len(kept) + len(fresh_columns)
+                close, same = near_copies(
+                    others[:compared], column, k, units, extremes=(low[:compared], high[:compared])
+                )
                 if near is None and close.any():
                     unit = "rows" if units is None else "patients"
                     near = (
@@ -246,7 +250,8 @@ class DifferencingGuard:
                         f"those {unit}' values by subtraction (differencing guard)"
                     )
                 if not same.any():
-                    others[len(kept) + len(fresh_columns)] = column
+                    others[compared] = column
+                    low[compared], high[compared] = column.min(), column.max()
                     fresh_columns.append((label, column))
             fresh = len(fresh_sets) + len(fresh_columns)
             cap = self.policy.max_guard_entries
@@ -307,12 +312,18 @@ class DifferencingGuard:
                     (self._frame, label[:200], bits.tobytes()),
                 )
 
-    def _column_matrix(self, group: str, width: int) -> np.ndarray:
-        """The remembered columns over the rows ``group``, one per row (stacked once)."""
+    def _column_matrix(self, group: str, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The remembered columns over the rows ``group``, one per row, with each one's least
+        and greatest value (stacked once)."""
         kept = self._answered.get(group, [])
         cached = self._stacked.get(group)
-        if cached is None or len(cached) != len(kept):
-            cached = np.stack(kept) if kept else np.zeros((0, width))
+        if cached is None or len(cached[0]) != len(kept):
+            matrix = np.stack(kept) if kept else np.zeros((0, width))
+            cached = (
+                matrix,
+                matrix.min(axis=1, initial=np.inf),
+                matrix.max(axis=1, initial=-np.inf),
+            )
             self._stacked[group] = cached
         return cached
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import numpy as np
 
 from fedstats.site.cell_rules import Segments, dominated, unit_segments
+from fedstats.site.order_statistics import largest, smallest
 
 RTOL = 1e-12
 """Relative tolerance of an affine match (about 4,500 units in the last place): well above
@@ -61,13 +62,12 @@ def extreme_values(column: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarr
     """The ``count`` smallest and the ``count`` largest distinct values of ``column`` (all of
     them, sorted, when it holds fewer), without sorting the whole column: the distinct values
     of its ``m`` smallest entries are every distinct value up to the ``m``-th smallest, so
-    ``m`` grows until they number ``count``."""
+    ``m`` grows until they number ``count`` (:mod:`fedstats.site.order_statistics`)."""
 
     n = len(column)
     m = 4 * count
     while 2 * m < n:
-        ends = np.partition(column, (m - 1, n - m))  # both ends in one pass
-        low, high = np.unique(ends[:m]), np.unique(ends[n - m :])
+        low, high = np.unique(smallest(column, m)), np.unique(largest(column, m))
         if low.size >= count and high.size >= count:
             return low[:count], high[-count:]
         m *= 8
@@ -103,7 +103,12 @@ def anchor_pairs(column: np.ndarray, k: int) -> list[tuple[int, int]]:
 
 
 def near_copies(
-    stored: np.ndarray, column: np.ndarray, k: int, units: np.ndarray | None = None
+    stored: np.ndarray,
+    column: np.ndarray,
+    k: int,
+    units: np.ndarray | None = None,
+    *,
+    extremes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each remembered column ``a`` (a row of ``stored``): is ``column`` a near-copy of
     it, and is it a copy (module docstring)?
@@ -120,6 +125,9 @@ def near_copies(
         The patient of each row, when a frame holds several rows per patient: deviations
         are then summed per patient before the ``k - 1`` largest are taken. ``None``: each
         row is its own unit.
+    extremes:
+        Each remembered column's least and greatest value (``m`` each), when the caller
+        keeps them; computed here otherwise.
 
     Returns
     -------
@@ -139,7 +147,10 @@ def near_copies(
     step = max(1, min(_BLOCK // n, _BLOCK // ((len(pairs) + 1) * SAMPLE)))
     for lo in range(0, m, step):
         block = stored[lo : lo + step]
-        low, high = block.min(axis=1), block.max(axis=1)
+        if extremes is None:
+            low, high = block.min(axis=1), block.max(axis=1)
+        else:
+            low, high = extremes[0][lo : lo + step], extremes[1][lo : lo + step]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # one map per row of (c, d): the identity, then every anchor pair's
             c = np.vstack(

@@ -7,7 +7,6 @@ site's frame and return only what their task's schema declares.
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +16,15 @@ import pandas as pd
 from fedstats.contract.design import (
     DesignSpec,
     counting_outcome,
-    model_frame,
     parse_formula,
 )
-from fedstats.contract.design_matrix import agreed_codes, assemble, plain, site_columns
+from fedstats.contract.design_matrix import (
+    agreed_codes,
+    assemble,
+    plain,
+    right_hand_side,
+    site_columns,
+)
 from fedstats.contract.dp_request import NoisyGroup
 from fedstats.contract.tasks.design import _string_list, spec_from_args
 from fedstats.errors import (
@@ -35,6 +39,7 @@ from fedstats.errors import (
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
 from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
+from fedstats.site.design_cache import BoundedCache, design_digest, frame_token
 from fedstats.site.design_outcomes import (
     binary_outcome,
     evaluated_factor,
@@ -49,8 +54,6 @@ from fedstats.site.patient_rows import count_patients, patient_release_sets, pat
 from fedstats.site.private_rows import outside_levels, usable_private_rows
 from fedstats.site.task import SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
-
-_CACHE_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -189,7 +192,8 @@ def events(spec: DesignSpec, design: SiteDesign) -> float:
 
 
 def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
-    """The site's design for ``spec``, built once and cached under the spec's key."""
+    """The site's design for ``spec``, built once and kept while memory allows
+    (:mod:`fedstats.site.design_cache`)."""
     if spec.outcome_kind in ("count", "continuous") and not ctx.exact:
         raise DisclosureError(
             site=ctx.name,
@@ -211,17 +215,16 @@ def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
             ),
             rule="privacy-required",
         )
-    cache: OrderedDict = ctx.cache.setdefault("designs", OrderedDict())
-    key = (spec.key, ctx.exact)  # a private design leaves unusable rows out; an exact one refuses
-    if key in cache:
-        cache.move_to_end(key)
+    cache: BoundedCache = ctx.cache.setdefault("designs", BoundedCache())
+    # a private design leaves unusable rows out; an exact one refuses (fedstats.site.design_cache)
+    key = (design_digest(spec), ctx.exact, frame_token(ctx.frame))
+    design = cache.get(key)
+    if design is not None:
         if ctx.exact:
-            check_exact_release(ctx, spec, cache[key])
-        return cache[key]
+            check_exact_release(ctx, spec, design)
+        return design
     design = build_design(ctx, spec)
-    cache[key] = design
-    while len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
+    cache.put(key, design)
     return design
 
 
@@ -245,11 +248,11 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     for var in needed:
         if var not in frame.columns:
             raise MissingColumnError(site=site, column=var)
-    data = frame[needed]
+    data = frame_columns(frame, needed)
     private = not ctx.exact
     n_dropped = 0
-    incomplete = data.isna()
-    if incomplete.to_numpy().any():
+    if any(data[var].hasnans for var in data.columns):
+        incomplete = data.isna()
         if spec.missing == "raise" and not private:
             counts = incomplete.sum()
             var = str(counts[counts > 0].index[0])
@@ -265,7 +268,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         if outside.any():
             n_dropped += int(outside.sum())
             data, positions = data[~outside], positions[~outside]
-    raw = data  # the values as the site holds them (``data[needed]`` is already a copy)
+    raw = data  # the values as the site holds them (nothing below writes to them)
     if spec.levels:
         data = data.copy()
         for var, levels in spec.levels.items():
@@ -306,7 +309,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
                 else data[factor.column].array
             )
     try:
-        rhs, _ = model_frame(parsed, values, len(data)) if len(data) else (None, None)
+        rhs = right_hand_side(parsed, values, len(data)) if len(data) else None
     except FormulaError:
         raise InconsistentColumnError(
             site=site, column=spec.formula, reason="cannot be built from this site's columns"
@@ -350,20 +353,28 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
         )
     design = SiteDesign(
-        X=np.ascontiguousarray(X),
-        y=y,
-        offset=offset,
+        X=np.asfortranarray(X),
+        y=np.array(y),  # the design's own arrays: none is a view of the frame's columns
+        offset=None if offset is None else np.array(offset),
         n_dropped=n_dropped,
-        time=time,
-        entry=entry,
+        time=None if time is None else np.array(time),
+        entry=None if entry is None else np.array(entry),
         stratum=stratum,
         rows=positions,
         indicators=tuple(indicators),
-        weights=weights,
+        weights=None if weights is None else np.array(weights),
     )
     if ctx.exact:
         check_exact_release(ctx, spec, design)
     return design
+
+
+def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """``frame[names]`` without copying the rows: a frame of the site's own column arrays
+    (nothing that reads it writes to it; a column kept in a design is copied there)."""
+    if not frame.columns.is_unique:
+        return frame[names]
+    return pd.DataFrame({name: frame[name] for name in dict.fromkeys(names)}, copy=False)
 
 
 def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) -> None:
@@ -380,7 +391,8 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     cross-cell rule (:func:`check_design_cross_cells`) on a binary or survival design.
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
-    if spec.key in checked:
+    digest = design_digest(spec)
+    if digest in checked:
         return
     policy, site = ctx.policy, ctx.name
     for term, mask in design.indicators:
@@ -458,7 +470,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         rows=rows,
         units=None if patients is None else patients[rows],
     )
-    checked.add(spec.key)
+    checked.add(digest)
 
 
 def answered_columns(
