@@ -37,7 +37,7 @@ import pandas as pd
 
 from fedstats.contract.design import DesignSpec
 
-DESIGN_CACHE_BYTES = 512 * 2**20
+DESIGN_CACHE_BYTES = 256 * 2**20
 """The most a site keeps of built designs (and their sorted survival forms), per kind."""
 
 
