@@ -62,11 +62,12 @@ def extreme_values(column: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarr
     """The ``count`` smallest and the ``count`` largest distinct values of ``column`` (all of
     them, sorted, when it holds fewer), without sorting the whole column: the distinct values
     of its ``m`` smallest entries are every distinct value up to the ``m``-th smallest, so
-    ``m`` grows until they number ``count`` (:mod:`fedstats.site.order_statistics`)."""
+    ``m`` grows until they number ``count`` (:mod:`fedstats.site.order_statistics`); a column
+    whose ends are ties (a count, a flag) is sorted instead."""
 
     n = len(column)
     m = 4 * count
-    while 2 * m < n:
+    while 2 * m < n and m <= 32 * count:
         low, high = np.unique(smallest(column, m)), np.unique(largest(column, m))
         if low.size >= count and high.size >= count:
             return low[:count], high[-count:]

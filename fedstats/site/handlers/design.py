@@ -407,7 +407,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         site=site,
         task=None,
         names=[spec.columns[j] for j in varying],
-        X=design.X[:, varying],
+        X=columns_of(design.X, varying),
     )
     what = (
         "the event indicator"
@@ -473,6 +473,13 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     checked.add(digest)
 
 
+def columns_of(X: np.ndarray, positions: list[int]) -> np.ndarray:
+    """``X[:, positions]``: a view when the positions are consecutive (no copy of the rows)."""
+    if positions and positions == list(range(positions[0], positions[-1] + 1)):
+        return X[:, positions[0] : positions[-1] + 1]
+    return X[:, positions]
+
+
 def answered_columns(
     spec: DesignSpec, design: SiteDesign, varying: list[int]
 ) -> list[tuple[str, np.ndarray]]:
@@ -529,7 +536,7 @@ def check_design_cross_cells(
     """The cross-cell rule (:mod:`fedstats.site.cross_cells`) on a binary or survival design:
     its outcome or event indicator crossed with every two-valued design column, every level
     of every categorical term, every indicator the formula computed and every stratum."""
-    crossed = two_valued_columns([spec.columns[j] for j in varying], design.X[:, varying])
+    crossed = two_valued_columns([spec.columns[j] for j in varying], columns_of(design.X, varying))
     categorical = {  # columns the design codes by level (an I() of a column codes no level)
         f.column for f in parse_formula(spec.formula).factors if f.kind in ("categorical", "column")
     }
