@@ -232,17 +232,23 @@ def answers_concurrently(task: str, args: Mapping[str, Any]) -> bool:
     return task in CONCURRENT_TASKS and args.get("dp") is None and args.get("secagg") is None
 
 
-_WORKERS: ThreadPoolExecutor | None = None
+_WORKERS: dict[int, ThreadPoolExecutor] = {}
 _WORKERS_LOCK = threading.Lock()
 
 
 def _workers() -> ThreadPoolExecutor | None:
-    """The process's site workers, one per processor (``None`` on one processor)."""
-    global _WORKERS
+    """This process's site workers, one per processor (``None`` on one processor); a child
+    process forked from one that had workers starts its own (threads do not survive a
+    fork)."""
+    processors = os.cpu_count() or 1
+    if processors < 2:
+        return None
     with _WORKERS_LOCK:
-        if _WORKERS is None and (os.cpu_count() or 1) > 1:
-            _WORKERS = ThreadPoolExecutor(os.cpu_count(), thread_name_prefix="fedstats-site")
-        return _WORKERS
+        pid = os.getpid()
+        if pid not in _WORKERS:
+            _WORKERS.clear()
+            _WORKERS[pid] = ThreadPoolExecutor(processors, thread_name_prefix="fedstats-site")
+        return _WORKERS[pid]
 
 
 class SiteThreads:

@@ -11,6 +11,8 @@ thread that opened it.
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 
 import numpy as np
@@ -121,3 +123,24 @@ def test_a_site_answers_its_requests_one_at_a_time_in_order():
     assert [r for s, r, _ in seen if s == "a"] == [first, second]
     assert [r for s, r, _ in seen if s == "c"] == [first, b"asked directly"]
     assert sites.answer("b", second) == second[::-1]
+
+
+def _fit_in_child(frames, queue) -> None:
+    federation = fedstats.Federation.in_process(frames)
+    queue.put(fedstats.LogisticRegression("y ~ x1").fit(federation).params.to_numpy())
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_fits_with_threads_of_its_own():
+    """The workers are threads of the process that started them; a child forked after a
+    threaded fit starts its own instead of waiting on threads it does not have."""
+    frames = datasets.synthetic_logistic(n_sites=2, n_per_site=300, n_covariates=1, seed=8)
+    here = fedstats.LogisticRegression("y ~ x1").fit(fedstats.Federation.in_process(frames))
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_fit_in_child, args=(frames, queue))
+    child.start()
+    there = queue.get(timeout=120)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert np.array_equal(there, here.params.to_numpy())
