@@ -6,6 +6,7 @@ site's frame and return only what their task's schema declares.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -353,7 +354,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
         )
     design = SiteDesign(
-        X=np.asfortranarray(X),
+        X=X,  # column-major while the checks read it a column at a time
         y=np.array(y),  # the design's own arrays: none is a view of the frame's columns
         offset=None if offset is None else np.array(offset),
         n_dropped=n_dropped,
@@ -366,7 +367,8 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     )
     if ctx.exact:
         check_exact_release(ctx, spec, design)
-    return design
+    # row-major for the rounds, which read it a block of rows at a time
+    return dataclasses.replace(design, X=np.ascontiguousarray(X))
 
 
 def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
