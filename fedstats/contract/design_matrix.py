@@ -129,21 +129,47 @@ def _numeric(value: Any) -> bool:
     return value.dtype.kind != "f" or not np.isnan(value).any()
 
 
+def design_columns(
+    spec: DesignSpec, rhs: pd.DataFrame | NumericColumns | None, n_rows: int, site: str | None
+) -> list[np.ndarray]:
+    """The agreed columns in order, each one contiguous float64 array: the model frame's (a
+    numeric column's own values, not copied), and 1 in ``site``'s own intercept column (0 in
+    the other sites'). Read-only: they may be the caller's arrays."""
+    own = None if site is None else SITE_COLUMN.format(site)
+    intercepts = site_columns(spec)
+    columns = []
+    for name in spec.columns:
+        if name in intercepts:
+            columns.append(np.full(n_rows, 1.0 if name == own else 0.0))
+        elif rhs is not None:
+            columns.append(np.ascontiguousarray(rhs[name], dtype=np.float64))
+        else:
+            columns.append(np.zeros(n_rows))
+    return columns
+
+
+STACK_BYTES = 1 << 20
+"""Rows of :func:`stacked`'s result written at a time (1 MiB of them, held in cache)."""
+
+
+def stacked(columns: list[np.ndarray], n_rows: int) -> np.ndarray:
+    """The columns side by side in one row-major float64 array, written a block of rows at a
+    time, so each block is filled where it lies in cache rather than one column at a time
+    across the whole array."""
+    X = np.empty((n_rows, len(columns)))
+    size = max(256, STACK_BYTES // (8 * max(len(columns), 1)))
+    for start in range(0, n_rows, size):
+        rows = slice(start, start + size)
+        for j, column in enumerate(columns):
+            X[rows, j] = column[rows]
+    return X
+
+
 def assemble(
     spec: DesignSpec, rhs: pd.DataFrame | NumericColumns | None, n_rows: int, site: str | None
 ) -> np.ndarray:
-    """The agreed columns in order: the model frame's, and 1 in ``site``'s own intercept column
-    (0 in the other sites'). Column-major (Fortran order): each column is written, and later
-    read by the disclosure checks, as one contiguous run."""
-    X = np.zeros((n_rows, len(spec.columns)), dtype=np.float64, order="F")
-    own = None if site is None else SITE_COLUMN.format(site)
-    intercepts = site_columns(spec)
-    for j, name in enumerate(spec.columns):
-        if name in intercepts:
-            X[:, j] = 1.0 if name == own else 0.0
-        elif rhs is not None:
-            X[:, j] = np.asarray(rhs[name], dtype=np.float64)
-    return X
+    """The agreed columns in order (:func:`design_columns`), row-major."""
+    return stacked(design_columns(spec, rhs, n_rows, site), n_rows)
 
 
 def design_matrix(

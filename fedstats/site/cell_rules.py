@@ -122,11 +122,13 @@ def check_columns(
     site: str,
     task: str | None,
     names: Sequence[str],
-    X: np.ndarray,
+    X: np.ndarray | Sequence[np.ndarray],
 ) -> None:
-    """Apply the mode and dominance rules to every column of ``X`` (named by ``names``)."""
+    """Apply the mode and dominance rules to every column of ``X`` (a matrix, or its columns;
+    named by ``names``)."""
     for j, name in enumerate(names):
-        problem = column_problem(np.asarray(X[:, j], dtype=np.float64), policy.k_cell)
+        column = X[:, j] if isinstance(X, np.ndarray) else X[j]
+        problem = column_problem(np.asarray(column, dtype=np.float64), policy.k_cell)
         if problem is not None:
             raise DisclosureError(
                 site=site,

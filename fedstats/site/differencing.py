@@ -329,6 +329,8 @@ class DifferencingGuard:
 
     def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray]]) -> None:
         for label, column in fresh:
+            if column.base is not None or not column.flags.owndata:
+                column = column.copy()  # the guard's own copy, never a view of a design or frame
             self._answered.setdefault(group, []).append(column)
             if self._db is not None:
                 self._db.execute(

@@ -6,7 +6,6 @@ site's frame and return only what their task's schema declares.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +20,11 @@ from fedstats.contract.design import (
 )
 from fedstats.contract.design_matrix import (
     agreed_codes,
-    assemble,
+    design_columns,
     plain,
     right_hand_side,
     site_columns,
+    stacked,
 )
 from fedstats.contract.dp_request import NoisyGroup
 from fedstats.contract.tasks.design import _string_list, spec_from_args
@@ -329,11 +329,12 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             column=spec.formula,
             reason=f"yields design columns {got}, not the agreed {expected}",
         )
-    X = assemble(spec, rhs, len(data), site)
-    bad = ~np.isfinite(X).all(axis=0)
-    if bad.any():
-        column = spec.columns[int(np.flatnonzero(bad)[0])]
-        raise InconsistentColumnError(site=site, column=column, reason="has non-finite values")
+    columns = design_columns(spec, rhs, len(data), site)  # read by the checks, one by one
+    bad = [j for j, column in enumerate(columns) if not np.isfinite(column).all()]
+    if bad:
+        raise InconsistentColumnError(
+            site=site, column=spec.columns[bad[0]], reason="has non-finite values"
+        )
     offset = None
     if spec.offset:
         offset = as_numbers(data[spec.offset])
@@ -346,7 +347,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     weights = None
     if spec.weights:
         weights = frequency_weights(site, data[spec.weights], spec.weights)
-    varying = int((X != 0).any(axis=0).sum())
+    varying = sum(bool(column.any()) for column in columns)
     if saturation and not private:  # off for replies of a few counts (concordance), and for
         # private releases, whose noise protects any design and whose answer may not depend
         # on which columns vary
@@ -354,7 +355,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
         )
     design = SiteDesign(
-        X=X,  # column-major while the checks read it a column at a time
+        X=stacked(columns, len(data)),  # row-major: the rounds read a block of rows at a time
         y=np.array(y),  # the design's own arrays: none is a view of the frame's columns
         offset=None if offset is None else np.array(offset),
         n_dropped=n_dropped,
@@ -366,9 +367,8 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         weights=None if weights is None else np.array(weights),
     )
     if ctx.exact:
-        check_exact_release(ctx, spec, design)
-    # row-major for the rounds, which read it a block of rows at a time
-    return dataclasses.replace(design, X=np.ascontiguousarray(X))
+        check_exact_release(ctx, spec, design, columns)
+    return design
 
 
 def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
@@ -379,7 +379,12 @@ def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return pd.DataFrame({name: frame[name] for name in dict.fromkeys(names)}, copy=False)
 
 
-def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) -> None:
+def check_exact_release(
+    ctx: SiteContext,
+    spec: DesignSpec,
+    design: SiteDesign,
+    columns: list[np.ndarray] | None = None,
+) -> None:
     """The small-cell rules and the differencing guard, before an exact release of ``design``.
 
     Checked once per design (a later round of the same design releases sums
@@ -391,11 +396,15 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     (:func:`answered_columns`) go to the differencing guard, which refuses a
     near-copy of a column it answered about before. Before the guard, the
     cross-cell rule (:func:`check_design_cross_cells`) on a binary or survival design.
+    ``columns``: the design's columns as contiguous arrays, when the caller has them (each
+    rule reads a column at a time); ``design.X``'s otherwise.
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
     digest = design_digest(spec)
     if digest in checked:
         return
+    if columns is None:
+        columns = [design.X[:, j] for j in range(design.X.shape[1])]
     policy, site = ctx.policy, ctx.name
     for term, mask in design.indicators:
         check_indicator(policy, site=site, task=None, term=term, mask=mask)
@@ -409,7 +418,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         site=site,
         task=None,
         names=[spec.columns[j] for j in varying],
-        X=columns_of(design.X, varying),
+        X=[columns[j] for j in varying],
     )
     what = (
         "the event indicator"
@@ -443,7 +452,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         sets.append((f"the rows of positive {spec.weights}", over_frame(design.weights > 0)))
     sets += [(term, over_frame(mask)) for term, mask in design.indicators]
     for j in varying:
-        column = design.X[:, j]
+        column = columns[j]
         if distinct_values_exceed(column, 1) and not distinct_values_exceed(column, 2):
             sets.append((spec.columns[j], over_frame(column != column[0])))  # two values
     if design.stratum is not None and spec.strata:
@@ -457,33 +466,29 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         entry=design.entry,
         entry_name=counting[0] if counting else None,
         event=(what, design.y),
-        columns=[(spec.columns[j], design.X[:, j]) for j in varying],
+        columns=[(spec.columns[j], columns[j]) for j in varying],
         sets=sets,
         over_frame=over_frame,
     )
     if spec.outcome_kind in ("binary", "survival"):  # after the rules on one column at a time
-        check_design_cross_cells(ctx, spec, design, rows, what, varying)
+        check_design_cross_cells(ctx, spec, design, rows, what, varying, columns)
     patients = patients_of(ctx.frame)
     ctx.guard.check_release(
         site,
         None,
         sets,
-        answered_columns(spec, design, varying),
+        answered_columns(spec, design, varying, columns),
         rows=rows,
         units=None if patients is None else patients[rows],
     )
     checked.add(digest)
 
 
-def columns_of(X: np.ndarray, positions: list[int]) -> np.ndarray:
-    """``X[:, positions]``: a view when the positions are consecutive (no copy of the rows)."""
-    if positions and positions == list(range(positions[0], positions[-1] + 1)):
-        return X[:, positions[0] : positions[-1] + 1]
-    return X[:, positions]
-
-
 def answered_columns(
-    spec: DesignSpec, design: SiteDesign, varying: list[int]
+    spec: DesignSpec,
+    design: SiteDesign,
+    varying: list[int],
+    columns: list[np.ndarray] | None = None,
 ) -> list[tuple[str, np.ndarray]]:
     """The columns an exact answer about ``design`` is computed from, for the differencing
     guard's near-copy check (:mod:`fedstats.site.near_copies`): every design column with
@@ -491,12 +496,14 @@ def answered_columns(
     follow-up times, offset and weights whenever they vary. Not here: the 0/1 outcome and
     event indicator of a binary or survival design (the cell rules cover them), and the
     entry times of ``Surv(start, stop, event)``, which the study pins to one column per
-    outcome (rule ``entry``, :mod:`fedstats.site.handlers.cox`).
+    outcome (rule ``entry``, :mod:`fedstats.site.handlers.cox`). ``columns``: the design's
+    columns (``design.X``'s when ``None``).
     """
-    columns = []
+    design_column = (lambda j: design.X[:, j]) if columns is None else columns.__getitem__
+    answered = []
     for j in varying:
-        if distinct_values_exceed(design.X[:, j], 2):
-            columns.append((spec.columns[j], design.X[:, j]))
+        if distinct_values_exceed(design_column(j), 2):
+            answered.append((spec.columns[j], design_column(j)))
     roles = [
         (spec.outcome, design.y if spec.outcome_kind in ("count", "continuous") else None),
         (f"the follow-up times of {spec.outcome}", design.time),
@@ -505,8 +512,8 @@ def answered_columns(
     ]
     for label, values in roles:
         if values is not None and distinct_values_exceed(values, 1):
-            columns.append((label, values))
-    return columns
+            answered.append((label, values))
+    return answered
 
 
 _FIRST_ROWS = 64
@@ -534,11 +541,13 @@ def check_design_cross_cells(
     rows: np.ndarray,
     what: str,
     varying: list[int],
+    columns: list[np.ndarray],
 ) -> None:
     """The cross-cell rule (:mod:`fedstats.site.cross_cells`) on a binary or survival design:
-    its outcome or event indicator crossed with every two-valued design column, every level
-    of every categorical term, every indicator the formula computed and every stratum."""
-    crossed = two_valued_columns([spec.columns[j] for j in varying], columns_of(design.X, varying))
+    its outcome or event indicator crossed with every two-valued design column (``varying``
+    among the design's ``columns``), every level of every categorical term, every indicator
+    the formula computed and every stratum."""
+    crossed = two_valued_columns([spec.columns[j] for j in varying], [columns[j] for j in varying])
     categorical = {  # columns the design codes by level (an I() of a column codes no level)
         f.column for f in parse_formula(spec.formula).factors if f.kind in ("categorical", "column")
     }
