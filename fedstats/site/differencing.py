@@ -232,14 +232,17 @@ class DifferencingGuard:
                     fresh_sets.append((label, bits))
             fresh_columns: list[tuple[str, np.ndarray]] = []
             kept, kept_low, kept_high = self._column_matrix(group, width)
-            others = np.empty((len(kept) + len(values), width))  # the kept, then the fresh
-            others[: len(kept)] = kept
+            added = np.empty((len(values), width))  # the guard's own copies of the new columns
             low = np.concatenate([kept_low, np.empty(len(values))])  # each one's least, greatest
             high = np.concatenate([kept_high, np.empty(len(values))])
             for label, column in values:
                 compared = len(kept) + len(fresh_columns)
                 close, same = near_copies(
-                    others[:compared], column, k, units, extremes=(low[:compared], high[:compared])
+                    (kept, added[: len(fresh_columns)]),
+                    column,
+                    k,
+                    units,
+                    extremes=(low[:compared], high[:compared]),
                 )
                 if near is None and close.any():
                     unit = "rows" if units is None else "patients"
@@ -250,9 +253,9 @@ class DifferencingGuard:
                         f"those {unit}' values by subtraction (differencing guard)"
                     )
                 if not same.any():
-                    others[compared] = column
+                    added[len(fresh_columns)] = column
                     low[compared], high[compared] = column.min(), column.max()
-                    fresh_columns.append((label, column))
+                    fresh_columns.append((label, added[len(fresh_columns)]))
             fresh = len(fresh_sets) + len(fresh_columns)
             cap = self.policy.max_guard_entries
             if fresh and self.entries + fresh > cap:
@@ -328,9 +331,7 @@ class DifferencingGuard:
         return cached
 
     def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray]]) -> None:
-        for label, column in fresh:
-            if column.base is not None or not column.flags.owndata:
-                column = column.copy()  # the guard's own copy, never a view of a design or frame
+        for label, column in fresh:  # rows of the guard's own copies, never a design's
             self._answered.setdefault(group, []).append(column)
             if self._db is not None:
                 self._db.execute(

@@ -42,6 +42,8 @@ near-copies of one remembered column, not of combinations of several.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from fedstats.site.cell_rules import Segments, dominated, unit_segments
@@ -104,7 +106,7 @@ def anchor_pairs(column: np.ndarray, k: int) -> list[tuple[int, int]]:
 
 
 def near_copies(
-    stored: np.ndarray,
+    stored: np.ndarray | Sequence[np.ndarray],
     column: np.ndarray,
     k: int,
     units: np.ndarray | None = None,
@@ -117,7 +119,8 @@ def near_copies(
     Parameters
     ----------
     stored:
-        Remembered columns, one per row, over the same rows as ``column`` (``m x n``).
+        Remembered columns, one per row, over the same rows as ``column`` (``m x n``), or
+        matrices of them whose rows, one after the other, are the ``m`` columns.
     column:
         The new column (``n`` finite values).
     k:
@@ -135,7 +138,8 @@ def near_copies(
     tuple of numpy.ndarray
         ``near`` and ``copy``, ``m`` booleans each; a copy is never near.
     """
-    m, n = stored.shape
+    parts = [stored] if isinstance(stored, np.ndarray) else list(stored)
+    m, n = sum(len(part) for part in parts), len(column)
     near = np.zeros(m, dtype=bool)
     copy = np.zeros(m, dtype=bool)
     if m == 0 or n == 0:
@@ -146,8 +150,12 @@ def near_copies(
     first = np.array([i for i, _ in pairs], dtype=np.int64)
     second = np.array([j for _, j in pairs], dtype=np.int64)
     step = max(1, min(_BLOCK // n, _BLOCK // ((len(pairs) + 1) * SAMPLE)))
-    for lo in range(0, m, step):
-        block = stored[lo : lo + step]
+    blocks = (
+        (start + lo, part[lo : lo + step])
+        for part, start in zip(parts, np.cumsum([0] + [len(p) for p in parts[:-1]]), strict=True)
+        for lo in range(0, len(part), step)
+    )
+    for lo, block in blocks:
         if extremes is None:
             low, high = block.min(axis=1), block.max(axis=1)
         else:
