@@ -156,3 +156,21 @@ def test_the_default_bound_holds_a_million_row_design_of_twenty_columns():
     outcome and rows) fits the default bound, so its rounds are not rebuilt."""
     X_bytes = 1_000_000 * 21 * 8
     assert X_bytes + 2 * 1_000_000 * 8 < design_cache.DESIGN_CACHE_BYTES
+
+
+def test_the_guard_remembers_its_own_copies_of_the_columns_a_design_reads():
+    """A numeric design reads the frame's own column arrays (no copy is made to build it);
+    what the differencing guard remembers of them must still be its own: values written
+    into the frame's arrays afterwards change nothing it compares new requests against."""
+    data = frame()
+    silo = Silo("s", data)
+    spec = spec_of("y ~ a + b", data)
+    assert codec.decode(silo.handle(summaries_request(spec, np.zeros(3))))["status"] == "ok"
+    guard = silo._context.guard
+    remembered = [column.copy() for group in guard._answered.values() for column in group]
+    assert len(remembered) == 2  # a and b
+    data["a"].to_numpy()[:] = 0.0  # the frame's own array, edited in place
+    data["b"].to_numpy()[:] = 0.0
+    now = [column for group in guard._answered.values() for column in group]
+    assert all(np.array_equal(a, b) for a, b in zip(remembered, now, strict=True))
+    assert not any(np.shares_memory(c, data[v].to_numpy()) for c in now for v in ("a", "b"))
