@@ -55,7 +55,12 @@ def frame_token(frame: pd.DataFrame) -> tuple:
 
 
 def footprint(value: Any) -> int:
-    """The bytes of the numpy arrays ``value`` holds (in a dataclass, tuple, list or dict)."""
+    """The bytes of the numpy arrays ``value`` holds: what it says it holds (``held_bytes``,
+    a site design, whose columns may be the frame's own), or the arrays of a dataclass,
+    tuple, list or dict."""
+    held = getattr(value, "held_bytes", None)
+    if isinstance(held, int):
+        return held
     if isinstance(value, np.ndarray):
         return value.nbytes
     if is_dataclass(value) and not isinstance(value, type):
@@ -76,12 +81,15 @@ class BoundedCache:
         self.nbytes = 0
 
     def get(self, key: Hashable) -> Any | None:
-        """The value kept under ``key`` (now the most recently used), or ``None``."""
+        """The value kept under ``key`` (now the most recently used), or ``None``. A value may
+        have grown since it was kept (a design builds its row-major array on first use): it
+        is measured again, and the least recently used values dropped to keep the bound."""
         item = self._items.get(key)
         if item is None:
             return None
-        self._items.move_to_end(key)
-        return item[0]
+        value = item[0]
+        self.put(key, value)
+        return value if key in self._items else None
 
     def put(self, key: Hashable, value: Any) -> None:
         """Keep ``value`` under ``key``, dropping the least recently used values until the

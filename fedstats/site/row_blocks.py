@@ -7,7 +7,8 @@ information ``X' diag(w) X`` (IRLS; McCullagh & Nelder, *Generalized Linear Mode
 ``n x p`` temporary (``X * w``) that the next pass reads back. Taken over blocks of rows
 small enough to stay in the processor's cache (:func:`row_blocks`), every step of a block
 reads the block where the previous one left it, and the design is read from memory once
-per round.
+per round; a design kept as its columns is copied into one cache-sized block at a time
+(:func:`column_blocks`) and never built whole.
 
 The information is summed as ``sum_b A_b' A_b`` with ``A_b = diag(sqrt(w_b)) X_b`` (weights
 ``w >= 0``): numpy computes ``A' A`` as one symmetric rank-``k`` update (BLAS ``syrk``), half
@@ -18,7 +19,8 @@ the work of a general product, and the total is symmetric to the last bit
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 
@@ -35,6 +37,20 @@ def row_blocks(n_rows: int, n_columns: int) -> Iterator[slice]:
         yield slice(start, min(start + size, n_rows))
 
 
+def column_blocks(columns: Sequence[np.ndarray], n_rows: int) -> Iterator[tuple[slice, np.ndarray]]:
+    """The design whose ``columns`` are given, a block of rows at a time (:func:`row_blocks`):
+    each block copied into one column-major buffer, reused from block to block and round to
+    round (read a block before taking the next). Only the block is ever written: the design
+    is not built whole."""
+    p = len(columns)
+    buffer = workspace("block", max(256, BLOCK_BYTES // (8 * max(p, 1))), p)
+    for rows in row_blocks(n_rows, p):
+        block = buffer[: rows.stop - rows.start]
+        for j, column in enumerate(columns):
+            block[:, j] = column[rows]
+        yield rows, block
+
+
 class Information:
     """``X' diag(w) X`` summed block by block: :meth:`add` each block's rows and weights,
     then :meth:`total`."""
@@ -45,9 +61,27 @@ class Information:
     def add(self, rows: np.ndarray, weights: np.ndarray) -> None:
         """Add ``rows' diag(weights) rows`` (``weights >= 0``; a NaN weight makes the total NaN,
         as the whole-column product would)."""
-        scaled = rows * np.sqrt(weights)[:, None]
+        m, p = rows.shape
+        scaled = workspace("scaled", max(256, BLOCK_BYTES // (8 * max(p, 1)), m), p)[:m]
+        np.multiply(rows, np.sqrt(weights)[:, None], out=scaled)
         self._sum += scaled.T @ scaled
 
     def total(self) -> np.ndarray:
         """The summed information (a fresh, C-contiguous float64 array)."""
         return np.ascontiguousarray(self._sum)
+
+
+_WORKSPACES = threading.local()
+
+
+def workspace(name: str, n_rows: int, n_columns: int) -> np.ndarray:
+    """A column-major float64 scratch array of this thread's, kept from call to call: the
+    blocks of every round reuse the same memory instead of asking the system for fresh pages
+    each time. Its contents are whatever the last user left."""
+    kept = getattr(_WORKSPACES, "arrays", None)
+    if kept is None:
+        kept = _WORKSPACES.arrays = {}
+    array = kept.get(name)
+    if array is None or array.shape != (n_rows, n_columns):
+        array = kept[name] = np.empty((n_rows, n_columns), order="F")
+    return array

@@ -4,7 +4,8 @@
 log-likelihood block by block (:mod:`fedstats.site.row_blocks`). Oracles: the textbook
 whole-column products written here (``X'(y - mu)``, ``X' diag(mu (1 - mu)) X``) and
 statsmodels' Binomial GLM (score, Hessian and log-likelihood at the same coefficients),
-on designs spanning one block, several, and a last partial block, in either memory order.
+on designs spanning one block, several, and a last partial block, in either memory order
+and copied block by block from the design's columns (as a site's kept design is read).
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ import statsmodels.api as sm
 from scipy.special import expit
 
 from fedstats.site.handlers.logistic import exact_sums
-from fedstats.site.row_blocks import BLOCK_BYTES, Information, row_blocks
+from fedstats.site.row_blocks import BLOCK_BYTES, Information, column_blocks, row_blocks
+
+
+def blocks(X: np.ndarray, kind: str):
+    """The design's blocks of rows: slices of the matrix, or copies from its columns."""
+    if kind == "columns":
+        return column_blocks([np.ascontiguousarray(X[:, j]) for j in range(X.shape[1])], len(X))
+    return ((rows, X[rows]) for rows in row_blocks(*X.shape))
 
 
 def design(n: int, p: int, seed: int, order: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -26,12 +34,12 @@ def design(n: int, p: int, seed: int, order: str) -> tuple[np.ndarray, np.ndarra
     return np.asarray(X, order=order), y, beta
 
 
-@pytest.mark.parametrize("order", ["C", "F"])
+@pytest.mark.parametrize(("order", "kind"), [("C", "rows"), ("F", "rows"), ("C", "columns")])
 @pytest.mark.parametrize("n", [7, 256, BLOCK_BYTES // (8 * 6) * 3 + 11])
-def test_block_sums_equal_the_whole_column_formulas_and_statsmodels(n, order):
+def test_block_sums_equal_the_whole_column_formulas_and_statsmodels(n, order, kind):
     X, y, beta = design(n, 6, seed=n, order=order)
     offset = np.linspace(-0.5, 0.5, n)
-    sums = exact_sums(X, y, offset, beta)
+    sums = exact_sums(blocks(X, kind), y, offset, beta)
     eta = X @ beta + offset
     mu = expit(eta)
     gradient = X.T @ (y - mu)
@@ -51,12 +59,12 @@ def test_the_separation_flags_cover_every_block():
     n = BLOCK_BYTES // (8 * 2) * 2 + 5
     X = np.column_stack([np.ones(n), np.linspace(-1, 1, n)])
     y = (X[:, 1] > 0).astype(float)
-    flat = exact_sums(X, y, None, np.zeros(2))
+    flat = exact_sums(blocks(X, "columns"), y, None, np.zeros(2))
     assert not flat["any_extreme"] and not flat["all_extreme"]
-    steep = exact_sums(X, y, None, np.array([0.0, 1e4]))  # all but the rows near 0 extreme
+    steep = exact_sums(blocks(X, "columns"), y, None, np.array([0.0, 1e4]))  # near 0: not
     assert steep["any_extreme"] and not steep["all_extreme"]
     X[np.abs(X[:, 1]) < 0.01, 1] = 1.0  # no row near 0 any longer
-    assert exact_sums(X, y, None, np.array([0.0, 1e4]))["all_extreme"]
+    assert exact_sums(blocks(X, "rows"), y, None, np.array([0.0, 1e4]))["all_extreme"]
 
 
 def test_blocks_cover_every_row_once():
@@ -66,6 +74,9 @@ def test_blocks_cover_every_row_once():
             for rows in row_blocks(n, p):
                 covered[rows] += 1
             assert (covered == 1).all()
+            X = np.arange(n * p, dtype=np.float64).reshape(n, p)
+            for rows, block in column_blocks([X[:, j].copy() for j in range(p)], n):
+                assert np.array_equal(block, X[rows])
 
 
 def test_the_information_of_weights_with_zeros_and_nan():

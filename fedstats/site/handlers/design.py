@@ -6,6 +6,7 @@ site's frame and return only what their task's schema declares.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -61,7 +62,9 @@ from fedstats.site.weights import check_weight_dominance, frequency_weights
 class SiteDesign:
     """The agreed design built from one site's rows (never leaves the site)."""
 
-    X: np.ndarray
+    columns: tuple[np.ndarray, ...]
+    """The design's columns in the agreed order, each one contiguous, read-only float64 array
+    (a numeric column's are the frame's own values, not copied)."""
     y: np.ndarray
     """The 0/1 outcome; for a survival design, the event indicator."""
     offset: np.ndarray | None
@@ -80,10 +83,27 @@ class SiteDesign:
     weights: np.ndarray | None = None
     """Frequency weights of the design's rows (:mod:`fedstats.site.weights`); ``None``: each
     row counts once. Rows of weight 0 stay in the design and add 0 to every sum."""
+    column_bytes: int = 0
+    """The bytes of the columns the design holds itself (not those that are the frame's)."""
 
     @property
     def n_obs(self) -> int:
         return len(self.y)
+
+    @property
+    def held_bytes(self) -> int:
+        """The memory the design holds: its own columns and row attributes, and the row-major
+        array once built (what :mod:`fedstats.site.design_cache` bounds)."""
+        arrays = [self.y, self.offset, self.time, self.stratum, self.rows, self.entry]
+        arrays += [self.weights, *(mask for _, mask in self.indicators), vars(self).get("X")]
+        return self.column_bytes + sum(a.nbytes for a in arrays if a is not None)
+
+    @functools.cached_property
+    def X(self) -> np.ndarray:
+        """The design as one row-major array, built from :attr:`columns` when first read
+        (the exact rounds of logistic regression and GLMs read the columns a block of rows
+        at a time and never build it)."""
+        return stacked(list(self.columns), self.n_obs)
 
 
 # ---------------------------------------------------------------- describe
@@ -329,7 +349,8 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             column=spec.formula,
             reason=f"yields design columns {got}, not the agreed {expected}",
         )
-    columns = design_columns(spec, rhs, len(data), site)  # read by the checks, one by one
+    built = design_columns(spec, rhs, len(data), site)
+    columns = [read_only(c) for c in built]
     bad = [j for j, column in enumerate(columns) if not np.isfinite(column).all()]
     if bad:
         raise InconsistentColumnError(
@@ -355,8 +376,8 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
         )
     design = SiteDesign(
-        X=stacked(columns, len(data)),  # row-major: the rounds read a block of rows at a time
-        y=np.array(y),  # the design's own arrays: none is a view of the frame's columns
+        columns=tuple(columns),
+        y=np.array(y),  # the design's own arrays (its columns are read-only)
         offset=None if offset is None else np.array(offset),
         n_dropped=n_dropped,
         time=None if time is None else np.array(time),
@@ -365,10 +386,19 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         rows=positions,
         indicators=tuple(indicators),
         weights=None if weights is None else np.array(weights),
+        column_bytes=sum(c.nbytes for c in built if c.base is None),  # not views of the frame
     )
     if ctx.exact:
-        check_exact_release(ctx, spec, design, columns)
+        check_exact_release(ctx, spec, design)
     return design
+
+
+def read_only(column: np.ndarray) -> np.ndarray:
+    """A view of ``column`` that cannot be written to (a design may read the frame's own
+    arrays; nothing may change them through it)."""
+    view = column.view()
+    view.flags.writeable = False
+    return view
 
 
 def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
@@ -379,12 +409,7 @@ def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
     return pd.DataFrame({name: frame[name] for name in dict.fromkeys(names)}, copy=False)
 
 
-def check_exact_release(
-    ctx: SiteContext,
-    spec: DesignSpec,
-    design: SiteDesign,
-    columns: list[np.ndarray] | None = None,
-) -> None:
+def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) -> None:
     """The small-cell rules and the differencing guard, before an exact release of ``design``.
 
     Checked once per design (a later round of the same design releases sums
@@ -396,15 +421,13 @@ def check_exact_release(
     (:func:`answered_columns`) go to the differencing guard, which refuses a
     near-copy of a column it answered about before. Before the guard, the
     cross-cell rule (:func:`check_design_cross_cells`) on a binary or survival design.
-    ``columns``: the design's columns as contiguous arrays, when the caller has them (each
-    rule reads a column at a time); ``design.X``'s otherwise.
+    Each rule reads the design a column at a time (:attr:`SiteDesign.columns`).
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
     digest = design_digest(spec)
     if digest in checked:
         return
-    if columns is None:
-        columns = [design.X[:, j] for j in range(design.X.shape[1])]
+    columns = design.columns
     policy, site = ctx.policy, ctx.name
     for term, mask in design.indicators:
         check_indicator(policy, site=site, task=None, term=term, mask=mask)
@@ -471,13 +494,13 @@ def check_exact_release(
         over_frame=over_frame,
     )
     if spec.outcome_kind in ("binary", "survival"):  # after the rules on one column at a time
-        check_design_cross_cells(ctx, spec, design, rows, what, varying, columns)
+        check_design_cross_cells(ctx, spec, design, rows, what, varying)
     patients = patients_of(ctx.frame)
     ctx.guard.check_release(
         site,
         None,
         sets,
-        answered_columns(spec, design, varying, columns),
+        answered_columns(spec, design, varying),
         rows=rows,
         units=None if patients is None else patients[rows],
     )
@@ -485,10 +508,7 @@ def check_exact_release(
 
 
 def answered_columns(
-    spec: DesignSpec,
-    design: SiteDesign,
-    varying: list[int],
-    columns: list[np.ndarray] | None = None,
+    spec: DesignSpec, design: SiteDesign, varying: list[int]
 ) -> list[tuple[str, np.ndarray]]:
     """The columns an exact answer about ``design`` is computed from, for the differencing
     guard's near-copy check (:mod:`fedstats.site.near_copies`): every design column with
@@ -496,14 +516,12 @@ def answered_columns(
     follow-up times, offset and weights whenever they vary. Not here: the 0/1 outcome and
     event indicator of a binary or survival design (the cell rules cover them), and the
     entry times of ``Surv(start, stop, event)``, which the study pins to one column per
-    outcome (rule ``entry``, :mod:`fedstats.site.handlers.cox`). ``columns``: the design's
-    columns (``design.X``'s when ``None``).
+    outcome (rule ``entry``, :mod:`fedstats.site.handlers.cox`).
     """
-    design_column = (lambda j: design.X[:, j]) if columns is None else columns.__getitem__
     answered = []
     for j in varying:
-        if distinct_values_exceed(design_column(j), 2):
-            answered.append((spec.columns[j], design_column(j)))
+        if distinct_values_exceed(design.columns[j], 2):
+            answered.append((spec.columns[j], design.columns[j]))
     roles = [
         (spec.outcome, design.y if spec.outcome_kind in ("count", "continuous") else None),
         (f"the follow-up times of {spec.outcome}", design.time),
@@ -541,13 +559,13 @@ def check_design_cross_cells(
     rows: np.ndarray,
     what: str,
     varying: list[int],
-    columns: list[np.ndarray],
 ) -> None:
     """The cross-cell rule (:mod:`fedstats.site.cross_cells`) on a binary or survival design:
-    its outcome or event indicator crossed with every two-valued design column (``varying``
-    among the design's ``columns``), every level of every categorical term, every indicator
-    the formula computed and every stratum."""
-    crossed = two_valued_columns([spec.columns[j] for j in varying], [columns[j] for j in varying])
+    its outcome or event indicator crossed with every two-valued design column, every level
+    of every categorical term, every indicator the formula computed and every stratum."""
+    crossed = two_valued_columns(
+        [spec.columns[j] for j in varying], [design.columns[j] for j in varying]
+    )
     categorical = {  # columns the design codes by level (an I() of a column codes no level)
         f.column for f in parse_formula(spec.formula).factors if f.kind in ("categorical", "column")
     }

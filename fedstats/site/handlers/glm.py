@@ -43,7 +43,7 @@ from fedstats.contract.tasks.design import checked_beta, spec_from_args
 from fedstats.contract.tasks.glm import TASK, checked_family
 from fedstats.errors import DisclosureError
 from fedstats.site.handlers.design import site_design
-from fedstats.site.row_blocks import Information, row_blocks
+from fedstats.site.row_blocks import Information, column_blocks
 from fedstats.site.task import SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
@@ -63,16 +63,15 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     family = family_named(checked_family(args, spec))
     beta = checked_beta(ctx.name, args, spec.n_params)
     design = site_design(ctx, spec)
-    X, y = design.X, design.y
-    n, p = X.shape
+    y, n, p = design.y, design.n_obs, spec.n_params
     sums = np.zeros(4)  # loglik, deviance, Pearson's statistic, the weight total
     gradient = np.zeros(p)
     information = Information(p)
     binomial, poisson = isinstance(family, families.Binomial), isinstance(family, families.Poisson)
     fitted = np.empty(n if poisson else 0)  # a Poisson fit's w mu, per row
     all_extreme, any_extreme = True, False
-    for rows in row_blocks(n, p):
-        block, y_block = X[rows], y[rows]
+    for rows, block in column_blocks(design.columns, n):
+        y_block = y[rows]
         w = np.ones(len(y_block)) if design.weights is None else design.weights[rows]
         eta = block @ beta
         if design.offset is not None:

@@ -16,6 +16,7 @@ any patient's fitted probability lies within ``1e-10`` of 0 or 1.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from fedstats.site.patient_clipping import (
     patient_clip_factors,
 )
 from fedstats.site.patient_rows import count_patients
-from fedstats.site.row_blocks import Information, row_blocks
+from fedstats.site.row_blocks import Information, column_blocks
 from fedstats.site.task import SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
@@ -45,7 +46,8 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     design = site_design(ctx, spec)
     contributors = count_patients(ctx, design.rows, design.n_obs)
     if not (private or "clip" in args):
-        return TaskReply(exact_sums(design.X, design.y, design.offset, beta), contributors)
+        blocks = column_blocks(design.columns, design.n_obs)
+        return TaskReply(exact_sums(blocks, design.y, design.offset, beta), contributors)
     # B ||beta|| was bounded by the schema, before any charge
     X, y = clipped_design(design.X, *clip_from_args(args, spec.n_params)), design.y
     eta = X @ beta
@@ -75,17 +77,20 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 
 
 def exact_sums(
-    X: np.ndarray, y: np.ndarray, offset: np.ndarray | None, beta: np.ndarray
+    blocks: Iterable[tuple[slice, np.ndarray]],
+    y: np.ndarray,
+    offset: np.ndarray | None,
+    beta: np.ndarray,
 ) -> dict[str, Any]:
     """The exact reply at ``beta``: score, information, log-likelihood and the separation
-    flags, summed over blocks of rows (:mod:`fedstats.site.row_blocks`)."""
-    n, p = X.shape
+    flags, summed over the design's blocks of rows (``(rows, block)`` pairs:
+    :mod:`fedstats.site.row_blocks`)."""
+    p = len(beta)
     gradient = np.zeros(p)
     information = Information(p)
     loglik = 0.0
     all_extreme, any_extreme = True, False
-    for rows in row_blocks(n, p):
-        block = X[rows]
+    for rows, block in blocks:
         eta = block @ beta
         if offset is not None:
             eta += offset[rows]
