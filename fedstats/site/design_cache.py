@@ -18,9 +18,12 @@ and reply checks, round counts, verified paths, ledger charges), and a design wh
 refused it is never kept, so it is refused again. The small-cell rules and the guard run
 once per design (:func:`fedstats.site.handlers.design.check_exact_release`), as before.
 
-Memory is bounded in bytes (:data:`DESIGN_CACHE_BYTES` per site; a 1,000,000 x 20 design is
-about 170 MB): the least recently used designs are dropped first, and a design larger than
-the bound is not kept (it is rebuilt each round).
+Memory is bounded in bytes (:data:`DESIGN_CACHE_BYTES` per site), counting what each design
+holds itself (:attr:`fedstats.site.handlers.design.SiteDesign.held_bytes`: a design of the
+frame's numeric columns holds little more than its outcome and rows; the row-major matrix
+a Cox or fairness round builds from them is 168 MB at 1,000,000 x 21): the least recently
+used designs are dropped first, and a design larger than the bound is not kept (it is
+rebuilt each round).
 """
 
 from __future__ import annotations
