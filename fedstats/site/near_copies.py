@@ -159,7 +159,7 @@ def near_copies(
         if extremes is None:
             low, high = block.min(axis=1), block.max(axis=1)
         else:
-            low, high = extremes[0][lo : lo + step], extremes[1][lo : lo + step]
+            low, high = extremes[0][lo : lo + len(block)], extremes[1][lo : lo + len(block)]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # one map per row of (c, d): the identity, then every anchor pair's
             c = np.vstack(
