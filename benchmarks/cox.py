@@ -17,11 +17,20 @@ Both with Efron ties; lifelines with ``fit_options={"precision": 1e-10}``.
 Every site runs with its disclosure rules on: ``min_count=1`` gives ``k_cell = 2``,
 the least a site may set, so the cell rules and the differencing guard check
 every exact release (the guard's near-copy search is part of the timed fit).
+Every site verifies the fit's path (the default): each round of the pooled model
+relays every site's signed grid sums of the last point, ``2 x sites x K (2 + 2p +
+2p^2)`` numbers on a grid of ``K`` points, so the sites raise their
+``max_array_items`` and ``max_request_bytes`` to carry it
+(:class:`fedstats.site.resource_limits.RequestLimits`; the defaults refuse it).
 Prints one JSON line.
 
     .venv/bin/python benchmarks/cox.py [--n 200000] [--sites 5] [--covariates 10]
 
-Targets: ``time_ratio`` (fedstats / lifelines) <= 0.2 for both modes.
+Targets: ``time_ratio`` (fedstats / lifelines) <= 0.2 for both modes
+(``target_met``); for the pooled model, ``time_ratio`` <= 1.0 against lifelines on
+the same patients (``meets_target``), and ``time_ratio_vs_lifelines_on_grid_times``
+<= 1.0 against lifelines on the same coarsened times
+(``meets_target_vs_lifelines_on_grid_times``).
 """
 
 from __future__ import annotations
@@ -42,8 +51,22 @@ import pandas as pd  # noqa: E402
 from lifelines import CoxPHFitter  # noqa: E402
 
 import fedstats  # noqa: E402
+from fedstats.site.resource_limits import RequestLimits  # noqa: E402
 
 TARGET = 0.2
+POOLED_TARGET = 1.0
+
+
+def relay_limits(n_sites: int, n_points: int, p: int) -> RequestLimits:
+    """Limits that carry a verified pooled-Cox round: two points' signed grid sums of every
+    site (:func:`fedstats.cox_math.grid_sums_schema`, with ``d_weighted``), with room to
+    spare."""
+    per_reply = n_points * (4 + 2 * p + 2 * p * p) + p + 1
+    items = 2 * n_sites * per_reply
+    return RequestLimits(
+        max_array_items=max(RequestLimits().max_array_items, 2 * items),
+        max_request_bytes=max(RequestLimits().max_request_bytes, 16 * items),
+    )
 
 
 def synthetic(n: int, sites: int, p: int, seed: int) -> pd.DataFrame:
@@ -96,7 +119,11 @@ def main() -> None:
     result: dict = {"benchmark": "cox", "n": args.n, "sites": args.sites, "p": args.covariates}
     data = frame[[*columns, "days", "dead", "site"]]
     for mode in ("stratified", "pooled"):
-        fed = fedstats.Federation.in_process(frames, disclosure=open_policy)
+        fed = fedstats.Federation.in_process(
+            frames,
+            disclosure=open_policy,
+            limits=relay_limits(args.sites, len(grid), args.covariates),
+        )
         model = (
             fedstats.CoxPH(formula, strata="site")
             if mode == "stratified"
@@ -127,6 +154,8 @@ def main() -> None:
             entry["grid_points"] = len(grid)
             entry["lifelines_on_grid_times_seconds"] = round(on_grid, 2)
             entry["time_ratio_vs_lifelines_on_grid_times"] = round(ours / on_grid, 3)
+            entry["meets_target"] = ours / theirs <= POOLED_TARGET
+            entry["meets_target_vs_lifelines_on_grid_times"] = ours / on_grid <= POOLED_TARGET
             entry["max_abs_diff_params_vs_continuous"] = max_diff(fit.params, reference.params_)
         entry["max_abs_diff_params"] = max_diff(fit.params, exact.params_)
         entry["max_abs_diff_bse"] = max_diff(fit.bse, exact.standard_errors_)

@@ -354,6 +354,7 @@ def grid_sums(
     w = risk_scores(X, beta)
     v = np.ones(len(w)) if case_weights is None else case_weights
     w = v * w
+    p = X.shape[1]
     S0, S1, S2 = _sums_by_point(X, w, coarse, n_points)
     E0, E1, E2 = _sums_by_point(X[event], w[event], coarse[event], n_points)
     d = np.bincount(coarse[event], weights=(v[event] > 0) * 1.0, minlength=n_points)
@@ -369,27 +370,60 @@ def grid_sums(
         S1 = S1 - np.cumsum(L1[::-1], axis=0)[::-1]
         S2 = S2 - np.cumsum(L2[::-1], axis=0)[::-1]
     x_events = v[event] @ X[event]
-    return WeightedGridSums(d.astype(np.float64), S0, S1, S2, E0, E1, E2, x_events, d_weighted)
+    return WeightedGridSums(
+        d.astype(np.float64),
+        S0,
+        np.ascontiguousarray(S1),
+        _symmetric(S2, p),
+        E0,
+        E1,
+        _symmetric(E2, p),
+        x_events,
+        d_weighted,
+    )
+
+
+_BLOCK_BYTES = 1 << 20
+"""The products of one block of rows taken at once by :func:`_sums_by_point` (1 MiB)."""
 
 
 def _sums_by_point(
     X: np.ndarray, w: np.ndarray, point: np.ndarray, n_points: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Sums of ``w``, ``w x`` and ``w x x'`` over the rows at each grid point."""
+    """Sums of ``w``, ``w x`` and ``w x x'`` over the rows at each grid point.
+
+    The rows are taken in order of their point, a block at a time, and only the upper
+    triangle of ``w x x'`` is formed (``x x'`` is symmetric): each block's products stay
+    in the processor's cache, and the lower triangle is the upper one's mirror.
+    """
     p = X.shape[1]
     S0 = np.bincount(point, weights=w, minlength=n_points)
+    upper = np.triu_indices(p)
     S1 = np.zeros((n_points, p))
-    S2 = np.zeros((n_points, p, p))
+    S2 = np.zeros((n_points, len(upper[0])))
     if len(point):
         order = np.argsort(point, kind="stable")
         sorted_points = point[order]
-        starts = np.flatnonzero(np.r_[True, sorted_points[1:] != sorted_points[:-1]])
-        used = sorted_points[starts]
-        weighted = X[order] * w[order, None]
-        S1[used] = np.add.reduceat(weighted, starts, axis=0)
-        outer = weighted[:, :, None] * X[order][:, None, :]
-        S2[used] = np.add.reduceat(outer, starts, axis=0)
+        size = max(256, _BLOCK_BYTES // (8 * len(upper[0])))
+        for start in range(0, len(order), size):
+            rows = slice(start, start + size)
+            points = sorted_points[rows]
+            starts = np.flatnonzero(np.r_[True, points[1:] != points[:-1]])
+            at = points[starts]  # distinct within the block
+            block = X[order[rows]]
+            weighted = block * w[order[rows], None]
+            S1[at] += np.add.reduceat(weighted, starts, axis=0)
+            S2[at] += np.add.reduceat(weighted[:, upper[0]] * block[:, upper[1]], starts, axis=0)
     return S0, S1, S2
+
+
+def _symmetric(upper_sums: np.ndarray, p: int) -> np.ndarray:
+    """``(n, p, p)`` symmetric matrices from their upper triangles (``n x p (p + 1) / 2``)."""
+    full = np.empty((len(upper_sums), p, p))
+    rows, columns = np.triu_indices(p)
+    full[:, rows, columns] = upper_sums
+    full[:, columns, rows] = upper_sums
+    return full
 
 
 def grid_partial_likelihood(sums: GridSums, beta: np.ndarray, ties: str) -> PartialLikelihood:
@@ -409,20 +443,30 @@ def grid_partial_likelihood(sums: GridSums, beta: np.ndarray, ties: str) -> Part
     f = within / d[pair] if ties == "efron" else np.zeros(len(pair))
     m = (sums.weighted_events[points] / d)[pair]
     den = sums.S0[points][pair] - f * sums.E0[points][pair]
-    per_point = lambda values: np.bincount(pair, weights=m * values, minlength=len(points))  # noqa: E731
-    inv, f_inv = per_point(1 / den), per_point(f / den)
-    inv2, f_inv2, ff_inv2 = per_point(1 / den**2), per_point(f / den**2), per_point(f * f / den**2)
+    per_point = lambda values: np.bincount(pair, weights=values, minlength=len(points))  # noqa: E731
+    m_inv = m / den  # each event's m / den, then times f and 1 / den as the terms need
+    f_m_inv, m_inv2 = f * m_inv, m_inv / den
+    f_m_inv2 = f * m_inv2
+    inv, f_inv = per_point(m_inv), per_point(f_m_inv)
+    inv2, f_inv2, ff_inv2 = per_point(m_inv2), per_point(f_m_inv2), per_point(f * f_m_inv2)
     S1, E1 = sums.S1[points], sums.E1[points]
     loglik = float(beta @ sums.x_events - m @ np.log(den))
     score = sums.x_events - S1.T @ inv + E1.T @ f_inv
+    n_points, p = len(sums.d), len(beta)
+
+    def over_grid(values: np.ndarray) -> np.ndarray:  # 0 at the points without events
+        full = np.zeros(n_points)
+        full[points] = values
+        return full
+
+    # sum_j inv_j S2_j - f_inv_j E2_j as products with the grids' p x p matrices laid flat
     information = (
-        np.einsum("j,jab->ab", inv, sums.S2[points])
-        - np.einsum("j,jab->ab", f_inv, sums.E2[points])
-        - np.einsum("j,ja,jb->ab", inv2, S1, S1)
-        + np.einsum("j,ja,jb->ab", f_inv2, S1, E1)
-        + np.einsum("j,ja,jb->ab", f_inv2, E1, S1)
-        - np.einsum("j,ja,jb->ab", ff_inv2, E1, E1)
-    )
+        over_grid(inv) @ sums.S2.reshape(n_points, p * p)
+        - over_grid(f_inv) @ sums.E2.reshape(n_points, p * p)
+    ).reshape(p, p)
+    cross = (S1 * f_inv2[:, None]).T @ E1
+    information += cross + cross.T
+    information -= (S1 * inv2[:, None]).T @ S1 + (E1 * ff_inv2[:, None]).T @ E1
     return PartialLikelihood(loglik, score, information)
 
 

@@ -14,18 +14,24 @@ sites (Flower) is the coordinator's class alone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from functools import partial
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 import accounting
-from fedstats.errors import StudyConfigurationError
+from fedstats.errors import FedstatsError, StudyConfigurationError
 from fedstats.models import federation as coordinator
 from fedstats.models.federation import check_fingerprints
 from fedstats.secagg.roster import in_process_pins, joined_pins
 from fedstats.site.disclosure import DisclosurePolicy
 from fedstats.site.protocol import Protocol
+from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.silo import Silo
 from fedstats.site.task import TaskRegistry
 from harmonize.fingerprint import FINGERPRINT_ATTR
@@ -33,7 +39,33 @@ from harmonize.fingerprint import FINGERPRINT_ATTR
 
 class Federation(coordinator.Federation):
     """A federation (:class:`fedstats.models.federation.Federation`) that can also run its
-    sites in this process: :meth:`in_process`, :meth:`in_process_arrays`."""
+    sites in this process: :meth:`in_process`, :meth:`in_process_arrays`. The sites of an
+    in-process federation answer a round's exact statistical requests at once, each in a
+    worker thread, as remote sites do (:class:`SiteThreads`); replies are read, checked
+    and recorded site by site, in order, as for any federation."""
+
+    site_threads: SiteThreads | None = None
+    _concurrent: bool = False
+
+    def gather(
+        self,
+        task: str,
+        args: Mapping[str, Any],
+        *,
+        analysis: str,
+        sites: Sequence[str] | None = None,
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, FedstatsError]]:
+        outer = self._concurrent  # a request made inside another (fingerprints first)
+        self._concurrent = self.site_threads is not None and answers_concurrently(task, args)
+        try:
+            return super().gather(task, args, analysis=analysis, sites=sites)
+        finally:
+            self._concurrent = outer
+
+    def _dispatch(self, sites: list[str], request_bytes: bytes) -> None:
+        """Start the request at every site when it may run at all of them at once."""
+        if self._concurrent and self.site_threads is not None:
+            self.site_threads.start(sites, request_bytes)
 
     @classmethod
     def in_process(
@@ -50,6 +82,7 @@ class Federation(coordinator.Federation):
         verified_paths: bool = True,
         trusts_client_level: bool = False,
         keys_of: coordinator.Federation | None = None,
+        limits: RequestLimits | None = None,
     ) -> Federation:
         """All sites in this process, each behind its own :class:`Silo` and the codec.
 
@@ -70,6 +103,9 @@ class Federation(coordinator.Federation):
         pins, and a site of the same name signs with that site's key, so these sites can check
         the signed replies of its fits (a trained network's evaluation,
         :mod:`fedstats.site.verified_paths`).
+        ``limits``: every site's resource limits per request
+        (:class:`fedstats.site.resource_limits.RequestLimits`; default: the site's defaults),
+        e.g. raised for a pooled Cox model on a fine grid, whose relayed rounds are large.
         """
         if not isinstance(frames, Mapping) or not frames:
             raise StudyConfigurationError(
@@ -107,17 +143,20 @@ class Federation(coordinator.Federation):
                 secure_aggregation=pins[name],
                 verified_paths=verified_paths,
                 trusts_client_level=trusts_client_level,
+                limits=limits,
             )
             for i, (name, frame) in enumerate(frames.items())
         }
+        sites = SiteThreads({name: silo.handle for name, silo in silos.items()})
         federation = cls(
-            {name: silo.handle for name, silo in silos.items()},
+            {name: partial(sites.answer, name) for name in silos},
             study=study,
             registry=registry,
             ledger=ledger,
             noise_seed=noise_seed,
         )
         federation.silos = silos
+        federation.site_threads = sites
         federation.path_sites = {n for n, silo in silos.items() if silo.verifies_paths}
         federation.site_protocols = {
             name: None if silo.protocol is None else silo.protocol.digest
@@ -163,3 +202,90 @@ class Federation(coordinator.Federation):
             frame[outcome] = y
             frames[site] = frame
         return cls.in_process(frames, disclosure=disclosure, study=study)
+
+
+CONCURRENT_TASKS = frozenset(
+    {
+        "prepare",
+        "logistic.summaries",
+        "logistic.evaluate",
+        "glm.summaries",
+        "cox.summaries",
+        "cox.grid_summaries",
+        "cox.robust",
+        "cox.concordance",
+        "fine_gray.grid_summaries",
+        "fine_gray.robust",
+        "survival.counts",
+        "competing.counts",
+    }
+)
+"""Tasks whose exact handlers only read their own site's frame with numpy and pandas: a
+round of one may run at every in-process site at once. Not here: private releases (a site's
+ledger is a connection of the thread that opened it), secure aggregation (sessions and
+shares), and training (torch's generator is the process's)."""
+
+
+def answers_concurrently(task: str, args: Mapping[str, Any]) -> bool:
+    """Whether a request may run at every in-process site at once: an exact request of a
+    :data:`CONCURRENT_TASKS` task, outside secure aggregation."""
+    return task in CONCURRENT_TASKS and args.get("dp") is None and args.get("secagg") is None
+
+
+_WORKERS: dict[int, ThreadPoolExecutor] = {}
+_WORKERS_LOCK = threading.Lock()
+
+
+def _workers() -> ThreadPoolExecutor | None:
+    """This process's site workers, one per processor (``None`` on one processor); a child
+    process forked from one that had workers starts its own (threads do not survive a
+    fork)."""
+    processors = os.cpu_count() or 1
+    if processors < 2:
+        return None
+    with _WORKERS_LOCK:
+        pid = os.getpid()
+        if pid not in _WORKERS:
+            _WORKERS.clear()
+            _WORKERS[pid] = ThreadPoolExecutor(processors, thread_name_prefix="fedstats-site")
+        return _WORKERS[pid]
+
+
+class SiteThreads:
+    """The in-process sites' handlers, run in worker threads when a round is started at all
+    of them (:meth:`start`); :meth:`answer` is each site's transport.
+
+    Each site answers its own requests one at a time, in the order they were sent: a
+    request started in a worker is collected before the site answers another. The sites
+    share nothing a handler writes (each has its own frame, policy, cache, guard and
+    keys), so a reply is the bytes the site gives when asked alone.
+    """
+
+    def __init__(self, handlers: Mapping[str, Callable[[bytes], bytes]]) -> None:
+        self._handlers = dict(handlers)
+        self._pending: dict[str, tuple[bytes, Future[bytes]]] = {}
+
+    def start(self, sites: Sequence[str], request: bytes) -> None:
+        """Send ``request`` to each of ``sites`` in a worker thread."""
+        workers = _workers()
+        if workers is None:
+            return
+        for site in sites:
+            self._collect(site)
+            self._pending[site] = (request, workers.submit(self._handlers[site], request))
+
+    def answer(self, site: str, request: bytes) -> bytes:
+        """The site's reply to ``request``: the one its worker computed when the request was
+        started there, else computed now."""
+        pending = self._pending.get(site)
+        if pending is not None and pending[0] is request:
+            del self._pending[site]
+            return pending[1].result()
+        self._collect(site)
+        return self._handlers[site](request)
+
+    def _collect(self, site: str) -> None:
+        """Wait for a request started at ``site`` and never read (a round left off)."""
+        pending = self._pending.pop(site, None)
+        if pending is not None:
+            wait([pending[1]])

@@ -147,8 +147,8 @@ def _array_ref(array: np.ndarray, buffers: list[bytes], table: list[list[Any]], 
     dtype = little.dtype.str
     if dtype not in _ALLOWED_DTYPES:
         raise CodecError(f"{path}: array dtype {dtype} is not supported")
-    raw = little.tobytes()
-    offset = sum(len(b) for b in buffers)
+    raw = little.tobytes()  # one copy of the whole buffer, C order: no work per element
+    offset = table[-1][2] + table[-1][3] if table else 0  # where the last buffer ended
     buffers.append(raw)
     table.append([dtype, list(little.shape), offset, len(raw)])
     return {_ARRAY_KEY: len(table) - 1}

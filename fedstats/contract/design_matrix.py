@@ -13,6 +13,7 @@ prediction stays aligned with its row.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,7 @@ from fedstats.contract.design import (
     SITE_COLUMN,
     DesignSpec,
     Level,
+    ParsedFormula,
     model_frame,
     normalise_level,
     parse_formula,
@@ -56,20 +58,118 @@ def site_columns(spec: DesignSpec) -> set[str]:
     return {SITE_COLUMN.format(s) for s in spec.sites} if spec.site_intercepts else set()
 
 
-def assemble(
-    spec: DesignSpec, rhs: pd.DataFrame | None, n_rows: int, site: str | None
-) -> np.ndarray:
-    """The agreed columns in order: the model frame's, and 1 in ``site``'s own intercept column
-    (0 in the other sites')."""
-    X = np.zeros((n_rows, len(spec.columns)), dtype=np.float64)
+LAYOUT_ROWS = 4
+"""Rows of stand-in numbers from which formulaic lays out a design of numeric columns only
+(:func:`numeric_layout`)."""
+
+
+class NumericColumns:
+    """A right-hand side whose every term is one numeric factor: each design column is that
+    factor's values (:func:`right_hand_side`); read like formulaic's model matrix
+    (``columns``, and a column by name)."""
+
+    def __init__(self, columns: list[str], values: dict[str, np.ndarray], n_rows: int) -> None:
+        self.columns = columns
+        self._values = values
+        self._n_rows = n_rows
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return np.ones(self._n_rows) if name == "Intercept" else self._values[name]
+
+
+def right_hand_side(
+    parsed: ParsedFormula, values: dict[str, Any], n_rows: int
+) -> pd.DataFrame | NumericColumns:
+    """The design columns of ``parsed``'s right-hand side for ``n_rows`` rows, by name.
+
+    formulaic builds the model matrix (:func:`fedstats.contract.design.model_frame`). When
+    every term is one factor with numeric values (a numeric column, ``I(...)``, a
+    function), formulaic's column for the term is those values as they are: formulaic then
+    lays the design out (names, order, intercept) from numbers standing in for the values
+    (:func:`numeric_layout`, once per formula), and the columns are the values themselves,
+    not copied into a frame and out of formulaic's. Raises
+    :class:`~fedstats.errors.FormulaError` as ``model_frame`` does.
+    """
+    numeric = n_rows > 0 and all(
+        len(term) == 1 and _numeric(values.get(term[0].name)) for term in parsed.terms
+    )
+    columns = numeric_layout(parsed.text) if numeric else None
+    if columns is None:
+        return model_frame(parsed, values, n_rows)[0]
+    return NumericColumns(
+        list(columns), {c: values[c] for c in columns if c != "Intercept"}, n_rows
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def numeric_layout(formula: str) -> tuple[str, ...] | None:
+    """formulaic's design columns for ``formula`` when each factor of its right-hand side is
+    a numeric column (stand-in values), or ``None`` unless each column is one factor's
+    values under that factor's name (or the intercept)."""
+    parsed = parse_formula(formula)
+    if any(f.name == "Intercept" for f in parsed.factors):
+        return None
+    stand_in = {f.name: np.arange(1.0, LAYOUT_ROWS + 1) for f in parsed.factors}
+    try:
+        layout, structure = model_frame(parsed, stand_in, LAYOUT_ROWS)
+    except FormulaError:
+        return None  # left to the model frame of the values themselves
+    for factors, columns in structure:
+        if len(factors) > 1 or columns != (["Intercept"] if not factors else [factors[0].name]):
+            return None
+    columns = tuple(str(c) for c in layout.columns)
+    return columns if len(set(columns)) == len(columns) else None
+
+
+def _numeric(value: Any) -> bool:
+    """Whether formulaic reads ``value`` as one numeric column (not booleans, not levels)
+    with no missing value (which formulaic refuses: left to it, to refuse as it does)."""
+    if not (isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iuf"):
+        return False
+    return value.dtype.kind != "f" or not np.isnan(value).any()
+
+
+def design_columns(
+    spec: DesignSpec, rhs: pd.DataFrame | NumericColumns | None, n_rows: int, site: str | None
+) -> list[np.ndarray]:
+    """The agreed columns in order, each one contiguous float64 array: the model frame's (a
+    numeric column's own values, not copied), and 1 in ``site``'s own intercept column (0 in
+    the other sites'). Read-only: they may be the caller's arrays."""
     own = None if site is None else SITE_COLUMN.format(site)
     intercepts = site_columns(spec)
-    for j, name in enumerate(spec.columns):
+    columns = []
+    for name in spec.columns:
         if name in intercepts:
-            X[:, j] = 1.0 if name == own else 0.0
+            columns.append(np.full(n_rows, 1.0 if name == own else 0.0))
         elif rhs is not None:
-            X[:, j] = rhs[name].to_numpy(dtype=np.float64)
+            columns.append(np.ascontiguousarray(rhs[name], dtype=np.float64))
+        else:
+            columns.append(np.zeros(n_rows))
+    return columns
+
+
+STACK_BYTES = 1 << 20
+"""Rows of :func:`stacked`'s result written at a time (1 MiB of them, held in cache)."""
+
+
+def stacked(columns: list[np.ndarray], n_rows: int) -> np.ndarray:
+    """The columns side by side in one row-major float64 array, written a block of rows at a
+    time, so each block is filled where it lies in cache rather than one column at a time
+    across the whole array."""
+    X = np.empty((n_rows, len(columns)))
+    size = max(256, STACK_BYTES // (8 * max(len(columns), 1)))
+    for start in range(0, n_rows, size):
+        rows = slice(start, start + size)
+        for j, column in enumerate(columns):
+            X[rows, j] = column[rows]
     return X
+
+
+def assemble(
+    spec: DesignSpec, rhs: pd.DataFrame | NumericColumns | None, n_rows: int, site: str | None
+) -> np.ndarray:
+    """The agreed columns in order (:func:`design_columns`), row-major."""
+    return stacked(design_columns(spec, rhs, n_rows, site), n_rows)
 
 
 def design_matrix(

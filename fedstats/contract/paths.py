@@ -439,8 +439,14 @@ def is_site_column(name: str) -> bool:
 
 def summed(replies: Mapping[str, Mapping[str, Any]], field: str) -> np.ndarray:
     """The sum of one field over the replies, in the sites' sorted order (every side sums
-    alike)."""
-    return sum(np.asarray(replies[site][field], dtype=np.float64) for site in sorted(replies))
+    alike): ``((0 + r_1) + r_2) + ...``, arrays of one shape added in place."""
+    values = [np.asarray(replies[site][field], dtype=np.float64) for site in sorted(replies)]
+    if not values or values[0].ndim == 0 or any(v.shape != values[0].shape for v in values):
+        return sum(values)
+    total = 0 + values[0]
+    for value in values[1:]:
+        total += value
+    return total
 
 
 def deviation(requested: np.ndarray, derived: np.ndarray, information: np.ndarray) -> float:
@@ -529,13 +535,30 @@ def reply_digest(reply: Mapping[str, Any]) -> str:
             tagged = (b"s" + value.encode(),)
         elif isinstance(value, np.ndarray):
             array = np.ascontiguousarray(value)
-            tagged = (b"a" + array.dtype.str.encode() + repr(array.shape).encode(),
-                      array.tobytes())  # fmt: skip
+            tagged = (
+                b"a" + array.dtype.str.encode() + repr(array.shape).encode(),
+                array.reshape(-1).view(np.uint8),
+            )  # its C-order bytes, not copied
         else:
             tagged = (b"c" + codec.encode(value),)
         for data in (name.encode(), *tagged):  # each part length-prefixed
             parts += (len(data).to_bytes(8, "little"), data)
-    return hashlib.sha256(b"".join(parts)).hexdigest()
+    hasher = hashlib.sha256()
+    joined: list = []  # small parts are hashed joined; an array's bytes where they lie
+    for part in parts:
+        if isinstance(part, np.ndarray) and part.nbytes > _JOIN_BYTES:
+            hasher.update(b"".join(joined))
+            hasher.update(part)
+            joined = []
+        else:
+            joined.append(part)
+    hasher.update(b"".join(joined))
+    return hasher.hexdigest()
+
+
+_JOIN_BYTES = 1 << 16
+"""Arrays up to this size are copied into the joined buffer :func:`reply_digest` hashes;
+larger ones are hashed in place (the digest is the same: SHA-256 of the parts in order)."""
 
 
 STATEMENT_KIND = "fedstats path reply v2"

@@ -35,6 +35,7 @@ import numpy as np
 
 from fedstats.errors import DisclosureError
 from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.order_statistics import largest, middle, smallest
 
 
 def check_indicator(
@@ -62,22 +63,22 @@ def column_problem(values: np.ndarray, k: int) -> str | None:
     In linear time: a value held by more than half the rows is the median, so
     the mode rule needs only the median's count; the dominance rule needs the
     median, the total deviation and the ``k - 1`` smallest and largest values,
-    which one partition gives (Hoare's selection; no full sort).
+    which exact selection gives without a full sort
+    (:mod:`fedstats.site.order_statistics`).
     """
     n = values.size
     if n == 0:
         return None
     if n < 2 * k + 2:
         return problem_of_sorted_column(np.sort(values), k)
-    kth = sorted({(n - 1) // 2, n // 2} | ({k - 2, n - k + 1} if k > 1 else set()))
-    part = np.partition(values, kth)
-    median = 0.5 * (part[(n - 1) // 2] + part[n // 2])
+    lower, upper = middle(values)
+    median = 0.5 * (lower + upper)
     held = int(np.count_nonzero(values == median))
     differing = n - held if 2 * held > n else n  # else no value holds more than half the rows
     if 0 < differing < k:
         return _MODE_TEXT.format(k=k)
     if k > 1 and differing >= k:
-        ends = np.concatenate((part[: k - 1], part[n - k + 1 :]))
+        ends = np.concatenate((smallest(values, k - 1), largest(values, k - 1)))
         return _dominance(ends, float(np.abs(values - median).sum()), median, k)
     return None
 
@@ -121,11 +122,13 @@ def check_columns(
     site: str,
     task: str | None,
     names: Sequence[str],
-    X: np.ndarray,
+    X: np.ndarray | Sequence[np.ndarray],
 ) -> None:
-    """Apply the mode and dominance rules to every column of ``X`` (named by ``names``)."""
+    """Apply the mode and dominance rules to every column of ``X`` (a matrix, or its columns;
+    named by ``names``)."""
     for j, name in enumerate(names):
-        problem = column_problem(np.asarray(X[:, j], dtype=np.float64), policy.k_cell)
+        column = X[:, j] if isinstance(X, np.ndarray) else X[j]
+        problem = column_problem(np.asarray(column, dtype=np.float64), policy.k_cell)
         if problem is not None:
             raise DisclosureError(
                 site=site,

@@ -57,12 +57,13 @@ Mask = tuple[str, np.ndarray]
 """What a true/false value is (for the refusal's text), and its values over the rows."""
 
 
-def two_valued_columns(names: Sequence[str], X: np.ndarray) -> list[Mask]:
-    """The columns of ``X`` that take exactly two values, each as the mask of its larger one."""
+def two_valued_columns(names: Sequence[str], X: np.ndarray | Sequence[np.ndarray]) -> list[Mask]:
+    """The columns of ``X`` (a matrix, or its columns) that take exactly two values, each as
+    the mask of its larger one."""
     masks: list[Mask] = []
     for j, name in enumerate(names):
-        column = X[:, j]
-        if column.size == 0:
+        column = X[:, j] if isinstance(X, np.ndarray) else X[j]
+        if column.size == 0 or np.unique(column[:64]).size > 2:  # three values: not two
             continue
         low, high = column.min(), column.max()
         if low != high and bool(((column == low) | (column == high)).all()):

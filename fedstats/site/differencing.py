@@ -104,7 +104,7 @@ class DifferencingGuard:
         self._columns: dict[str, str] = {}
         self._matrix: np.ndarray | None = None
         self._answered: dict[str, list[np.ndarray]] = {}
-        self._stacked: dict[str, np.ndarray] = {}
+        self._stacked: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._db: sqlite3.Connection | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,12 +231,19 @@ class DifferencingGuard:
                 if not (differ == 0).any():
                     fresh_sets.append((label, bits))
             fresh_columns: list[tuple[str, np.ndarray]] = []
-            kept = self._column_matrix(group, width)
-            others = np.empty((len(kept) + len(values), width))  # the kept, then the fresh
-            others[: len(kept)] = kept
+            kept, kept_low, kept_high = self._column_matrix(group, width)
+            added = np.empty((len(values), width))  # the guard's own copies of the new columns
+            low = np.concatenate([kept_low, np.empty(len(values))])  # each one's least, greatest
+            high = np.concatenate([kept_high, np.empty(len(values))])
             for label, column in values:
-                compared = others[: len(kept) + len(fresh_columns)]
-                close, same = near_copies(compared, column, k, units)
+                compared = len(kept) + len(fresh_columns)
+                close, same = near_copies(
+                    (kept, added[: len(fresh_columns)]),
+                    column,
+                    k,
+                    units,
+                    extremes=(low[:compared], high[:compared]),
+                )
                 if near is None and close.any():
                     unit = "rows" if units is None else "patients"
                     near = (
@@ -246,8 +253,9 @@ class DifferencingGuard:
                         f"those {unit}' values by subtraction (differencing guard)"
                     )
                 if not same.any():
-                    others[len(kept) + len(fresh_columns)] = column
-                    fresh_columns.append((label, column))
+                    added[len(fresh_columns)] = column
+                    low[compared], high[compared] = column.min(), column.max()
+                    fresh_columns.append((label, added[len(fresh_columns)]))
             fresh = len(fresh_sets) + len(fresh_columns)
             cap = self.policy.max_guard_entries
             if fresh and self.entries + fresh > cap:
@@ -307,17 +315,23 @@ class DifferencingGuard:
                     (self._frame, label[:200], bits.tobytes()),
                 )
 
-    def _column_matrix(self, group: str, width: int) -> np.ndarray:
-        """The remembered columns over the rows ``group``, one per row (stacked once)."""
+    def _column_matrix(self, group: str, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The remembered columns over the rows ``group``, one per row, with each one's least
+        and greatest value (stacked once)."""
         kept = self._answered.get(group, [])
         cached = self._stacked.get(group)
-        if cached is None or len(cached) != len(kept):
-            cached = np.stack(kept) if kept else np.zeros((0, width))
+        if cached is None or len(cached[0]) != len(kept):
+            matrix = np.stack(kept) if kept else np.zeros((0, width))
+            cached = (
+                matrix,
+                matrix.min(axis=1, initial=np.inf),
+                matrix.max(axis=1, initial=-np.inf),
+            )
             self._stacked[group] = cached
         return cached
 
     def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray]]) -> None:
-        for label, column in fresh:
+        for label, column in fresh:  # rows of the guard's own copies, never a design's
             self._answered.setdefault(group, []).append(column)
             if self._db is not None:
                 self._db.execute(

@@ -42,9 +42,12 @@ near-copies of one remembered column, not of combinations of several.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from fedstats.site.cell_rules import Segments, dominated, unit_segments
+from fedstats.site.order_statistics import largest, smallest
 
 RTOL = 1e-12
 """Relative tolerance of an affine match (about 4,500 units in the last place): well above
@@ -61,13 +64,13 @@ def extreme_values(column: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarr
     """The ``count`` smallest and the ``count`` largest distinct values of ``column`` (all of
     them, sorted, when it holds fewer), without sorting the whole column: the distinct values
     of its ``m`` smallest entries are every distinct value up to the ``m``-th smallest, so
-    ``m`` grows until they number ``count``."""
+    ``m`` grows until they number ``count`` (:mod:`fedstats.site.order_statistics`); a column
+    whose ends are ties (a count, a flag) is sorted instead."""
 
     n = len(column)
     m = 4 * count
-    while 2 * m < n:
-        ends = np.partition(column, (m - 1, n - m))  # both ends in one pass
-        low, high = np.unique(ends[:m]), np.unique(ends[n - m :])
+    while 2 * m < n and m <= 32 * count:
+        low, high = np.unique(smallest(column, m)), np.unique(largest(column, m))
         if low.size >= count and high.size >= count:
             return low[:count], high[-count:]
         m *= 8
@@ -103,7 +106,12 @@ def anchor_pairs(column: np.ndarray, k: int) -> list[tuple[int, int]]:
 
 
 def near_copies(
-    stored: np.ndarray, column: np.ndarray, k: int, units: np.ndarray | None = None
+    stored: np.ndarray | Sequence[np.ndarray],
+    column: np.ndarray,
+    k: int,
+    units: np.ndarray | None = None,
+    *,
+    extremes: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """For each remembered column ``a`` (a row of ``stored``): is ``column`` a near-copy of
     it, and is it a copy (module docstring)?
@@ -111,7 +119,8 @@ def near_copies(
     Parameters
     ----------
     stored:
-        Remembered columns, one per row, over the same rows as ``column`` (``m x n``).
+        Remembered columns, one per row, over the same rows as ``column`` (``m x n``), or
+        matrices of them whose rows, one after the other, are the ``m`` columns.
     column:
         The new column (``n`` finite values).
     k:
@@ -120,13 +129,17 @@ def near_copies(
         The patient of each row, when a frame holds several rows per patient: deviations
         are then summed per patient before the ``k - 1`` largest are taken. ``None``: each
         row is its own unit.
+    extremes:
+        Each remembered column's least and greatest value (``m`` each), when the caller
+        keeps them; computed here otherwise.
 
     Returns
     -------
     tuple of numpy.ndarray
         ``near`` and ``copy``, ``m`` booleans each; a copy is never near.
     """
-    m, n = stored.shape
+    parts = [stored] if isinstance(stored, np.ndarray) else list(stored)
+    m, n = sum(len(part) for part in parts), len(column)
     near = np.zeros(m, dtype=bool)
     copy = np.zeros(m, dtype=bool)
     if m == 0 or n == 0:
@@ -137,9 +150,16 @@ def near_copies(
     first = np.array([i for i, _ in pairs], dtype=np.int64)
     second = np.array([j for _, j in pairs], dtype=np.int64)
     step = max(1, min(_BLOCK // n, _BLOCK // ((len(pairs) + 1) * SAMPLE)))
-    for lo in range(0, m, step):
-        block = stored[lo : lo + step]
-        low, high = block.min(axis=1), block.max(axis=1)
+    blocks = (
+        (start + lo, part[lo : lo + step])
+        for part, start in zip(parts, np.cumsum([0] + [len(p) for p in parts[:-1]]), strict=True)
+        for lo in range(0, len(part), step)
+    )
+    for lo, block in blocks:
+        if extremes is None:
+            low, high = block.min(axis=1), block.max(axis=1)
+        else:
+            low, high = extremes[0][lo : lo + len(block)], extremes[1][lo : lo + len(block)]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             # one map per row of (c, d): the identity, then every anchor pair's
             c = np.vstack(

@@ -11,7 +11,6 @@ time, risk set or individual value leaves the site.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -36,13 +35,12 @@ from fedstats.errors import (
     MissingColumnError,
     MissingValuesError,
 )
+from fedstats.site.design_cache import BoundedCache, design_digest, frame_token
 from fedstats.site.handlers.design import build_design, site_design
 from fedstats.site.handlers.survival import coarsen, protected_count, safe_horizon
 from fedstats.site.patient_rows import count_patients
 from fedstats.site.survival_grid import require_study_grid
 from fedstats.site.task import SiteContext, TaskReply
-
-_CACHE_SIZE = 4
 
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
@@ -67,10 +65,11 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
 def _sorted(ctx: SiteContext, args: dict[str, Any]) -> tuple[SortedSurvival, int]:
     """The site's survival design, sorted once per design and cached, and its patients."""
     spec = spec_from_args(args)
-    cache: OrderedDict = ctx.cache.setdefault("survival", OrderedDict())
-    if spec.key in cache:
-        cache.move_to_end(spec.key)
-        return cache[spec.key]
+    cache: BoundedCache = ctx.cache.setdefault("survival", BoundedCache())
+    key = (design_digest(spec), frame_token(ctx.frame))
+    kept = cache.get(key)
+    if kept is not None:
+        return kept
     design = site_design(ctx, spec)
     if design.time is None or design.stratum is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
@@ -82,10 +81,9 @@ def _sorted(ctx: SiteContext, args: dict[str, Any]) -> tuple[SortedSurvival, int
         entry=design.entry,
         case_weights=design.weights,
     )
-    cache[spec.key] = data, count_patients(ctx, design.rows, design.n_obs)
-    while len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
-    return cache[spec.key]
+    sorted_design = data, count_patients(ctx, design.rows, design.n_obs)
+    cache.put(key, sorted_design)
+    return sorted_design
 
 
 def _check_counting_request(ctx: SiteContext, spec: DesignSpec, *, task: str) -> None:

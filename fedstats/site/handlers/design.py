@@ -6,8 +6,8 @@ site's frame and return only what their task's schema declares.
 
 from __future__ import annotations
 
+import functools
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,10 +17,16 @@ import pandas as pd
 from fedstats.contract.design import (
     DesignSpec,
     counting_outcome,
-    model_frame,
     parse_formula,
 )
-from fedstats.contract.design_matrix import agreed_codes, assemble, plain, site_columns
+from fedstats.contract.design_matrix import (
+    agreed_codes,
+    design_columns,
+    plain,
+    right_hand_side,
+    site_columns,
+    stacked,
+)
 from fedstats.contract.dp_request import NoisyGroup
 from fedstats.contract.tasks.design import _string_list, spec_from_args
 from fedstats.errors import (
@@ -35,6 +41,7 @@ from fedstats.errors import (
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
 from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
+from fedstats.site.design_cache import BoundedCache, design_digest, frame_token
 from fedstats.site.design_outcomes import (
     binary_outcome,
     evaluated_factor,
@@ -50,14 +57,14 @@ from fedstats.site.private_rows import outside_levels, usable_private_rows
 from fedstats.site.task import SiteContext, TaskReply
 from fedstats.site.weights import check_weight_dominance, frequency_weights
 
-_CACHE_SIZE = 4
-
 
 @dataclass(frozen=True)
 class SiteDesign:
     """The agreed design built from one site's rows (never leaves the site)."""
 
-    X: np.ndarray
+    columns: tuple[np.ndarray, ...]
+    """The design's columns in the agreed order, each one contiguous, read-only float64 array
+    (a numeric column's are the frame's own values, not copied)."""
     y: np.ndarray
     """The 0/1 outcome; for a survival design, the event indicator."""
     offset: np.ndarray | None
@@ -76,10 +83,27 @@ class SiteDesign:
     weights: np.ndarray | None = None
     """Frequency weights of the design's rows (:mod:`fedstats.site.weights`); ``None``: each
     row counts once. Rows of weight 0 stay in the design and add 0 to every sum."""
+    column_bytes: int = 0
+    """The bytes of the columns the design holds itself (not those that are the frame's)."""
 
     @property
     def n_obs(self) -> int:
         return len(self.y)
+
+    @property
+    def held_bytes(self) -> int:
+        """The memory the design holds: its own columns and row attributes, and the row-major
+        array once built (what :mod:`fedstats.site.design_cache` bounds)."""
+        arrays = [self.y, self.offset, self.time, self.stratum, self.rows, self.entry]
+        arrays += [self.weights, *(mask for _, mask in self.indicators), vars(self).get("X")]
+        return self.column_bytes + sum(a.nbytes for a in arrays if a is not None)
+
+    @functools.cached_property
+    def X(self) -> np.ndarray:
+        """The design as one row-major array, built from :attr:`columns` when first read
+        (the exact rounds of logistic regression and GLMs read the columns a block of rows
+        at a time and never build it)."""
+        return stacked(list(self.columns), self.n_obs)
 
 
 # ---------------------------------------------------------------- describe
@@ -189,7 +213,8 @@ def events(spec: DesignSpec, design: SiteDesign) -> float:
 
 
 def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
-    """The site's design for ``spec``, built once and cached under the spec's key."""
+    """The site's design for ``spec``, built once and kept while memory allows
+    (:mod:`fedstats.site.design_cache`)."""
     if spec.outcome_kind in ("count", "continuous") and not ctx.exact:
         raise DisclosureError(
             site=ctx.name,
@@ -211,17 +236,16 @@ def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
             ),
             rule="privacy-required",
         )
-    cache: OrderedDict = ctx.cache.setdefault("designs", OrderedDict())
-    key = (spec.key, ctx.exact)  # a private design leaves unusable rows out; an exact one refuses
-    if key in cache:
-        cache.move_to_end(key)
+    cache: BoundedCache = ctx.cache.setdefault("designs", BoundedCache())
+    # a private design leaves unusable rows out; an exact one refuses (fedstats.site.design_cache)
+    key = (design_digest(spec), ctx.exact, frame_token(ctx.frame))
+    design = cache.get(key)
+    if design is not None:
         if ctx.exact:
-            check_exact_release(ctx, spec, cache[key])
-        return cache[key]
+            check_exact_release(ctx, spec, design)
+        return design
     design = build_design(ctx, spec)
-    cache[key] = design
-    while len(cache) > _CACHE_SIZE:
-        cache.popitem(last=False)
+    cache.put(key, design)
     return design
 
 
@@ -245,11 +269,11 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     for var in needed:
         if var not in frame.columns:
             raise MissingColumnError(site=site, column=var)
-    data = frame[needed]
+    data = frame_columns(frame, needed)
     private = not ctx.exact
     n_dropped = 0
-    incomplete = data.isna()
-    if incomplete.to_numpy().any():
+    if any(data[var].hasnans for var in data.columns):
+        incomplete = data.isna()
         if spec.missing == "raise" and not private:
             counts = incomplete.sum()
             var = str(counts[counts > 0].index[0])
@@ -265,7 +289,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         if outside.any():
             n_dropped += int(outside.sum())
             data, positions = data[~outside], positions[~outside]
-    raw = data  # the values as the site holds them (``data[needed]`` is already a copy)
+    raw = data  # the values as the site holds them (nothing below writes to them)
     if spec.levels:
         data = data.copy()
         for var, levels in spec.levels.items():
@@ -306,7 +330,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
                 else data[factor.column].array
             )
     try:
-        rhs, _ = model_frame(parsed, values, len(data)) if len(data) else (None, None)
+        rhs = right_hand_side(parsed, values, len(data)) if len(data) else None
     except FormulaError:
         raise InconsistentColumnError(
             site=site, column=spec.formula, reason="cannot be built from this site's columns"
@@ -325,11 +349,13 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             column=spec.formula,
             reason=f"yields design columns {got}, not the agreed {expected}",
         )
-    X = assemble(spec, rhs, len(data), site)
-    bad = ~np.isfinite(X).all(axis=0)
-    if bad.any():
-        column = spec.columns[int(np.flatnonzero(bad)[0])]
-        raise InconsistentColumnError(site=site, column=column, reason="has non-finite values")
+    built = design_columns(spec, rhs, len(data), site)
+    columns = [read_only(c) for c in built]
+    bad = [j for j, column in enumerate(columns) if not np.isfinite(column).all()]
+    if bad:
+        raise InconsistentColumnError(
+            site=site, column=spec.columns[bad[0]], reason="has non-finite values"
+        )
     offset = None
     if spec.offset:
         offset = as_numbers(data[spec.offset])
@@ -342,7 +368,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
     weights = None
     if spec.weights:
         weights = frequency_weights(site, data[spec.weights], spec.weights)
-    varying = int((X != 0).any(axis=0).sum())
+    varying = sum(bool(column.any()) for column in columns)
     if saturation and not private:  # off for replies of a few counts (concordance), and for
         # private releases, whose noise protects any design and whose answer may not depend
         # on which columns vary
@@ -350,20 +376,37 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
             ctx.policy, site=site, task="prepare", n_parameters=varying, n_patients=len(y)
         )
     design = SiteDesign(
-        X=np.ascontiguousarray(X),
-        y=y,
-        offset=offset,
+        columns=tuple(columns),
+        y=np.array(y),  # the design's own arrays (its columns are read-only)
+        offset=None if offset is None else np.array(offset),
         n_dropped=n_dropped,
-        time=time,
-        entry=entry,
+        time=None if time is None else np.array(time),
+        entry=None if entry is None else np.array(entry),
         stratum=stratum,
         rows=positions,
         indicators=tuple(indicators),
-        weights=weights,
+        weights=None if weights is None else np.array(weights),
+        column_bytes=sum(c.nbytes for c in built if c.base is None),  # not views of the frame
     )
     if ctx.exact:
         check_exact_release(ctx, spec, design)
     return design
+
+
+def read_only(column: np.ndarray) -> np.ndarray:
+    """A view of ``column`` that cannot be written to (a design may read the frame's own
+    arrays; nothing may change them through it)."""
+    view = column.view()
+    view.flags.writeable = False
+    return view
+
+
+def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """``frame[names]`` without copying the rows: a frame of the site's own column arrays
+    (nothing that reads it writes to it; a column kept in a design is copied there)."""
+    if not frame.columns.is_unique:
+        return frame[names]
+    return pd.DataFrame({name: frame[name] for name in dict.fromkeys(names)}, copy=False)
 
 
 def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) -> None:
@@ -378,10 +421,13 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
     (:func:`answered_columns`) go to the differencing guard, which refuses a
     near-copy of a column it answered about before. Before the guard, the
     cross-cell rule (:func:`check_design_cross_cells`) on a binary or survival design.
+    Each rule reads the design a column at a time (:attr:`SiteDesign.columns`).
     """
     checked: set = ctx.cache.setdefault("exact-checked designs", set())
-    if spec.key in checked:
+    digest = design_digest(spec)
+    if digest in checked:
         return
+    columns = design.columns
     policy, site = ctx.policy, ctx.name
     for term, mask in design.indicators:
         check_indicator(policy, site=site, task=None, term=term, mask=mask)
@@ -395,7 +441,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         site=site,
         task=None,
         names=[spec.columns[j] for j in varying],
-        X=design.X[:, varying],
+        X=[columns[j] for j in varying],
     )
     what = (
         "the event indicator"
@@ -429,7 +475,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         sets.append((f"the rows of positive {spec.weights}", over_frame(design.weights > 0)))
     sets += [(term, over_frame(mask)) for term, mask in design.indicators]
     for j in varying:
-        column = design.X[:, j]
+        column = columns[j]
         if distinct_values_exceed(column, 1) and not distinct_values_exceed(column, 2):
             sets.append((spec.columns[j], over_frame(column != column[0])))  # two values
     if design.stratum is not None and spec.strata:
@@ -443,7 +489,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         entry=design.entry,
         entry_name=counting[0] if counting else None,
         event=(what, design.y),
-        columns=[(spec.columns[j], design.X[:, j]) for j in varying],
+        columns=[(spec.columns[j], columns[j]) for j in varying],
         sets=sets,
         over_frame=over_frame,
     )
@@ -458,7 +504,7 @@ def check_exact_release(ctx: SiteContext, spec: DesignSpec, design: SiteDesign) 
         rows=rows,
         units=None if patients is None else patients[rows],
     )
-    checked.add(spec.key)
+    checked.add(digest)
 
 
 def answered_columns(
@@ -472,10 +518,10 @@ def answered_columns(
     entry times of ``Surv(start, stop, event)``, which the study pins to one column per
     outcome (rule ``entry``, :mod:`fedstats.site.handlers.cox`).
     """
-    columns = []
+    answered = []
     for j in varying:
-        if distinct_values_exceed(design.X[:, j], 2):
-            columns.append((spec.columns[j], design.X[:, j]))
+        if distinct_values_exceed(design.columns[j], 2):
+            answered.append((spec.columns[j], design.columns[j]))
     roles = [
         (spec.outcome, design.y if spec.outcome_kind in ("count", "continuous") else None),
         (f"the follow-up times of {spec.outcome}", design.time),
@@ -484,8 +530,8 @@ def answered_columns(
     ]
     for label, values in roles:
         if values is not None and distinct_values_exceed(values, 1):
-            columns.append((label, values))
-    return columns
+            answered.append((label, values))
+    return answered
 
 
 _FIRST_ROWS = 64
@@ -517,7 +563,9 @@ def check_design_cross_cells(
     """The cross-cell rule (:mod:`fedstats.site.cross_cells`) on a binary or survival design:
     its outcome or event indicator crossed with every two-valued design column, every level
     of every categorical term, every indicator the formula computed and every stratum."""
-    crossed = two_valued_columns([spec.columns[j] for j in varying], design.X[:, varying])
+    crossed = two_valued_columns(
+        [spec.columns[j] for j in varying], [design.columns[j] for j in varying]
+    )
     categorical = {  # columns the design codes by level (an I() of a column codes no level)
         f.column for f in parse_formula(spec.formula).factors if f.kind in ("categorical", "column")
     }

@@ -43,6 +43,7 @@ from fedstats.contract.tasks.design import checked_beta, spec_from_args
 from fedstats.contract.tasks.glm import TASK, checked_family
 from fedstats.errors import DisclosureError
 from fedstats.site.handlers.design import site_design
+from fedstats.site.row_blocks import Information, column_blocks
 from fedstats.site.task import SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
@@ -62,36 +63,50 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     family = family_named(checked_family(args, spec))
     beta = checked_beta(ctx.name, args, spec.n_params)
     design = site_design(ctx, spec)
-    X, y = design.X, design.y
-    w = np.ones(len(y)) if design.weights is None else design.weights
-    eta = X @ beta
-    if design.offset is not None:
-        eta = eta + design.offset
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        mu = family.link.inverse(eta)
-        variance = family.variance(mu)
-        residual = y - mu
-        gradient = X.T @ (w * residual)
-        weighted = X * np.sqrt(w * variance)[:, None]
-        hessian = weighted.T @ weighted  # A^T A: one symmetric rank-k update (BLAS syrk)
-        loglik = float(np.sum(w * family.loglike_obs(y, mu, scale=1.0)))
-        deviance = float(family.deviance(y, mu, freq_weights=w))
-        pearson = float(np.sum(w * residual**2 / variance))
-    if isinstance(family, families.Poisson):
-        check_fitted_dominance(ctx, w * mu)
-    extreme = np.zeros(len(y), dtype=bool)
-    if isinstance(family, families.Binomial):
-        extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
+    y, n, p = design.y, design.n_obs, spec.n_params
+    sums = np.zeros(4)  # loglik, deviance, Pearson's statistic, the weight total
+    gradient = np.zeros(p)
+    information = Information(p)
+    binomial, poisson = isinstance(family, families.Binomial), isinstance(family, families.Poisson)
+    fitted = np.empty(n if poisson else 0)  # a Poisson fit's w mu, per row
+    all_extreme, any_extreme = True, False
+    for rows, block in column_blocks(design.columns, n):
+        y_block = y[rows]
+        w = np.ones(len(y_block)) if design.weights is None else design.weights[rows]
+        eta = block @ beta
+        if design.offset is not None:
+            eta += design.offset[rows]
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            mu = family.link.inverse(eta)
+            variance = family.variance(mu)
+            residual = y_block - mu
+            gradient += (w * residual) @ block
+            information.add(block, w * variance)
+            sums += (
+                float(np.sum(w * family.loglike_obs(y_block, mu, scale=1.0))),
+                float(family.deviance(y_block, mu, freq_weights=w)),
+                float(np.sum(w * residual**2 / variance)),
+                float(w.sum()),
+            )
+            if poisson:
+                np.multiply(w, mu, out=fitted[rows])
+        if binomial:
+            extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
+            all_extreme &= bool(extreme.all())
+            any_extreme |= bool(extreme.any())
+    if poisson:
+        check_fitted_dominance(ctx, fitted)
+    loglik, deviance, pearson, weight_total = (float(v) for v in sums)
     return TaskReply(
         {
             "gradient": gradient,
-            "hessian": hessian,
+            "hessian": information.total(),
             "loglik": loglik,
             "deviance": deviance,
             "pearson": pearson,
-            "weight_total": float(w.sum()),
-            "all_extreme": bool(extreme.all()),
-            "any_extreme": bool(extreme.any()),
+            "weight_total": weight_total,
+            "all_extreme": binomial and all_extreme,
+            "any_extreme": binomial and any_extreme,
         },
         contributors=design.n_obs,
     )

@@ -16,6 +16,7 @@ any patient's fitted probability lies within ``1e-10`` of 0 or 1.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -32,6 +33,7 @@ from fedstats.site.patient_clipping import (
     patient_clip_factors,
 )
 from fedstats.site.patient_rows import count_patients
+from fedstats.site.row_blocks import Information, column_blocks
 from fedstats.site.task import SiteContext, TaskReply
 
 EXTREME_PROBABILITY = 1e-10
@@ -42,15 +44,17 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     beta = checked_beta(ctx.name, args, spec.n_params)
     private = ctx.private(args)
     design = site_design(ctx, spec)
-    X, y = design.X, design.y
-    if private or "clip" in args:  # B ||beta|| was bounded by the schema, before any charge
-        X = clipped_design(X, *clip_from_args(args, spec.n_params))
+    contributors = count_patients(ctx, design.rows, design.n_obs)
+    if not (private or "clip" in args):
+        blocks = column_blocks(design.columns, design.n_obs)
+        return TaskReply(exact_sums(blocks, design.y, design.offset, beta), contributors)
+    # B ||beta|| was bounded by the schema, before any charge
+    X, y = clipped_design(design.X, *clip_from_args(args, spec.n_params)), design.y
     eta = X @ beta
     if design.offset is not None:
         eta = eta + design.offset
     mu = expit(eta)
     weights = mu * (1.0 - mu)
-    contributors = count_patients(ctx, design.rows, design.n_obs)
     if private:
         patients = design_patients(ctx, design.rows)
         if patients is not None:
@@ -61,18 +65,55 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
         if not gradient_only(args):
             released["hessian"] = hessian
         return TaskReply(released, contributors=contributors)
-    loglik = log_likelihood(y, eta)
-    extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
     return TaskReply(
         {
             "gradient": gradient,
             "hessian": hessian,
-            "loglik": loglik,
-            "all_extreme": bool(extreme.all()),
-            "any_extreme": bool(extreme.any()),
+            "loglik": log_likelihood(y, eta),
+            **extreme_flags(mu),
         },
         contributors=contributors,
     )
+
+
+def exact_sums(
+    blocks: Iterable[tuple[slice, np.ndarray]],
+    y: np.ndarray,
+    offset: np.ndarray | None,
+    beta: np.ndarray,
+) -> dict[str, Any]:
+    """The exact reply at ``beta``: score, information, log-likelihood and the separation
+    flags, summed over the design's blocks of rows (``(rows, block)`` pairs:
+    :mod:`fedstats.site.row_blocks`)."""
+    p = len(beta)
+    gradient = np.zeros(p)
+    information = Information(p)
+    loglik = 0.0
+    all_extreme, any_extreme = True, False
+    for rows, block in blocks:
+        eta = block @ beta
+        if offset is not None:
+            eta += offset[rows]
+        mu = expit(eta)
+        gradient += (y[rows] - mu) @ block
+        information.add(block, mu * (1.0 - mu))
+        loglik += log_likelihood(y[rows], eta)
+        flags = extreme_flags(mu)
+        all_extreme &= flags["all_extreme"]
+        any_extreme |= flags["any_extreme"]
+    return {
+        "gradient": gradient,
+        "hessian": information.total(),
+        "loglik": loglik,
+        "all_extreme": all_extreme,
+        "any_extreme": any_extreme,
+    }
+
+
+def extreme_flags(mu: np.ndarray) -> dict[str, bool]:
+    """Whether every / any fitted probability lies within ``1e-10`` of 0 or 1."""
+    extreme = np.minimum(mu, 1.0 - mu) < EXTREME_PROBABILITY
+    return {"all_extreme": bool(extreme.all()), "any_extreme": bool(extreme.any())}
 
 
 def log_likelihood(y: np.ndarray, eta: np.ndarray) -> float:
