@@ -54,11 +54,16 @@ class Federation(coordinator.Federation):
         *,
         analysis: str,
         sites: Sequence[str] | None = None,
+        site_args: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> tuple[dict[str, dict[str, Any]], dict[str, FedstatsError]]:
         outer = self._concurrent  # a request made inside another (fingerprints first)
-        self._concurrent = self.site_threads is not None and answers_concurrently(task, args)
+        self._concurrent = (
+            self.site_threads is not None
+            and not site_args  # one site's own fields: a secure-aggregation round, in turn
+            and answers_concurrently(task, args)
+        )
         try:
-            return super().gather(task, args, analysis=analysis, sites=sites)
+            return super().gather(task, args, analysis=analysis, sites=sites, site_args=site_args)
         finally:
             self._concurrent = outer
 
