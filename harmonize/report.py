@@ -19,8 +19,9 @@ also gives the cohort's exclusions, the coding coverage, the unit
 conversions applied, the readers' notes, missingness and value ranges per
 column, and the site fingerprint the coordinator compares across sites.
 ``not_validated`` counts the records read without validation that the frame
-never relied on (FHIR NDJSON Observations, see :mod:`harmonize.fhir`): they
-are among the excluded, counted as the frame counts their rows.
+never relied on (FHIR NDJSON Observations and Encounters, see
+:mod:`harmonize.fhir`): they are among the excluded, counted as the frame
+counts their rows (or unprocessed, when a run stops).
 """
 
 from __future__ import annotations

@@ -69,11 +69,12 @@ def harmonize(
     run needs does not grow with the site's data. ``workers``: processes
     reading large FHIR NDJSON files (see :func:`harmonize.fhir.read_fhir`).
 
-    FHIR NDJSON Observations are validated with ``fhir.resources`` when the
-    frame relies on them (see :mod:`harmonize.fhir`): the frame is the one
-    full validation gives, and an invalid Observation the frame would not
-    use even if it were valid is counted as the frame counts its rows
-    instead of rejected. ``validate_all=True`` validates every record as it
+    FHIR NDJSON Observations and Encounters of a plain shape are validated
+    with ``fhir.resources`` when the frame relies on them (see
+    :mod:`harmonize.fhir`): the frame is the one full validation gives, and
+    such a record that is not valid FHIR but that the frame would not use
+    even if it were valid is counted as the frame counts its rows instead
+    of rejected. ``validate_all=True`` validates every record as it
     is read (slower: about 0.1 ms per resource).
 
     ``progress``: called as ``progress(done, total)`` while the source is
