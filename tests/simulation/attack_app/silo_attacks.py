@@ -24,17 +24,18 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from cryptography.hazmat.primitives.asymmetric import ed25519
 
 import fedstats
 from fedstats.contract import secure_aggregation as secagg_wire
 from fedstats.contract.design import DesignSpec
 from fedstats.contract.paths import PATH_KEY, Evaluated, PathRequest
+from fedstats.contract.secagg_session import Adverts, SessionPlan, signature_hex
 from fedstats.errors import FedstatsError
 from fedstats.models.agree import agreed_design
 from fedstats.models.path_relay import PathRelay
-from fedstats.secagg import crypto
 from fedstats.secagg import roster as secagg_roster
+from fedstats.site import secure_aggregation as secagg_site
+from fedstats.site.task import SiteContext
 
 OUTLIER = 6.0
 """One patient of the first site has ``x`` above this; every other patient of every site is
@@ -203,49 +204,56 @@ def crafted_point(fed, arena: Arena) -> list[Outcome]:
     return out + each_site("crafted_point", "round 2 off the step", fed, "logistic.summaries", args)
 
 
-def signed_keys(sites: list[str], session: str, threshold: int, signer) -> dict[str, list[str]]:
-    """Keys the coordinator made for ``sites``, each advert signed with ``signer(site)``'s key
-    (``None``: unsigned)."""
-    keys = {}
+def forged_adverts(plan: SessionPlan, sites: list[str], forge: dict | None) -> Adverts:
+    """Keys the coordinator made for ``sites`` in ``plan``'s session, each advert signed with
+    the key ``forge`` holds for the site (``None``: unsigned)."""
+    keys, signatures = {}, {}
     for site in sites:
-        encryption = crypto.public_hex(crypto.new_private_key())
-        masking = crypto.public_hex(crypto.new_private_key())
-        message = secagg_roster.advert_message(
-            session, site, sites, threshold, 32, encryption, masking
-        )
-        key = signer(site)
-        keys[site] = [encryption, masking]
-        if key is not None:
-            keys[site].append(secagg_roster.sign(key, message))
-    return keys
+        context = SiteContext(site, pd.DataFrame(), fedstats.DisclosurePolicy())
+        if forge is not None:
+            context.secure_aggregation = forge[site]
+        reply = secagg_site.advertise(context, plan.to_args()).payload
+        keys[site] = bytes(reply["keys"])
+        signatures[site] = signature_hex(bytes(reply["signature"]))
+    return Adverts(keys, signatures)
 
 
 def secure_aggregation_roster(fed, arena: Arena) -> list[Outcome]:
     """tests/security/test_secure_aggregation_roster.py: a session of the first site and four
     invented ones; then a session of the real sites whose other keys the coordinator made and
-    signed with keys of its own, or left unsigned."""
+    signed with keys of its own, or left unsigned (SecAgg+, the default construction)."""
     attack, target = "secure_aggregation_roster", fed.sites[0]
-    invented = [target, *(f"sybil-{i}" for i in range(4))]
-    start = {"session": "1" * 32, "sites": invented,
-             "threshold": secagg_wire.majority(len(invented)), "fraction_bits": 32}  # fmt: skip
-    out = each_site(attack, "invented sites", fed, secagg_wire.ADVERTISE_TASK, start, [target])
-    forged = {site: ed25519.Ed25519PrivateKey.generate() for site in fed.sites}
-    for session, probe, signer in (
-        ("2" * 32, "keys signed by the coordinator", forged.get),
-        ("3" * 32, "unsigned keys", lambda site: None),
+    invented = (target, *(f"sybil-{i}" for i in range(4)))
+    plan = SessionPlan("1" * 32, invented, "secagg+", len(invented), 32)
+    out = each_site(
+        attack, "invented sites", fed, secagg_wire.ADVERTISE_TASK, plan.to_args(), [target]
+    )
+    others = [s for s in fed.sites if s != target]
+    for session, probe, forge in (
+        ("2" * 32, "keys signed by the coordinator", secagg_roster.in_process_pins(fed.sites)),
+        ("3" * 32, "unsigned keys", None),
     ):
-        sites, threshold = list(fed.sites), secagg_wire.majority(len(fed.sites))
-        start = {"session": session, "sites": sites, "threshold": threshold, "fraction_bits": 32}
+        plan = SessionPlan(session, tuple(fed.sites), "secagg+", len(fed.sites), 32)
         replies, failures = fed.gather(
-            secagg_wire.ADVERTISE_TASK, start, analysis=attack, sites=[target]
+            secagg_wire.ADVERTISE_TASK, plan.to_args(), analysis=attack, sites=[target]
         )
         if target in failures:
             out.append(refused(attack, f"{probe}: advertise", failures[target]))
             continue
         own = replies[target]
-        keys = signed_keys([s for s in sites if s != target], session, threshold, signer)
-        keys[target] = [own["encryption_key"], own["masking_key"], own["signature"]]
-        args = {"session": session, "public_keys": keys}
+        made = forged_adverts(plan, others, forge)
+        keys = {target: bytes(own["keys"]), **made.keys}
+        signatures = {target: signature_hex(bytes(own["signature"])), **made.signatures}
+        drawn = plan.graph(keys[plan.contributor])
+
+        def only(sites, keys=keys, signatures=signatures):
+            return Adverts({v: keys[v] for v in sites}, {v: signatures[v] for v in sites})
+
+        args = {
+            "session": session,
+            "contributor": only([plan.contributor]).to_wire(),
+            "neighbours": only(drawn.neighbours(target)).to_wire(),
+        }
         out += each_site(attack, probe, fed, secagg_wire.SHARE_TASK, args, [target])
     return out
 
