@@ -132,7 +132,8 @@ def exports(draw: st.DrawFn) -> Export:
 
     Measurements fall before and after the visits (inside and outside the
     look-back), some implausible (300 mm[Hg]) or outside the concept sets
-    (heart rate); a few records share an id (validated as read), are
+    (heart rate); a few records share an id (validated as read; one that repeats a
+    corrupted record's invalid id is itself corrupted, with its valid twin), are
     cancelled, or are of a shape the reader validates as it reads
     (a partial date, a missing unit, an absolute subject). Only visits and
     measurements in the concept sets are corrupted, so that full validation
@@ -143,6 +144,7 @@ def exports(draw: st.DrawFn) -> Export:
     n_patients = draw(st.integers(1, 4))
     serial = 0
     ids: list[str] = []
+    invalid_ids: set[str] = set()  # ids a corruption made invalid ("r1 !")
     for i in range(n_patients):
         pid = f"p{i}"
         died = draw(st.sampled_from([None, None, "2009-06-01", "2011-02-03", "2013-12-31"]))
@@ -169,9 +171,18 @@ def exports(draw: st.DrawFn) -> Export:
                 CORRUPTIONS[draw(st.sampled_from(sorted(CORRUPTIONS)))](resource)
             elif what == "odd":
                 _odd(resource, draw(st.integers(0, 3)))
-            elif what == "repeat" and ids:
-                resource["id"] = draw(st.sampled_from(ids))
+            elif what == "repeat" and (
+                choices := ids
+                if HEART_RATE not in json.dumps(resource)
+                else [i for i in ids if i not in invalid_ids]
+            ):
+                repeated = draw(st.sampled_from(choices))
+                if repeated in invalid_ids:  # a corrupted record's id: this one is corrupted too
+                    twin, resource = resource, copy.deepcopy(resource)
+                resource["id"] = repeated
             ids.append(resource["id"] if isinstance(resource["id"], str) else rid)
+            if twin is not None and resource.get("id") != rid:
+                invalid_ids.add(ids[-1])
             export.records.append(Record(f"{kind}.000.ndjson", resource, twin))
     order = draw(st.permutations(range(len(export.records))))
     export.records = [export.records[k] for k in order]
