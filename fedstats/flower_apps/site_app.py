@@ -20,8 +20,9 @@ one site, however its path is spelled, share its one service.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
@@ -65,11 +66,31 @@ def site_config_path(context: Context) -> Path:
     if isinstance(partition, int) and isinstance(listing, str) and listing:
         from fedstats.flower.local_study import simulated_site
 
-        return simulated_site(Path(listing), partition)
+        return _per_version(
+            Path(listing), f"partition {partition}", lambda f: simulated_site(f, partition)
+        )
     raise ConfigError(
         f"this SuperNode has no node config {SITE_CONFIG_KEY!r}; start it with "
         f"--node-config '{SITE_CONFIG_KEY}=\"/path/to/site.toml\"'"
     )
+
+
+_files: dict[tuple[str, str], tuple[int, Any]] = {}
+"""What was read from each configuration file, with the file's modification time then."""
+
+
+def _per_version(path: Path, what: str, read: Callable[[Path], Any]) -> Any:
+    """``read(path)``, read again only when the file changes (not at every message); a file
+    that cannot be looked at is read at once, for ``read`` to raise its typed error."""
+    try:
+        version = path.stat().st_mtime_ns
+    except OSError:
+        return read(path)
+    key = (str(path), what)
+    kept = _files.get(key)
+    if kept is None or kept[0] != version:
+        kept = _files[key] = (version, read(path))
+    return kept[1]
 
 
 def service_for(context: Context) -> SiteService:
@@ -78,7 +99,9 @@ def service_for(context: Context) -> SiteService:
     from fedstats.jobs.site_config import SiteConfig
 
     path = site_config_path(context)
-    config = load_toml_model(path, SiteConfig, what="site configuration")
+    config = _per_version(
+        path, "site", lambda f: load_toml_model(f, SiteConfig, what="site configuration")
+    )
     frame = frame_path(config)
     source = (
         str(path.resolve()),
