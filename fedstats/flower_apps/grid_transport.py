@@ -277,17 +277,16 @@ class GridLink:
             if self.pulls.start(message_id, every=every):
                 every = min(2 * every, max(PULL_EVERY_CAP, self.policy.poll_interval))
             if now >= others_due:
-                for other in self._in_flight.values():
-                    if other != message_id:
-                        self.pulls.start(other, every=OTHERS_EVERY)
+                self._pull_others(message_id, every=OTHERS_EVERY)
                 others_due = now + OTHERS_EVERY
             time.sleep(self.policy.poll_interval)
 
-    def _pull_others(self, message_id: str) -> None:
-        """A reply came: the round's other replies are likely back too, pull each now."""
+    def _pull_others(self, message_id: str, every: float = 0.0) -> None:
+        """Pull the round's messages other than ``message_id``, each at most once per ``every``
+        seconds (``0``: now, as when a reply came: the others are likely back too)."""
         for other in self._in_flight.values():
             if other != message_id:
-                self.pulls.start(other)
+                self.pulls.start(other, every=every)
 
 
 class GridFederation(Federation):
