@@ -54,29 +54,22 @@ from fedstats.flower.local_study import LocalStudy, write_study  # noqa: E402
 EXACT_TARGET = 1e-8
 BYTES_TARGET = 3.0
 SETUP_TASKS = {"harmonize.fingerprint", "describe", "prepare"}
-FITS = """
-[[fits]]
-kind = "logistic"
-name = "logistic_plain"
-formula = "y ~ {terms}"
+FIT_NAMES = ("logistic_plain", "logistic_secure", "cox_plain", "cox_secure")
 
-[[fits]]
-kind = "logistic"
-name = "logistic_secure"
-formula = "y ~ {terms}"
-secure_aggregation = {{ {secure} }}
 
-[[fits]]
-kind = "cox"
-name = "cox_plain"
-formula = "Surv(time, event) ~ {terms}"
-
-[[fits]]
-kind = "cox"
-name = "cox_secure"
-formula = "Surv(time, event) ~ {terms}"
-secure_aggregation = {{ {secure} }}
-"""
+def fits(terms: str, secure: str) -> str:
+    """The study's ``[[fits]]``: each model plain and with secure aggregation."""
+    outcome = {"logistic": "y", "cox": "Surv(time, event)"}
+    tables = []
+    for name in FIT_NAMES:
+        kind, mode = name.split("_")
+        table = (
+            f'[[fits]]\nkind = "{kind}"\nname = "{name}"\nformula = "{outcome[kind]} ~ {terms}"\n'
+        )
+        if mode == "secure":
+            table += f"secure_aggregation = {{ {secure} }}\n"
+        tables.append(table)
+    return "\n".join(tables)
 
 
 def covariates(p: int) -> list[str]:
@@ -152,7 +145,7 @@ def one_study(
 ) -> dict:
     frames = synthetic_sites(n_sites, per_site, p, seed)
     pooled = pooled_fits(frames, covariates(p))
-    fits = FITS.format(secure=secure, terms=" + ".join(covariates(p)))
+    study_fits = fits(" + ".join(covariates(p)), secure)
     with tempfile.TemporaryDirectory(prefix=f"fedstats-simulation-{n_sites}-") as folder:
         root = Path(folder)
         study = LocalStudy(root, simulation=True, verified_paths=verified_paths)
@@ -160,7 +153,7 @@ def one_study(
             started = time.perf_counter()
             study.start(frames)
             out = root / "out"
-            config = write_study(root, list(frames), fits, out=out, round_timeout=300)
+            config = write_study(root, list(frames), study_fits, out=out, round_timeout=300)
             status = study.run(config, out, timeout=3600)
             wall = time.perf_counter() - started
         finally:
@@ -169,8 +162,7 @@ def one_study(
             raise SystemExit(f"the study of {n_sites} sites failed: {status}")
         rows = [json.loads(line) for line in (out / f"inventory-{status['run_id']}.jsonl").open()]
         results = {
-            name: json.loads((out / "results" / f"{name}.json").read_text())
-            for name in ("logistic_plain", "logistic_secure", "cox_plain", "cox_secure")
+            name: json.loads((out / "results" / f"{name}.json").read_text()) for name in FIT_NAMES
         }
     entry: dict = {
         "patients": n_sites * per_site,
