@@ -271,24 +271,24 @@ def _create_cohort_table(con: duckdb.DuckDBPyConnection, cohort: pd.DataFrame) -
     con.execute("CREATE OR REPLACE TEMP TABLE _used (record_ref VARCHAR)")
 
 
-def _mark_used(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
-    """Add record references (from pandas) to ``_used``."""
+def _add_refs(con: duckdb.DuckDBPyConnection, table: str, refs: pd.Series) -> None:
+    """Add record references (from pandas) to the temporary table ``table``."""
     rows = pd.DataFrame({"record_ref": refs.dropna().astype(object)})
-    con.register("_used_rows", rows)
+    con.register("_ref_rows", rows)
     try:
-        con.execute("INSERT INTO _used SELECT CAST(record_ref AS VARCHAR) FROM _used_rows")
+        con.execute(f"INSERT INTO {table} SELECT CAST(record_ref AS VARCHAR) FROM _ref_rows")
     finally:
-        con.unregister("_used_rows")
+        con.unregister("_ref_rows")
+
+
+def _mark_used(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
+    """Add record references to ``_used``: records the frame took."""
+    _add_refs(con, "_used", refs)
 
 
 def _rely_on(con: duckdb.DuckDBPyConnection, refs: pd.Series) -> None:
-    """Add record references (from pandas) to ``_relied``."""
-    rows = pd.DataFrame({"record_ref": refs.dropna().astype(object)})
-    con.register("_relied_rows", rows)
-    try:
-        con.execute("INSERT INTO _relied SELECT CAST(record_ref AS VARCHAR) FROM _relied_rows")
-    finally:
-        con.unregister("_relied_rows")
+    """Add record references to ``_relied``: unvalidated records the frame relies on."""
+    _add_refs(con, "_relied", refs)
 
 
 def _rely_on_follow_up_ends(con: duckdb.DuckDBPyConnection) -> None:
