@@ -152,3 +152,62 @@ def test_a_fine_gray_entry_names_its_convention(tmp_path: Path):
     with pytest.raises(ConfigError, match="convention"):
         study.write_text(text.replace('"finegray"', '"stata"'), encoding="utf-8")
         load_study_config(study)
+
+
+SECURE = """
+[study]
+name = "models"
+sites = ["north", "south", "east"]
+out = "{out}"
+
+[[fits]]
+kind = "glm"
+name = "infection_rate"
+formula = "infections ~ age + smoker"
+family = "poisson"
+exposure = "years"
+secure_aggregation = {{ {options} }}
+
+[[fits]]
+kind = "cox"
+name = "weighted_cox"
+formula = "Surv(months, died) ~ age + smoker"
+secure_aggregation = {{}}
+"""
+
+
+def test_a_fit_with_a_secure_aggregation_table_is_the_apis_secure_fit(tmp_path: Path):
+    """``secure_aggregation = {...}`` takes fedstats.SecureAggregation's options: the record
+    equals the API's secure fit (sums of masked replies: fixed-point precision), and the
+    message inventory shows each round's secure-aggregation session."""
+    study = tmp_path / "study.toml"
+    options = 'construction = "secagg", threshold = 2'
+    study.write_text(SECURE.format(out=tmp_path / "out", options=options), encoding="utf-8")
+    sites = frames()
+    fed = fedstats.Federation.in_process(sites)
+    recorded = run_fits(load_study_config(study), fed)
+    assert {"secagg.advertise", "secagg.unmask"} <= {m.task for m in fed.inventory}
+    secure = fedstats.SecureAggregation(construction="secagg", threshold=2)
+    direct = {
+        "infection_rate": fedstats.GLM(
+            "infections ~ age + smoker", family="poisson", exposure="years"
+        ).fit(fedstats.Federation.in_process(sites), secure_aggregation=secure),
+        "weighted_cox": fedstats.CoxPH("Surv(months, died) ~ age + smoker").fit(
+            fedstats.Federation.in_process(sites), secure_aggregation=fedstats.SecureAggregation()
+        ),
+    }
+    for name, result in direct.items():
+        record = recorded[name]
+        assert np.allclose(list(record["params"].values()), result.params, rtol=0, atol=1e-12)
+        assert np.allclose(list(record["bse"].values()), result.bse, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "options",
+    ['construction = "plain"', "threshold = 1", "fraction_bits = 70", "rounds = 3"],
+)
+def test_a_secure_aggregation_table_with_a_wrong_option_names_it(tmp_path: Path, options):
+    study = tmp_path / "study.toml"
+    study.write_text(SECURE.format(out=tmp_path / "out", options=options), encoding="utf-8")
+    with pytest.raises(ConfigError, match=options.split(" ")[0]):
+        load_study_config(study)
