@@ -522,8 +522,9 @@ class FhirReading:
                     lines, source, self.today, repeated, self.deferred
                 ):
                     self._apply(source, f"line {number}", decision, tally)
-                    if len(self.deferred) >= self.batch_size:
-                        self._take_deferred(source, tally)
+                # deferred records yield no decision: a block of them only is looked at here
+                if len(self.deferred) >= self.batch_size:
+                    self._take_deferred(source, tally)
             self._take_deferred(source, tally)
             return
         pool, workers = self._pool(), self.parallel[path]

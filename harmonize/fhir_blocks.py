@@ -42,7 +42,14 @@ from harmonize.fhir_decisions import (
     decide_lines,
     malformed,
 )
-from harmonize.fhir_json import PLAIN_TYPES, line_key, parse_json, plain_key, plain_rows
+from harmonize.fhir_json import (
+    PLAIN_TYPES,
+    line_key,
+    may_hold,
+    parse_json,
+    plain_key,
+    plain_rows,
+)
 from harmonize.fhir_mapping import MEDICATION, Rows
 
 __all__ = [
@@ -163,7 +170,7 @@ def _survey_lines(block: Block, keys: bool) -> BlockSurvey:
         if keys and (key := line_key(line)) is not None:
             found.keys.append(key)
             continue
-        if _MEDICATION_BYTES not in line:
+        if not may_hold(_MEDICATION_BYTES, line):
             continue
         try:
             resource = parse_json(line)

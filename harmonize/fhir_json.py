@@ -37,7 +37,11 @@ the first pass finds ids that occur more than once (CRC-32 and Adler-32 of
 share a key are only validated as they are read, never confused).
 :func:`line_key` reads it from an NDJSON line, without parsing the line when
 it begins ``{"resourceType":"<type>","id":"...`` and holds no other
-``"id"`` and no escape.
+``"id"`` or ``"resourceType"`` and no escape. It must find the key of every
+line the reader may read without validation, however the line spells the
+resource (an escaped ``"Observ\\u0061tion"``, a ``resourceType`` written
+twice, UTF-16 text, which ``json`` reads): a line is passed over unparsed only
+when :func:`may_hold` says the type's name cannot be in it.
 """
 
 from __future__ import annotations
@@ -53,7 +57,15 @@ import orjson
 
 from harmonize.fhir_mapping import FULL_DATE, NOT_HAPPENED, PATIENT_REFERENCE
 
-__all__ = ["PLAIN_TYPES", "line_key", "parse_json", "plain_key", "plain_rows", "record_key"]
+__all__ = [
+    "PLAIN_TYPES",
+    "line_key",
+    "may_hold",
+    "parse_json",
+    "plain_key",
+    "plain_rows",
+    "record_key",
+]
 
 PLAIN_TYPES = ("Observation", "Encounter")
 """The resource types whose records :func:`plain_rows` may read."""
@@ -95,11 +107,16 @@ def line_key(line: bytes) -> int | None:
     """:func:`record_key` of the line's resource if it is of a :data:`PLAIN_TYPES` type."""
     for kind in PLAIN_TYPES:
         prefix = _PREFIXES[kind]
-        if line.startswith(prefix) and line.count(b'"id"') == 1 and b"\\" not in line:
+        if (
+            line.startswith(prefix)
+            and line.count(b'"id"') == 1
+            and line.count(b'"resourceType"') == 1
+            and b"\\" not in line
+        ):
             end = line.find(b'"', len(prefix))
             if end > 0:
                 return plain_key(kind.encode(), line[len(prefix) : end])
-    if not any(mark in line for mark in _MARKS.values()):
+    if not any(may_hold(mark, line) for mark in _MARKS.values()):
         return None
     try:
         resource = parse_json(line)
@@ -108,6 +125,16 @@ def line_key(line: bytes) -> int | None:
     if not isinstance(resource, dict) or resource.get("resourceType") not in PLAIN_TYPES:
         return None
     return record_key(resource["resourceType"], resource.get("id"))
+
+
+def may_hold(mark: bytes, line: bytes) -> bool:
+    """Whether ``line`` may hold the JSON string ``mark`` (``b'"Medication"'``, say) once parsed.
+
+    It does when it holds those bytes; else only through an escape
+    (``"Medic\\u0061tion"``) or in a text ``json`` does not read as UTF-8
+    (UTF-16 or UTF-32, whose ASCII characters take zero bytes).
+    """
+    return mark in line or b"\\" in line or b"\x00" in line
 
 
 def plain_rows(resource: dict[str, Any], record_ref: str, today: date) -> list[Row] | None:

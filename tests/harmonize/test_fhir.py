@@ -674,6 +674,38 @@ def test_memory_is_bounded_by_the_batch_not_the_file(tmp_path):
     assert peak < 2e6 + 250 * n, f"peak {peak / 1e6:.2f} MB for a {size / 1e6:.2f} MB file"
 
 
+def test_unvalidated_rows_read_in_one_process_are_bounded_by_the_batch(tmp_path):
+    """tracemalloc's peak when every record is read without validation, in this process.
+
+    Such records give no decision to apply, only rows; they must still be
+    handed to the store by the batch, not held for the whole file. What
+    grows with the input is the first pass's id keys (8 bytes a record,
+    sorted once by numpy): the bound allows 50 bytes a record, where the
+    rows held for the file take several hundred.
+    """
+    from harmonize.fhir import FhirReading
+
+    n, batch = 20_000, 500
+    path = tmp_path / "Observation.000.ndjson"
+    template = base()["Observation"] | {"subject": {"reference": "Patient/p1"}}  # plain
+    path.write_text("".join(json.dumps(template | {"id": f"o{i}"}) + "\n" for i in range(n)))
+
+    def read() -> FhirReading:
+        with FhirReading(path, RecordStore(), batch_size=batch, workers=1, defer=True) as reading:
+            reading.read()
+        return reading
+
+    read()  # warm caches outside the measure
+    tracemalloc.start()
+    try:
+        reading = read()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert reading.unvalidated[path.name] == n  # all read without validation
+    assert peak < 2e6 + 50 * n, f"peak {peak / 1e6:.2f} MB for {n} unvalidated records"
+
+
 # ---------------------------------------------------------------- worker processes
 def test_worker_processes_give_the_same_store_as_one_process(tmp_path, monkeypatch):
     """Decisions taken in worker processes are applied in file order: same rows, same quarantine.

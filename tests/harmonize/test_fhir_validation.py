@@ -772,3 +772,42 @@ def test_a_block_surveyed_whole_is_surveyed_as_line_by_line(kinds, final_newline
                 assert whole_block == by_line, block
         if kinds and all(kind in PLAIN_LINES for kind in kinds) and final_newline:
             assert all(whole_block is not None for whole_block in quick)
+
+
+def _escaped(line: str) -> str:
+    return line.replace('"Observation"', '"Observ\\u0061tion"')
+
+
+def _typed_twice(line: str) -> str:
+    first = '{"resourceType": "Observation"'
+    return line.replace(first, '{"resourceType": "Patient", "resourceType": "Observation"')
+
+
+def _utf16(line: str) -> bytes:
+    return line.encode("utf-16")
+
+
+@pytest.mark.parametrize("spell", [_escaped, _typed_twice, _utf16])
+def test_a_twin_spelled_otherwise_is_found_before_its_plain_twin_is_read(tmp_path, spell):
+    """Two Observations share an id; the second spells itself so that its bytes do not begin
+    ``{"resourceType":"Observation"`` (an escape, the key written twice, UTF-16, all of which
+    ``json`` reads as the same resource). The run that validates only what the frame relies
+    on must still see the shared id and validate both, as full validation does: same frame,
+    same counts, same quarantine (the second refused as a duplicated id)."""
+    sbp = observation("o1", "p1", SBP, "2010-01-02", 120.0)
+    twin = observation("o1", "p1", SBP, "2010-01-03", 130.0)
+    _write(tmp_path, {"Patient.000.ndjson": [_person("p1", deceasedDateTime="2012-01-01")],
+                      "Encounter.000.ndjson": [encounter("e", "p1", "2010-05-01")],
+                      "Observation.000.ndjson": [sbp]})  # fmt: skip
+    line = spell(json.dumps(twin))
+    # the file's last line, with no newline after it (a UTF-16 line ending in one is malformed)
+    (tmp_path / "Observation.001.ndjson").write_bytes(
+        line if isinstance(line, bytes) else line.encode()
+    )
+    assert json.loads(line) == twin
+    fast, full = run(tmp_path, False), run(tmp_path, True)
+    pd.testing.assert_frame_equal(fast.frame, full.frame)
+    assert quarantine_rows(fast) == quarantine_rows(full)
+    assert fast.report.rejected_by_reason == full.report.rejected_by_reason
+    assert fast.report.excluded_by_reason == full.report.excluded_by_reason
+    assert "duplicated id" in set(full.quarantine["reason"])
