@@ -19,8 +19,9 @@ refused it is never kept, so it is refused again. The small-cell rules and the g
 once per design (:func:`fedstats.site.handlers.design.check_exact_release`), as before.
 
 Memory is bounded in bytes (:data:`DESIGN_CACHE_BYTES` per site), counting what each design
-holds itself (:attr:`fedstats.site.handlers.design.SiteDesign.held_bytes`: a design of the
-frame's numeric columns holds little more than its outcome and rows; the row-major matrix
+holds itself (:attr:`fedstats.site.handlers.design.SiteDesign.held_bytes`: the whole buffer
+under each of its columns, formulaic's model matrix or the complete rows included; a design
+of the frame's float columns holds little more than its outcome and rows; the row-major matrix
 a Cox or fairness round builds from them is 168 MB at 1,000,000 x 21): the least recently
 used designs are dropped first, and a design larger than the bound is not kept (it is
 rebuilt each round).

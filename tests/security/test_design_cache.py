@@ -11,6 +11,9 @@ keeps nothing.
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -32,9 +35,9 @@ def frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
     return data
 
 
-def spec_of(formula: str, data: pd.DataFrame) -> DesignSpec:
+def spec_of(formula: str, data: pd.DataFrame, **options) -> DesignSpec:
     federation = fedstats.Federation.in_process({"s": data, "t": data.copy()})
-    return fedstats.LogisticRegression(formula).agree(federation, "layout").spec
+    return fedstats.LogisticRegression(formula, **options).agree(federation, "layout").spec
 
 
 def summaries_request(spec: DesignSpec, beta: np.ndarray) -> bytes:
@@ -171,6 +174,42 @@ def test_a_design_counts_what_it_holds_and_the_default_bound_holds_a_large_one()
     assert cache.nbytes == own + matrix.nbytes  # measured again when read
     per_row = (own + matrix.nbytes / 5 * 21) / n  # the same design with 21 columns
     assert 1_000_000 * per_row < design_cache.DESIGN_CACHE_BYTES
+
+
+@pytest.mark.parametrize(
+    ("formula", "options"),
+    [
+        ("y ~ a + b", {}),  # the frame's own columns
+        ("y ~ a * b", {}),  # formulaic's model matrix
+        ("y ~ a + C(g)", {}),  # agreed levels
+        ("y ~ a + b + c", {"missing": "drop"}),  # the rows left when incomplete ones drop
+    ],
+)
+def test_a_design_counts_every_buffer_it_keeps_in_memory(formula, options):
+    """The bound holds in bytes of memory, whatever the formula: a coordinator that asks
+    for designs whose columns are views of a larger buffer (formulaic's model matrix, the
+    complete rows) must not make each count less than it keeps. The oracle is tracemalloc
+    (numpy reports its buffers to it): what dropping the built design frees."""
+    n = 20_000
+    data = frame(n)
+    data["g"] = np.arange(n) % 3
+    data.loc[::997, "c"] = np.nan
+    spec = spec_of(formula, data, **options)
+    context = Silo("s", data)._context
+    gc.collect()
+    tracemalloc.start()
+    try:
+        design = build_design(context, spec)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+        counted = design.held_bytes
+        del design
+        gc.collect()
+        freed = kept - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert freed > 8 * n  # at least the outcome
+    assert abs(counted - freed) <= 8192  # a few Python objects, against 160,000 per column
 
 
 def test_the_guard_remembers_its_own_copies_of_the_columns_a_design_reads():
