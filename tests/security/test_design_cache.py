@@ -24,6 +24,7 @@ from fedstats.contract.design import DesignSpec
 from fedstats.errors import DisclosureError, from_wire
 from fedstats.site import design_cache
 from fedstats.site.design_cache import BoundedCache, footprint
+from fedstats.site.handlers import cox as cox_site
 from fedstats.site.handlers.design import build_design, site_design
 from fedstats.site.silo import Silo
 
@@ -174,6 +175,70 @@ def test_a_design_counts_what_it_holds_and_the_default_bound_holds_a_large_one()
     assert cache.nbytes == own + matrix.nbytes  # measured again when read
     per_row = (own + matrix.nbytes / 5 * 21) / n  # the same design with 21 columns
     assert 1_000_000 * per_row < design_cache.DESIGN_CACHE_BYTES
+
+
+def survival_frame(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    data = pd.DataFrame(rng.normal(size=(n, 3)), columns=["a", "b", "c"])
+    data["days"] = np.ceil(rng.exponential(100 / np.exp(0.3 * data["a"])))
+    data["dead"] = rng.integers(0, 2, n)
+    return data
+
+
+def cox_args(formula: str, data: pd.DataFrame) -> dict:
+    federation = fedstats.Federation.in_process({"s": data, "t": data.copy()})
+    spec = fedstats.CoxPH(formula).agree(federation, "layout").spec
+    return {"design": spec.to_wire(), "beta": np.full(spec.n_params, 0.1), "ties": "efron"}
+
+
+def cox_request(args: dict) -> bytes:
+    return codec.encode({"task": "cox.summaries", "args": args})
+
+
+def test_a_cox_models_sorted_rows_are_bounded_and_rebuilt_alike_when_dropped():
+    data = survival_frame()
+    formulas = ["Surv(days, dead) ~ a", "Surv(days, dead) ~ a + b", "Surv(days, dead) ~ a + c"]
+    requests = [cox_args(f, data) for f in formulas]
+    sizes = [footprint(cox_site._sorted(Silo("s", data)._context, args)) for args in requests]
+    bound = sizes[1] + sizes[2]  # room for the last two, not three
+    silo = Silo("s", data)
+    silo._context.cache["survival"] = cache = BoundedCache(bound)
+    for args in requests:
+        assert codec.decode(silo.handle(cox_request(args)))["status"] == "ok"
+        assert cache.nbytes <= bound
+    assert len(cache) == 2
+    again = silo.handle(cox_request(requests[0]))  # dropped: sorted again
+    assert again == Silo("s", data).handle(cox_request(requests[0]))
+    assert cache.nbytes <= bound
+
+
+def test_rows_sorted_for_a_private_round_never_answer_an_exact_one():
+    """A Cox handler keeps its sorted rows under the design's own key, exact or private: a
+    design built for a private round (which runs no cell rule and leaves out rows an exact
+    round refuses for) is never what an exact round is answered from. The wire refuses a
+    private ``cox.summaries`` before its handler today; the key must not rest on that. The
+    oracle: a site that never built the design refuses the exact round."""
+    data = survival_frame()
+    x = np.sort(data["a"].to_numpy())
+    innocent = cox_args(f"Surv(days, dead) ~ b + I(a >= {x[150]})", data)
+    singling = {  # one patient above the threshold
+        **innocent,
+        "design": {
+            **innocent["design"],
+            "formula": f"Surv(days, dead) ~ b + I(a >= {x[-1]})",
+            "columns": ["b", f"I(a >= {x[-1]})"],
+        },
+    }
+    with pytest.raises(DisclosureError) as fresh:
+        cox_site.summaries(Silo("s", data)._context, singling)
+    assert fresh.value.rule == "cells"
+    context = Silo("s", data)._context
+    context.exact = False
+    cox_site.summaries(context, singling)  # the private round's rows, sorted and kept
+    context.exact = True
+    with pytest.raises(DisclosureError) as info:
+        cox_site.summaries(context, singling)
+    assert info.value.rule == "cells"
 
 
 @pytest.mark.parametrize(

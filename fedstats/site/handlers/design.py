@@ -41,7 +41,7 @@ from fedstats.errors import (
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
 from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
-from fedstats.site.design_cache import BoundedCache, design_digest, frame_token
+from fedstats.site.design_cache import BoundedCache, design_digest, design_key
 from fedstats.site.design_outcomes import (
     binary_outcome,
     evaluated_factor,
@@ -239,7 +239,7 @@ def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
         )
     cache: BoundedCache = ctx.cache.setdefault("designs", BoundedCache())
     # a private design leaves unusable rows out; an exact one refuses (fedstats.site.design_cache)
-    key = (design_digest(spec), ctx.exact, frame_token(ctx.frame))
+    key = design_key(spec, exact=ctx.exact, frame=ctx.frame)
     design = cache.get(key)
     if design is not None:
         if ctx.exact:
