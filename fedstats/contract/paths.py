@@ -517,10 +517,10 @@ def reply_digest(reply: Mapping[str, Any]) -> str:
     honest reply holds, as its decimal text), every part length-prefixed, so two
     replies share a digest only when every field is equal in type and value. Nested values
     (never in a path task's reply) are hashed through the codec."""
-    parts: list[bytes] = []
+    hasher = hashlib.sha256()
     for name in sorted(reply):
         value = reply[name]
-        tagged: tuple[bytes, ...]
+        tagged: tuple[bytes | np.ndarray, ...]
         if isinstance(value, bool | np.bool_):
             tagged = (b"b" + bytes([bool(value)]),)
         elif isinstance(value, int | np.integer):
@@ -541,24 +541,10 @@ def reply_digest(reply: Mapping[str, Any]) -> str:
             )  # its C-order bytes, not copied
         else:
             tagged = (b"c" + codec.encode(value),)
-        for data in (name.encode(), *tagged):  # each part length-prefixed
-            parts += (len(data).to_bytes(8, "little"), data)
-    hasher = hashlib.sha256()
-    joined: list = []  # small parts are hashed joined; an array's bytes where they lie
-    for part in parts:
-        if isinstance(part, np.ndarray) and part.nbytes > _JOIN_BYTES:
-            hasher.update(b"".join(joined))
-            hasher.update(part)
-            joined = []
-        else:
-            joined.append(part)
-    hasher.update(b"".join(joined))
+        for data in (name.encode(), *tagged):  # each part length-prefixed, hashed in turn
+            hasher.update(len(data).to_bytes(8, "little"))
+            hasher.update(data)
     return hasher.hexdigest()
-
-
-_JOIN_BYTES = 1 << 16
-"""Arrays up to this size are copied into the joined buffer :func:`reply_digest` hashes;
-larger ones are hashed in place (the digest is the same: SHA-256 of the parts in order)."""
 
 
 STATEMENT_KIND = "fedstats path reply v2"

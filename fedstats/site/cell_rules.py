@@ -35,7 +35,7 @@ import numpy as np
 
 from fedstats.errors import DisclosureError
 from fedstats.site.disclosure import DisclosurePolicy
-from fedstats.site.order_statistics import largest, middle, smallest
+from fedstats.site.order_statistics import ends, middle
 
 
 def check_indicator(
@@ -78,8 +78,8 @@ def column_problem(values: np.ndarray, k: int) -> str | None:
     if 0 < differing < k:
         return _MODE_TEXT.format(k=k)
     if k > 1 and differing >= k:
-        ends = np.concatenate((smallest(values, k - 1), largest(values, k - 1)))
-        return _dominance(ends, float(np.abs(values - median).sum()), median, k)
+        extremes = np.concatenate(ends(values, k - 1))
+        return _dominance(extremes, float(np.abs(values - median).sum()), median, k)
     return None
 
 

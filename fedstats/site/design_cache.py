@@ -6,7 +6,9 @@ than a round's sums. A site therefore keeps each design it built, as numpy array
 key that holds everything the build reads from a request — the design's full wire form
 (formula, outcome, agreed levels and columns, sites, offset, weights, exposure, strata,
 missing-value rule: :func:`design_digest`, the whole SHA-256) — and whether the release is
-exact or private (a private build leaves unusable rows out where an exact one refuses).
+exact or private (a private build leaves unusable rows out where an exact one refuses):
+:func:`design_key`, also the key of what a handler keeps built from a design (a Cox
+model's sorted rows).
 Nothing else a coordinator sends is in the key, and nothing in the key is a label it
 chooses: a cached design is the design a fresh build of the same request would give.
 What the build reads from the site — its policy and name — is fixed for the context that
@@ -19,8 +21,9 @@ refused it is never kept, so it is refused again. The small-cell rules and the g
 once per design (:func:`fedstats.site.handlers.design.check_exact_release`), as before.
 
 Memory is bounded in bytes (:data:`DESIGN_CACHE_BYTES` per site), counting what each design
-holds itself (:attr:`fedstats.site.handlers.design.SiteDesign.held_bytes`: a design of the
-frame's numeric columns holds little more than its outcome and rows; the row-major matrix
+holds itself (:attr:`fedstats.site.handlers.design.SiteDesign.held_bytes`: the whole buffer
+under each of its columns, formulaic's model matrix or the complete rows included; a design
+of the frame's float columns holds little more than its outcome and rows; the row-major matrix
 a Cox or fairness round builds from them is 168 MB at 1,000,000 x 21): the least recently
 used designs are dropped first, and a design larger than the bound is not kept (it is
 rebuilt each round).
@@ -48,6 +51,12 @@ def design_digest(spec: DesignSpec) -> str:
     """The full SHA-256 of the design's canonical wire form (64 hex digits)."""
     canonical = json.dumps(spec.to_wire(), sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def design_key(spec: DesignSpec, *, exact: bool, frame: pd.DataFrame) -> tuple:
+    """The key of ``spec``'s design, and of every form a handler keeps of it (a Cox model's
+    sorted rows): its digest, whether the release is exact, and the frame."""
+    return design_digest(spec), exact, frame_token(frame)
 
 
 def frame_token(frame: pd.DataFrame) -> tuple:

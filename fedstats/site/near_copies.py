@@ -47,7 +47,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from fedstats.site.cell_rules import Segments, dominated, unit_segments
-from fedstats.site.order_statistics import largest, smallest
+from fedstats.site.order_statistics import ends
 
 RTOL = 1e-12
 """Relative tolerance of an affine match (about 4,500 units in the last place): well above
@@ -70,7 +70,7 @@ def extreme_values(column: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarr
     n = len(column)
     m = 4 * count
     while 2 * m < n and m <= 32 * count:
-        low, high = np.unique(smallest(column, m)), np.unique(largest(column, m))
+        low, high = (np.unique(values) for values in ends(column, m))
         if low.size >= count and high.size >= count:
             return low[:count], high[-count:]
         m *= 8

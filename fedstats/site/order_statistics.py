@@ -22,39 +22,32 @@ _SHORT = 16 * SAMPLE
 """Columns up to this length are selected from directly."""
 
 
-def smallest(values: np.ndarray, count: int) -> np.ndarray:
-    """The ``count`` smallest entries of ``values`` (with repeats, ascending).
+def ends(values: np.ndarray, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` smallest and the ``count`` largest entries of ``values`` (with repeats,
+    each ascending).
 
     The ``count``-th smallest of a sample bounds the ``count``-th smallest of the column from
     above (the sample holds ``count`` entries at or below it), so each of the column's
-    ``count`` smallest entries lies at or below it: they are selected from those rows only.
+    ``count`` smallest entries lies at or below it: they are selected from those rows only;
+    the largest, likewise, from the rows at or above the sample's ``count``-th largest. One
+    sample, and one check that it may be taken, serve both ends.
     """
     n = len(values)
     if count <= 0:
-        return values[:0].copy()
+        return values[:0].copy(), values[:0].copy()
     if count >= n:
-        return np.sort(values)
+        return np.sort(values), np.sort(values)
+    low = high = values
     sample = values[:: _step(n)]
-    if count <= len(sample) // 8 and _sampled(values):
-        bound = np.partition(sample, count - 1)[count - 1]
-        values = values[values <= bound]
-    return np.sort(np.partition(values, count - 1)[:count])
-
-
-def largest(values: np.ndarray, count: int) -> np.ndarray:
-    """The ``count`` largest entries of ``values`` (with repeats, ascending); as
-    :func:`smallest`, from the rows at or above a sample's ``count``-th largest."""
-    n = len(values)
-    if count <= 0:
-        return values[:0].copy()
-    if count >= n:
-        return np.sort(values)
-    sample = values[:: _step(n)]
-    if count <= len(sample) // 8 and _sampled(values):
-        bound = np.partition(sample, len(sample) - count)[len(sample) - count]
-        values = values[values >= bound]
-    m = len(values)
-    return np.sort(np.partition(values, m - count)[m - count :])
+    s = len(sample)
+    if count <= s // 8 and _sampled(values):
+        bounds = np.partition(sample, (count - 1, s - count))
+        low, high = values[values <= bounds[count - 1]], values[values >= bounds[s - count]]
+    m = len(high)
+    return (
+        np.sort(np.partition(low, count - 1)[:count]),
+        np.sort(np.partition(high, m - count)[m - count :]),
+    )
 
 
 def middle(values: np.ndarray) -> tuple[float, float]:

@@ -11,6 +11,9 @@ keeps nothing.
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -21,6 +24,7 @@ from fedstats.contract.design import DesignSpec
 from fedstats.errors import DisclosureError, from_wire
 from fedstats.site import design_cache
 from fedstats.site.design_cache import BoundedCache, footprint
+from fedstats.site.handlers import cox as cox_site
 from fedstats.site.handlers.design import build_design, site_design
 from fedstats.site.silo import Silo
 
@@ -32,9 +36,9 @@ def frame(n: int = 400, seed: int = 0) -> pd.DataFrame:
     return data
 
 
-def spec_of(formula: str, data: pd.DataFrame) -> DesignSpec:
+def spec_of(formula: str, data: pd.DataFrame, **options) -> DesignSpec:
     federation = fedstats.Federation.in_process({"s": data, "t": data.copy()})
-    return fedstats.LogisticRegression(formula).agree(federation, "layout").spec
+    return fedstats.LogisticRegression(formula, **options).agree(federation, "layout").spec
 
 
 def summaries_request(spec: DesignSpec, beta: np.ndarray) -> bytes:
@@ -171,6 +175,106 @@ def test_a_design_counts_what_it_holds_and_the_default_bound_holds_a_large_one()
     assert cache.nbytes == own + matrix.nbytes  # measured again when read
     per_row = (own + matrix.nbytes / 5 * 21) / n  # the same design with 21 columns
     assert 1_000_000 * per_row < design_cache.DESIGN_CACHE_BYTES
+
+
+def survival_frame(n: int = 300, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    data = pd.DataFrame(rng.normal(size=(n, 3)), columns=["a", "b", "c"])
+    data["days"] = np.ceil(rng.exponential(100 / np.exp(0.3 * data["a"])))
+    data["dead"] = rng.integers(0, 2, n)
+    return data
+
+
+def cox_args(formula: str, data: pd.DataFrame) -> dict:
+    federation = fedstats.Federation.in_process({"s": data, "t": data.copy()})
+    spec = fedstats.CoxPH(formula).agree(federation, "layout").spec
+    return {"design": spec.to_wire(), "beta": np.full(spec.n_params, 0.1), "ties": "efron"}
+
+
+def cox_request(args: dict) -> bytes:
+    return codec.encode({"task": "cox.summaries", "args": args})
+
+
+def test_a_cox_models_sorted_rows_are_bounded_and_rebuilt_alike_when_dropped():
+    data = survival_frame()
+    formulas = ["Surv(days, dead) ~ a", "Surv(days, dead) ~ a + b", "Surv(days, dead) ~ a + c"]
+    requests = [cox_args(f, data) for f in formulas]
+    sizes = [footprint(cox_site._sorted(Silo("s", data)._context, args)) for args in requests]
+    bound = sizes[1] + sizes[2]  # room for the last two, not three
+    silo = Silo("s", data)
+    silo._context.cache["survival"] = cache = BoundedCache(bound)
+    for args in requests:
+        assert codec.decode(silo.handle(cox_request(args)))["status"] == "ok"
+        assert cache.nbytes <= bound
+    assert len(cache) == 2
+    again = silo.handle(cox_request(requests[0]))  # dropped: sorted again
+    assert again == Silo("s", data).handle(cox_request(requests[0]))
+    assert cache.nbytes <= bound
+
+
+def test_rows_sorted_for_a_private_round_never_answer_an_exact_one():
+    """A Cox handler keeps its sorted rows under the design's own key, exact or private: a
+    design built for a private round (which runs no cell rule and leaves out rows an exact
+    round refuses for) is never what an exact round is answered from. The wire refuses a
+    private ``cox.summaries`` before its handler today; the key must not rest on that. The
+    oracle: a site that never built the design refuses the exact round."""
+    data = survival_frame()
+    x = np.sort(data["a"].to_numpy())
+    innocent = cox_args(f"Surv(days, dead) ~ b + I(a >= {x[150]})", data)
+    singling = {  # one patient above the threshold
+        **innocent,
+        "design": {
+            **innocent["design"],
+            "formula": f"Surv(days, dead) ~ b + I(a >= {x[-1]})",
+            "columns": ["b", f"I(a >= {x[-1]})"],
+        },
+    }
+    with pytest.raises(DisclosureError) as fresh:
+        cox_site.summaries(Silo("s", data)._context, singling)
+    assert fresh.value.rule == "cells"
+    context = Silo("s", data)._context
+    context.exact = False
+    cox_site.summaries(context, singling)  # the private round's rows, sorted and kept
+    context.exact = True
+    with pytest.raises(DisclosureError) as info:
+        cox_site.summaries(context, singling)
+    assert info.value.rule == "cells"
+
+
+@pytest.mark.parametrize(
+    ("formula", "options"),
+    [
+        ("y ~ a + b", {}),  # the frame's own columns
+        ("y ~ a * b", {}),  # formulaic's model matrix
+        ("y ~ a + C(g)", {}),  # agreed levels
+        ("y ~ a + b + c", {"missing": "drop"}),  # the rows left when incomplete ones drop
+    ],
+)
+def test_a_design_counts_every_buffer_it_keeps_in_memory(formula, options):
+    """The bound holds in bytes of memory, whatever the formula: a coordinator that asks
+    for designs whose columns are views of a larger buffer (formulaic's model matrix, the
+    complete rows) must not make each count less than it keeps. The oracle is tracemalloc
+    (numpy reports its buffers to it): what dropping the built design frees."""
+    n = 20_000
+    data = frame(n)
+    data["g"] = np.arange(n) % 3
+    data.loc[::997, "c"] = np.nan
+    spec = spec_of(formula, data, **options)
+    context = Silo("s", data)._context
+    gc.collect()
+    tracemalloc.start()
+    try:
+        design = build_design(context, spec)
+        gc.collect()
+        kept = tracemalloc.get_traced_memory()[0]
+        counted = design.held_bytes
+        del design
+        gc.collect()
+        freed = kept - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    assert freed > 8 * n  # at least the outcome
+    assert abs(counted - freed) <= 8192  # a few Python objects, against 160,000 per column
 
 
 def test_the_guard_remembers_its_own_copies_of_the_columns_a_design_reads():

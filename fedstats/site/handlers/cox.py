@@ -35,7 +35,7 @@ from fedstats.errors import (
     MissingColumnError,
     MissingValuesError,
 )
-from fedstats.site.design_cache import BoundedCache, design_digest, frame_token
+from fedstats.site.design_cache import BoundedCache, design_key
 from fedstats.site.handlers.design import build_design, site_design
 from fedstats.site.handlers.survival import coarsen, protected_count, safe_horizon
 from fedstats.site.patient_rows import count_patients
@@ -66,7 +66,7 @@ def _sorted(ctx: SiteContext, args: dict[str, Any]) -> tuple[SortedSurvival, int
     """The site's survival design, sorted once per design and cached, and its patients."""
     spec = spec_from_args(args)
     cache: BoundedCache = ctx.cache.setdefault("survival", BoundedCache())
-    key = (design_digest(spec), frame_token(ctx.frame))
+    key = design_key(spec, exact=ctx.exact, frame=ctx.frame)  # as the design's own
     kept = cache.get(key)
     if kept is not None:
         return kept

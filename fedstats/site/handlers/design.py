@@ -41,7 +41,7 @@ from fedstats.errors import (
 from fedstats.site.cell_rules import check_columns, check_groups, check_indicator
 from fedstats.site.column_values import as_numbers
 from fedstats.site.cross_cells import check_cross_cells, level_masks, two_valued_columns
-from fedstats.site.design_cache import BoundedCache, design_digest, frame_token
+from fedstats.site.design_cache import BoundedCache, design_digest, design_key
 from fedstats.site.design_outcomes import (
     binary_outcome,
     evaluated_factor,
@@ -84,7 +84,8 @@ class SiteDesign:
     """Frequency weights of the design's rows (:mod:`fedstats.site.weights`); ``None``: each
     row counts once. Rows of weight 0 stay in the design and add 0 to every sum."""
     column_bytes: int = 0
-    """The bytes of the columns the design holds itself (not those that are the frame's)."""
+    """The bytes its columns keep in memory besides the frame's own arrays
+    (:func:`kept_bytes`)."""
 
     @property
     def n_obs(self) -> int:
@@ -238,7 +239,7 @@ def site_design(ctx: SiteContext, spec: DesignSpec) -> SiteDesign:
         )
     cache: BoundedCache = ctx.cache.setdefault("designs", BoundedCache())
     # a private design leaves unusable rows out; an exact one refuses (fedstats.site.design_cache)
-    key = (design_digest(spec), ctx.exact, frame_token(ctx.frame))
+    key = design_key(spec, exact=ctx.exact, frame=ctx.frame)
     design = cache.get(key)
     if design is not None:
         if ctx.exact:
@@ -386,7 +387,7 @@ def build_design(ctx: SiteContext, spec: DesignSpec, *, saturation: bool = True)
         rows=positions,
         indicators=tuple(indicators),
         weights=None if weights is None else np.array(weights),
-        column_bytes=sum(c.nbytes for c in built if c.base is None),  # not views of the frame
+        column_bytes=kept_bytes(built, frame, needed),
     )
     if ctx.exact:
         check_exact_release(ctx, spec, design)
@@ -399,6 +400,25 @@ def read_only(column: np.ndarray) -> np.ndarray:
     view = column.view()
     view.flags.writeable = False
     return view
+
+
+def kept_bytes(columns: list[np.ndarray], frame: pd.DataFrame, names: list[str]) -> int:
+    """The bytes ``columns`` keep in memory besides the arrays of the frame's columns
+    ``names``: the whole buffer under each column, counted once, since a view keeps all of
+    it (formulaic's model matrix, or the rows left when incomplete ones are dropped)."""
+    names = list(dict.fromkeys(names)) if frame.columns.is_unique else []
+    # only a float64 column is read without a copy; its buffers are held while ids compare
+    frames = [buffer_of(frame[n].to_numpy()) for n in names if frame[n].dtype == np.float64]
+    shared = {id(buffer) for buffer in frames}
+    buffers = {id(buffer): buffer for buffer in map(buffer_of, columns)}
+    return sum(buffer.nbytes for key, buffer in buffers.items() if key not in shared)
+
+
+def buffer_of(array: np.ndarray) -> np.ndarray:
+    """The array that owns ``array``'s memory: ``array`` itself, or the base of its view."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
 
 
 def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
