@@ -4,6 +4,10 @@ PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# clkhash declares cryptography<41, which the project's cryptography 50 does not meet; it uses
+# only HKDF (same API): installed without its declared dependencies (the `linkage` extra has the
+# others), tests/linkage checks its encodings against ones made under cryptography 40.
+CLKHASH := clkhash==0.18.3
 # Debian packages: WeasyPrint's HarfBuzz subsetter (the PDF report, `make demo`); for the
 # tests also poppler (pdftotext, pdftoppm), Chromium, which loads the HTML report headless,
 # and R with survival and cmprsk, whose Rscript is the live oracle of the survival fits
@@ -46,7 +50,8 @@ lint: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt torch==2.13.0
-	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test,deep,notebook,simulation]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --constraint constraints.txt --editable '.[test,deep,notebook,simulation,linkage]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(CLKHASH)
 	touch $(STAMP)
 
 system-packages:
