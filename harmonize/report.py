@@ -66,6 +66,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "columns": (dict,),
     "fingerprint": (dict,),
     "data_sha256": (str,),
+    "identifiers_missing": (dict,),
     "failure": (str, type(None)),
     "created_at": (str,),
     "package_version": (str,),
@@ -108,6 +109,9 @@ class HarmonizationReport:
     """SHA-256 of the frame's rows (:func:`harmonize.fingerprint.frame_data_digest`): unlike
     the fingerprint, which describes the schema and is the same at every site, it identifies
     this site's data ("" in reports that predate it or of a run that built no frame)."""
+    identifiers_missing: dict[str, int] = field(default_factory=dict)
+    """Per identifier column, how many of the frame's patients lack it (counts only; empty
+    when the study has no ``[linkage]`` table): see :mod:`harmonize.identifiers`."""
     failure: str | None = None
     created_at: str = field(default_factory=lambda: datetime.now(UTC).isoformat())
     package_version: str = field(default_factory=lambda: _package_version())
@@ -235,6 +239,9 @@ class HarmonizationReport:
             )
         if self.failure:
             lines.append(f"  failure: {self.failure}")
+        if self.identifiers_missing:
+            missing = ", ".join(f"{k} {n:,}" for k, n in self.identifiers_missing.items())
+            lines.append(f"  identifiers missing (patients): {missing}")
         for title, counts in (
             ("read by type", self.read_by_type),
             ("excluded by reason", self.excluded_by_reason),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
 from tempfile import TemporaryDirectory
@@ -27,6 +27,7 @@ import pandas as pd
 from harmonize.errors import HarmonizationError, HarmonizationFailed
 from harmonize.fingerprint import FINGERPRINT_ATTR, fingerprint_frame, frame_data_digest
 from harmonize.frame import HARMONIZE, FrameResult, build_frame, coding_coverage
+from harmonize.identifiers import NO_NAMES, missing_counts
 from harmonize.progress import Progress
 from harmonize.records import RecordStore
 from harmonize.report import HarmonizationReport, column_summary, counts_by
@@ -38,9 +39,18 @@ if TYPE_CHECKING:
 
 @dataclass
 class Harmonized:
+    """A run's analysis frame, report and quarantine.
+
+    ``identifiers``: the identifier table of the frame's patients (same
+    index; see :mod:`harmonize.identifiers`) when the study has a
+    ``[linkage]`` table, else None. It stays at the site: it is not written
+    by :func:`write_outputs` and not shown in this object's ``repr``.
+    """
+
     frame: pd.DataFrame
     report: HarmonizationReport
     quarantine: pd.DataFrame
+    identifiers: pd.DataFrame | None = field(default=None, repr=False)
 
 
 def harmonize(
@@ -83,6 +93,13 @@ def harmonize(
     the final count only, since DuckDB reads each table in one statement); see
     :class:`harmonize.progress.Progress`. Default: silent.
 
+    A study with a ``[linkage]`` table also gets the identifier table of the
+    frame's patients (``Harmonized.identifiers``, read back from their
+    Patient or person records after the frame is built: see
+    :mod:`harmonize.identifiers_fhir` and :mod:`harmonize.identifiers_omop`)
+    and, in the report, the count of patients missing each identifier. A
+    study without one reads and keeps no identifier.
+
     If the run stops (e.g. a file over ``max_rejected_share``), the report of
     the raised :class:`HarmonizationFailed` counts as ``unprocessed`` the
     records not read and those read but not classified, so that it balances.
@@ -103,6 +120,7 @@ def harmonize(
         spec_digest=spec.digest,
         status="failed",
     )
+    identifiers: pd.DataFrame | None = None
     with ExitStack() as stack:
         if store_path is None:
             folder = stack.enter_context(TemporaryDirectory(prefix="fedstats-store-"))
@@ -126,6 +144,10 @@ def harmonize(
                 )
                 reading.read()
                 result = _build_validated_frame(store, spec, reading)
+                if spec.linkage is not None:
+                    from harmonize.identifiers_fhir import fhir_identifiers
+
+                    identifiers = fhir_identifiers(store, result.frame.index, reading.by_name)
             else:
                 from harmonize.omop import read_omop
 
@@ -134,6 +156,8 @@ def harmonize(
                     read = store.totals()["read"]
                     progress(read, read)
                 result = build_frame(store, spec)
+                if spec.linkage is not None:
+                    identifiers = _omop_identifiers(spec, omop, store, result.frame.index)
         except HarmonizationError as error:
             _fill_read_side(report, store)
             _count_unclassified(report, store)
@@ -165,9 +189,26 @@ def harmonize(
         report.fingerprint = fingerprint.as_record()
         report.data_sha256 = frame_data_digest(frame)
         frame.attrs[FINGERPRINT_ATTR] = fingerprint.as_record()
+        if identifiers is not None:
+            report.identifiers_missing = missing_counts(identifiers)
+            if kind == "omop" and not _omop_names(spec):
+                report.notes.append(NO_NAMES)
         report.status = "ok" if len(frame) else "empty cohort"
         report.check_balance()
-    return Harmonized(frame=frame, report=report, quarantine=quarantine)
+    return Harmonized(frame=frame, report=report, quarantine=quarantine, identifiers=identifiers)
+
+
+def _omop_names(spec: StudySpec) -> bool:
+    """Whether the study says OMOP ``person_source_value`` holds the patient's name."""
+    return spec.identifiers is not None and spec.identifiers.omop_names == "person_source_value"
+
+
+def _omop_identifiers(
+    spec: StudySpec, omop: str | Path, store: RecordStore, patients: pd.Index
+) -> pd.DataFrame:
+    from harmonize.identifiers_omop import omop_identifiers
+
+    return omop_identifiers(omop, store, patients, names_from_source_value=_omop_names(spec))
 
 
 UNCLASSIFIED = "read and mapped to rows, not classified: the run stopped before the frame"

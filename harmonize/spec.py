@@ -19,11 +19,20 @@ import hashlib
 import json
 import keyword
 import tomllib
-from datetime import date
+from collections.abc import Iterator, Mapping
+from datetime import date, time
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from harmonize.errors import SpecError
 
@@ -152,8 +161,72 @@ class MissingPolicy(_Strict):
     policy: Literal["keep", "drop"] = "keep"
 
 
+class IdentifierSources(_Strict):
+    """Where a site finds identifiers the FHIR or OMOP model has no field for (``[identifiers]``).
+
+    ``omop_names``: ``"none"`` (OMOP CDM has no names: the identifier table's
+    names are empty) or ``"person_source_value"`` (that column holds the
+    name as ``family^given``, see :mod:`harmonize.identifiers_omop`).
+    """
+
+    omop_names: Literal["none", "person_source_value"] = "none"
+
+
+class FrozenTable(Mapping[str, Any]):
+    """A TOML table that cannot be changed once read (picklable, unlike ``MappingProxyType``)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any]) -> None:
+        self._items = dict(items)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(frozenset(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"FrozenTable({self._items!r})"
+
+
+def _frozen(value: Any, where: str) -> Any:
+    """A TOML value made immutable: tables become :class:`FrozenTable`, arrays tuples."""
+    if isinstance(value, Mapping):
+        return FrozenTable({str(k): _frozen(v, f"{where}.{k}") for k, v in value.items()})
+    if isinstance(value, list | tuple):
+        return tuple(_frozen(v, f"{where}[{i}]") for i, v in enumerate(value))
+    if isinstance(value, str | int | float | bool | date | time):  # datetime is a date
+        return value
+    raise ValueError(f"{where}: not a TOML value ({type(value).__name__})")
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _thawed(v) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return [_thawed(v) for v in value]
+    return value
+
+
 class StudySpec(_Strict):
-    """A whole study specification, as every site receives it."""
+    """A whole study specification, as every site receives it.
+
+    ``linkage`` is the ``[linkage]`` table of a vertical study, kept as
+    written (a read-only mapping; the :mod:`linkage` package parses its
+    meaning): only its type is checked here, a table. It enters
+    :attr:`digest`, so sites harmonised under different linkage schemas have
+    different fingerprints. With it, a run also builds the identifier table
+    (:mod:`harmonize.identifiers`); ``identifiers`` (``[identifiers]``,
+    allowed only beside ``[linkage]``) says where a source keeps the
+    identifiers its data model has no field for.
+    """
 
     study: Study
     cohort: Cohort
@@ -161,9 +234,22 @@ class StudySpec(_Strict):
     covariates: tuple[Covariate, ...] = Field(min_length=1)
     concept_sets: dict[Name, ConceptSet] = Field(default_factory=dict)
     missing: MissingPolicy = MissingPolicy()
+    linkage: Mapping[str, Any] | None = None
+    identifiers: IdentifierSources | None = None
+
+    @field_validator("linkage", mode="after")
+    @classmethod
+    def _freeze_linkage(cls, value: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        return None if value is None else _frozen(value, "linkage")
+
+    @field_serializer("linkage")
+    def _dump_linkage(self, value: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        return None if value is None else _thawed(value)
 
     @model_validator(mode="after")
     def _references(self) -> StudySpec:
+        if self.identifiers is not None and self.linkage is None:
+            raise ValueError("[identifiers] is used only with a [linkage] table")
         names = [c.name for c in self.covariates] + [self.outcome.name]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -183,8 +269,16 @@ class StudySpec(_Strict):
 
     @property
     def digest(self) -> str:
-        """SHA-256 of the canonical JSON form: equal for equal specs, whatever the TOML layout."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        """SHA-256 of the canonical JSON form: equal for equal specs, whatever the TOML layout.
+
+        ``linkage`` and ``identifiers`` enter it when given; a spec without
+        them has the digest it had before they existed.
+        """
+        dumped = self.model_dump(mode="json")
+        for optional in ("linkage", "identifiers"):
+            if dumped[optional] is None:
+                del dumped[optional]
+        canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     def columns(self) -> list[str]:
