@@ -192,12 +192,11 @@ def identifier_table(
         found[person] = values
     empty = ("",) * len(IDENTIFIER_COLUMNS)
     records = [found.get(str(person), empty) for person in patients]
-    table = pd.DataFrame.from_records(
-        records, columns=list(IDENTIFIER_COLUMNS), index=patients.copy()
-    )
-    if table.empty:
-        table = table.astype({column: object for column in IDENTIFIER_COLUMNS})
-    return table
+    columns = {
+        column: pd.Series([record[i] for record in records], index=patients.copy(), dtype=object)
+        for i, column in enumerate(IDENTIFIER_COLUMNS)
+    }
+    return pd.DataFrame(columns, index=patients.copy())
 
 
 def missing_counts(table: pd.DataFrame) -> dict[str, int]:

@@ -36,20 +36,26 @@ CONDITIONS = {
 }
 STATIN = ("314231", "simvastatin 10 MG Oral Tablet", 1539463)
 UCUM_CONCEPTS = {"mm[Hg]": 8876, "kg/m2": 9531}
+GIVEN_NAMES = ("José", "Zoë", "Anne-Marie", "Seán", "Björn", "Renée", "Ola", "MARY  ANN", "Ľubomír")
+FAMILY_NAMES = ("Müller-Lüdenscheidt", "O'Brien", "García", "Ñúñez", "Smith", "Dvořák", "d’Arcy")
+POSTAL_CODES = ("sw1a 1aa", "02138-1234", "75001", "D-10115", "H3Z 2Y7")
+"""Raw identifier values (accents, hyphens, apostrophes, case, spaces) for linkage tests."""
 
 
 @dataclass(frozen=True)
 class SyntheticEHR:
     """Tables of synthetic facts (one row per fact), shared by both writers."""
 
-    patients: pd.DataFrame  # person_id, birth_date, sex, death_date
+    patients: pd.DataFrame  # person_id, birth_date, sex, death_date (+ identifiers if asked)
     visits: pd.DataFrame  # visit_id, person_id, date
     measurements: pd.DataFrame  # id, person_id, kind, date, value
     conditions: pd.DataFrame  # id, person_id, kind, date
     prescriptions: pd.DataFrame  # id, person_id, date
 
 
-def synthetic_ehr(n_patients: int, *, seed: int, measurements_per_patient: int = 4) -> SyntheticEHR:
+def synthetic_ehr(
+    n_patients: int, *, seed: int, measurements_per_patient: int = 4, identifiers: bool = False
+) -> SyntheticEHR:
     """Reproducible synthetic patients with visits, labs, diagnoses, drugs and deaths.
 
     Every patient has a first visit and three more up to death or mid-2024,
@@ -59,6 +65,13 @@ def synthetic_ehr(n_patients: int, *, seed: int, measurements_per_patient: int =
     in the year before it; a quarter die. Dates are ``datetime64[D]``
     columns. Built with array operations, so a benchmark can ask for 100,000
     patients and millions of measurements.
+
+    ``identifiers=True`` adds raw ``given_name``, ``family_name`` and
+    ``postal_code`` columns (drawn from :data:`GIVEN_NAMES`,
+    :data:`FAMILY_NAMES`, :data:`POSTAL_CODES` by a generator of their own,
+    so the other facts are those of ``identifiers=False``); the writers then
+    put them in the FHIR Patient's official name and home address and in
+    OMOP ``location.zip`` (OMOP has no name field).
     """
     rng = np.random.default_rng(seed)
     n = n_patients
@@ -73,6 +86,14 @@ def synthetic_ehr(n_patients: int, *, seed: int, measurements_per_patient: int =
     patients = pd.DataFrame(
         {"person_id": ids, "birth_date": birth, "sex": sex, "death_date": death}
     )
+    if identifiers:
+        named = np.random.default_rng([seed, 1])
+        for column, values in (
+            ("given_name", GIVEN_NAMES),
+            ("family_name", FAMILY_NAMES),
+            ("postal_code", POSTAL_CODES),
+        ):
+            patients[column] = named.choice(np.array(values, dtype=object), n)
 
     end = np.where(np.isnat(death), np.datetime64("2024-06-30"), death)
     span = np.maximum(1, (end - first_visit).astype(np.int64))
@@ -178,17 +199,27 @@ def _fhir_resources(ehr: SyntheticEHR) -> dict[str, Iterator[dict]]:
         kind: coded(SNOMED, code, display) for kind, (code, display, _) in CONDITIONS.items()
     }
     statin = coded(RXNORM, STATIN[0], STATIN[1])
+    named = "given_name" in p.columns
+    none = [None] * len(p)
     return {
         "Patient": (
             {
                 "resourceType": "Patient",
                 "id": pid,
+                **(_names_and_address(given, family, postal) if named else {}),
                 "gender": sex,
                 "birthDate": birth,
                 **({"deceasedDateTime": death} if death else {}),
             }
-            for pid, sex, birth, death in zip(
-                p["person_id"], p["sex"], _iso(p["birth_date"]), _iso(p["death_date"]), strict=True
+            for pid, sex, birth, death, given, family, postal in zip(
+                p["person_id"],
+                p["sex"],
+                _iso(p["birth_date"]),
+                _iso(p["death_date"]),
+                p["given_name"] if named else none,
+                p["family_name"] if named else none,
+                p["postal_code"] if named else none,
+                strict=True,
             )
         ),
         "Encounter": (
@@ -248,6 +279,21 @@ def _fhir_resources(ehr: SyntheticEHR) -> dict[str, Iterator[dict]]:
     }
 
 
+def _names_and_address(given: str, family: str, postal: str) -> dict:
+    """A Patient's names (a nickname first, then the official name) and addresses (a work
+    address first, then home), so that a reader must choose as FHIR says."""
+    return {
+        "name": [
+            {"use": "nickname", "given": ["Nick"], "family": "Name"},
+            {"use": "official", "given": [given, "Second"], "family": family, "prefix": ["Dr."]},
+        ],
+        "address": [
+            {"use": "work", "postalCode": "99999"},
+            {"use": "home", "line": ["1 Main St"], "postalCode": postal},
+        ],
+    }
+
+
 def write_omop_csv(ehr: SyntheticEHR, folder: str | Path) -> Path:
     """Write OMOP CDM 5.4 CSV tables (with a small CONCEPT table) into ``folder``."""
     folder = Path(folder)
@@ -280,6 +326,7 @@ def omop_tables(ehr: SyntheticEHR) -> dict[str, pd.DataFrame]:
     p = ehr.patients
     births = pd.to_datetime(p["birth_date"])
     tables: dict[str, pd.DataFrame] = {}
+    named = "postal_code" in p.columns
     tables["person"] = pd.DataFrame(
         {
             "person_id": p["person_id"].map(key),
@@ -294,6 +341,13 @@ def omop_tables(ehr: SyntheticEHR) -> dict[str, pd.DataFrame]:
             "gender_source_value": p["sex"],
         }
     )
+    if named:
+        codes = pd.Series(pd.unique(p["postal_code"]))
+        location = pd.Series(np.arange(1, len(codes) + 1), index=codes)
+        tables["person"]["location_id"] = p["postal_code"].map(location).to_numpy()
+        tables["location"] = pd.DataFrame(
+            {"location_id": location.to_numpy(), "zip": location.index, "city": "Springfield"}
+        )
     deaths = p.dropna(subset=["death_date"])
     dates = pd.concat(
         [
