@@ -54,7 +54,7 @@ SEX_CODES = ("male", "female", "other", "unknown")
 
 NO_NAMES = (
     "identifiers: OMOP CDM has no name fields; given_name and family_name are empty "
-    '(set [identifiers] omop_names = "person_source_value" if that column holds family^given)'
+    '(set [identifiers] omop_names = "person_source_value" if that column holds family^given^...)'
 )
 """The note a run adds when an OMOP site's identifier table has no names."""
 

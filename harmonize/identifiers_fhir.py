@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow as pa
 
 from harmonize.errors import HarmonizationError
 from harmonize.fhir_blocks import numbered_lines, whole
@@ -101,7 +102,7 @@ def fhir_identifiers(
 
 def _record_refs(store: RecordStore, patients: pd.Index) -> dict[str, str]:
     """Each patient's ``record_ref`` in ``persons`` (the first, should there be several)."""
-    ids = pd.DataFrame({"person_id": [str(p) for p in patients]})
+    ids = pa.table({"person_id": pa.array([str(p) for p in patients], pa.string())})
     connection = store.connection
     connection.register("_frame_patients", ids)
     try:

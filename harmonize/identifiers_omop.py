@@ -15,8 +15,8 @@ frame's patients only, from the first ``person`` row of each ``person_id``
 * names: the OMOP CDM has no name field, so ``given_name`` and
   ``family_name`` are ``""`` -- unless the study says
   ``[identifiers] omop_names = "person_source_value"``: that column then
-  holds the name as an HL7 v2 XPN value, ``family^given`` (components after
-  the second, and further given names, ignored).
+  holds the name as an HL7 v2 XPN value, ``family^given^...`` (components
+  after the second ignored).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from pathlib import Path
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 
 from harmonize import cdm
 from harmonize.cdm import ident
@@ -56,15 +57,14 @@ _LOCATION = {"location_id": "id", "zip": "text"}
 def xpn_names(value: object) -> tuple[str, str]:
     """``(given, family)`` of an HL7 v2 XPN name ``family^given^...``, normalised.
 
-    The first component is the family name, the second the given names, of
-    which the first (by white space) is taken; a value without ``^`` is a
-    family name only.
+    The first component is the family name, the second the given name (a
+    FHIR ``given[0]``); the third, further given names, and the rest are
+    ignored; a value without ``^`` is a family name only.
     """
     if not isinstance(value, str):
         return "", ""
     family, _, rest = value.partition("^")
-    given = rest.partition("^")[0].split()
-    return normalize_name(given[0] if given else None), normalize_name(family)
+    return normalize_name(rest.partition("^")[0]), normalize_name(family)
 
 
 def omop_identifiers(
@@ -96,7 +96,7 @@ def omop_identifiers(
         else:
             zip_of = "LEFT JOIN (SELECT NULL::BIGINT AS location_id, NULL AS zip) AS l "
             zip_of += "USING (location_id)"
-        ids = pd.DataFrame({"person_id": [str(p) for p in patients]})
+        ids = pa.table({"person_id": pa.array([str(p) for p in patients], pa.string())})
         connection.register("_frame_patients", ids)
         try:
             rows = connection.execute(
