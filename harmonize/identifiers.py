@@ -67,6 +67,14 @@ _NOT_POSTAL = re.compile(r"[^A-Z0-9]")
 _FULL_DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
 
 
+LATIN_LETTERS = str.maketrans(
+    {"ø": "o", "æ": "ae", "œ": "oe", "đ": "d", "ð": "d", "ł": "l", "þ": "th", "ħ": "h",
+     "ı": "i", "ŧ": "t", "ŀ": "l", "ĸ": "q", "ŋ": "n"}
+)  # fmt: skip
+"""Lower-case Latin letters with no Unicode decomposition, as they are written in ASCII
+(``"Søren"`` is also written ``"Soren"``; ``"Łukasz"`` ``"Lukasz"``), applied after case folding."""
+
+
 def _without_marks(text: str) -> str:
     """NFKD decomposition with the combining marks (accents, umlauts, cedillas) dropped."""
     decomposed = unicodedata.normalize("NFKD", text)
@@ -77,17 +85,18 @@ def normalize_name(value: object) -> str:
     """A given or family name as linkage compares it.
 
     Rule, in order: Unicode NFKD, combining marks dropped, case-folded
-    (``str.casefold``: ``"ß"`` becomes ``"ss"``); hyphens and apostrophes
+    (``str.casefold``: ``"ß"`` becomes ``"ss"``); the Latin letters with no
+    decomposition written as in ASCII (:data:`LATIN_LETTERS`: ``"ø"`` -> ``"o"``,
+    ``"ł"`` -> ``"l"``, ``"æ"`` -> ``"ae"``); hyphens and apostrophes
     (ASCII and their Unicode forms) removed, joining the parts
     (``"O'Brien"`` -> ``"obrien"``, ``"Müller-Lüdenscheidt"`` ->
     ``"mullerludenscheidt"``); every other character outside ``a-z`` and
-    white space dropped (digits, dots, letters with no Latin decomposition
-    such as ``"ø"``); runs of white space collapsed to one space, none at
-    either end. Not a string (None, a number): ``""``.
+    white space dropped (digits, dots, letters of other scripts); runs of
+    white space collapsed to one space, none at either end. Not a string (None, a number): ``""``.
     """
     if not isinstance(value, str):
         return ""
-    text = _without_marks(_without_marks(value).casefold())
+    text = _without_marks(_without_marks(value).casefold().translate(LATIN_LETTERS))
     text = _JOINERS.sub("", text)
     text = " ".join(text.split())
     return " ".join(_NOT_NAME.sub("", text).split())

@@ -54,7 +54,10 @@ POSTAL = re.compile(r"[A-Z0-9]*")
         ("Abdul218", "abdul"),  # Synthea appends digits to names
         ("St. John", "st john"),
         ("ＪＯＨＮ", "john"),  # full-width letters: NFKD compatibility
-        ("Søren", "sren"),  # ø has no decomposition: not a-z, dropped
+        ("Søren", "soren"),  # no decomposition: written as in ASCII
+        ("Łukasz Ægir", "lukasz aegir"),
+        ("Þóra", "thora"),
+        ("Σωκράτης", ""),  # another script: dropped
         ("", ""),
         ("   ", ""),
         ("-'", ""),
@@ -66,8 +69,14 @@ def test_name_examples(raw, expected):
     assert normalize_name(raw) == expected
 
 
+_ASCII_SPELLING = {"ø": "o", "æ": "ae", "œ": "oe", "đ": "d", "ð": "d", "ł": "l", "þ": "th",
+                   "ħ": "h", "ı": "i", "ŧ": "t", "ŀ": "l", "ĸ": "q", "ŋ": "n"}  # fmt: skip
+
+
 def _oracle_name(text: str) -> str:
-    spaced = "".join(" " if c.isspace() else c for c in unicodedata.normalize("NFKD", text))
+    lowered = unicodedata.normalize("NFKD", text).lower()
+    spelled = "".join(_ASCII_SPELLING.get(c, c) for c in lowered)
+    spaced = "".join(" " if c.isspace() else c for c in unicodedata.normalize("NFKD", spelled))
     ascii_text = spaced.encode("ascii", "ignore").decode().lower()
     ascii_text = ascii_text.replace("-", "").replace("'", "")
     ascii_text = re.sub(r"[^a-z ]", "", ascii_text)
