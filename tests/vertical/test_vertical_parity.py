@@ -27,9 +27,7 @@ def oracle(joined: pd.DataFrame, formula: str, levels: dict | None = None):
     for var, values in (levels or {}).items():
         text = text.replace(f"C({var})", f"C({var}, levels={list(values)})")
     y, X = model_matrix(text, joined)
-    return sm.GLM(y.to_numpy().ravel(), X.to_numpy(), family=sm.families.Binomial()).fit(
-        tol=1e-12
-    )
+    return sm.GLM(y.to_numpy().ravel(), X.to_numpy(), family=sm.families.Binomial()).fit(tol=1e-12)
 
 
 def test_vertical_fit_equals_statsmodels_on_joined_heart_disease_rows():
@@ -83,9 +81,7 @@ def test_two_hospitals_sum_their_newton_sums_to_the_joined_fit():
     print(f"two hospitals: max |params gap| {params_gap:.2e}, max |bse gap| {bse_gap:.2e}")
     assert params_gap <= 1e-6 and bse_gap <= 1e-6
     assert result.provenance.n_obs == {"north": 160, "south": 140}
-    assert result.n_events_by_site.to_dict() == {
-        s: int(p["y"].sum()) for s, p in parts.items()
-    }
+    assert result.n_events_by_site.to_dict() == {s: int(p["y"].sum()) for s, p in parts.items()}
 
 
 def test_a_second_fit_reads_the_kept_products_and_the_registry_decrypts_once():
