@@ -162,7 +162,7 @@ def test_a_linkage_differing_from_an_accepted_one_by_one_patient_is_refused():
     site.accept_linkage(linkage("L1", everyone))
     error = refused(lambda: site.accept_linkage(linkage("L2", everyone[:-1])), "differencing")
     assert error.site == "clinic"
-    refused(lambda: site.accept_linkage(linkage("L3", everyone + ["p35"])), "differencing")
+    refused(lambda: site.accept_linkage(linkage("L3", [*everyone, "p35"])), "differencing")
     site.accept_linkage(linkage("L1", everyone))  # the same linkage again: nothing changes
     site.accept_linkage(linkage("L4", everyone[:-5]))  # k_cell (3) or more patients apart
 

@@ -63,7 +63,7 @@ def test_no_message_of_a_vertical_fit_carries_a_patients_clear_value():
     per_patient.update({f"x{j}": X[:, j] for j in range(p)})
     long_arrays, public_key = [], None
     tasks = set()
-    for site, request, reply in captured:
+    for _site, request, reply in captured:
         task = request["task"]
         tasks.add(task)
         assert reply["status"] == "ok", reply
