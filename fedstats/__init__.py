@@ -60,6 +60,7 @@ _PUBLIC: dict[str, str] = {
     "LogRankResult": "fedstats.models.logrank",
     "logrank_test": "fedstats.models.logrank",
     "LogisticRegression": "fedstats.models.logistic",
+    "VerticalLogisticRegression": "fedstats.models.vertical_logistic",
     "GLM": "fedstats.models.glm",
     "GLMResults": "fedstats.models.glm_results",
     "ClientDP": "fedstats.models.privacy",
@@ -109,6 +110,7 @@ if TYPE_CHECKING:
     from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
     from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
     from fedstats.models.secure_aggregation import SecureAggregation, SecureSum, secure_sum
+    from fedstats.models.vertical_logistic import VerticalLogisticRegression
     from fedstats.site.disclosure import DisclosurePolicy
     from fedstats.site.silo import Silo
     from studyfiles.inventory import MessageInventory, MessageRecord
@@ -189,6 +191,7 @@ __all__ = [
     "SurvivalHeterogeneity",
     "SurvivalHorizonWarning",
     "UnknownLevelError",
+    "VerticalLogisticRegression",
     "__version__",
     "classification_metrics",
     "concordance_index",

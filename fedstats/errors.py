@@ -139,6 +139,7 @@ DISCLOSURE_RULES = (
     "secagg-graph",
     "secagg-shares",
     "secagg-survivors",
+    "vertical",
 )
 """The disclosure rules a site applies; a refusal names one of them."""
 

@@ -89,7 +89,34 @@ class Values:
         return None
 
 
-Field = Number | Array | Text | Values
+@dataclass(frozen=True)
+class Ciphertexts:
+    """Paillier ciphertexts, one per linked pair: a ``(count, words)`` uint64 array
+    (:mod:`fedstats.contract.tasks.vertical`), under the public key in the reply's field
+    ``key``.
+
+    The one field whose size is the number of patients (``count`` is the request's number
+    of linked pairs), so the one exception to the parameter-size rule. A site releases it
+    only as ciphertexts under a key it made fresh for that reply, each one re-randomised
+    (:mod:`fedstats.site.ciphertext_replies`); nothing else may travel in it.
+    """
+
+    count: int
+    words: int
+    key: str
+
+    def size(self) -> int:
+        return self.count * self.words
+
+    def mismatch(self, value: Any) -> str | None:
+        if not (isinstance(value, np.ndarray) and value.dtype == np.uint64):
+            return f"expected ciphertexts as 64-bit words, got {type(value).__name__}"
+        if value.shape != (self.count, self.words):
+            return f"expected shape {(self.count, self.words)}, got {value.shape}"
+        return None
+
+
+Field = Number | Array | Text | Values | Ciphertexts
 ReplySchema = Mapping[str, Field]
 
 

@@ -40,6 +40,7 @@ TINY = {
         "100",
     ],
     "startup.py": ["--repeats", "1"],
+    "vertical.py": ["--n", "200", "--covariates", "2"],
     "verified_paths.py": ["--sites", "2", "--n", "300", "--covariates", "2", "--repeats", "1"],
 }
 """The scripts run end to end here, with arguments that make them take seconds."""

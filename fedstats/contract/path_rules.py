@@ -30,6 +30,7 @@ censoring curve they give, then damped Newton steps on the weighted partial like
 
 PATH_RULES: dict[str, NewtonPath] = {
     "logistic.summaries": NewtonPath(),
+    "vertical.summaries": NewtonPath(),  # the same sums, from each hospital's kept X^T y
     "glm.summaries": DampedNewtonPath(restart="rates"),
     "cox.summaries": DampedNewtonPath(),
     "cox.grid_summaries": DampedNewtonPath(evaluation="cox-grid"),

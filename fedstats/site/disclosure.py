@@ -18,6 +18,7 @@ ESSnet/SDC handbook (Hundepool et al., 2012):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fedstats.errors import DisclosureError, StudyConfigurationError
 from fedstats.schema import ReplySchema, schema_mismatch
@@ -121,12 +122,16 @@ def check_reply(
     schema: ReplySchema,
     payload: dict,
     contributors: int | None,
+    paillier_keys: Any = None,
 ) -> None:
     """Refuse a reply that breaks the shape or threshold rule (raises :class:`DisclosureError`).
 
     ``contributors`` is the number of patients behind an aggregate reply, or
     ``None`` for replies that aggregate nothing (e.g. the list of categorical
-    levels, which is governed by :func:`check_levels`).
+    levels, which is governed by :func:`check_levels`). ``paillier_keys``: the site's own
+    Paillier keys (:class:`fedstats.site.ciphertext_replies.PaillierKeys`), the only keys
+    the one reply whose size is the number of patients, a registry's encrypted outcomes,
+    may be under (:func:`fedstats.site.ciphertext_replies.check_ciphertexts`).
     """
     problem = schema_mismatch(payload, schema)
     if problem:
@@ -136,6 +141,9 @@ def check_reply(
             reason=f"the reply does not match the shape declared for the task ({problem})",
             rule="shape",
         )
+    from fedstats.site.ciphertext_replies import check_ciphertexts
+
+    check_ciphertexts(schema, payload, paillier_keys, site=site, task=task)
     if contributors is not None and contributors < policy.min_count:
         raise DisclosureError(
             site=site,

@@ -109,6 +109,12 @@ TASK_MODELS: dict[str, tuple[str, ...]] = {
     "fine_gray.robust": ("fine_gray",),
     "deep.train": ("deep",),
     "deep.evaluate": ("deep",),
+    "vertical.prepare": ("logistic",),
+    "vertical.encrypt_outcome": ("logistic",),
+    "vertical.masked_products": ("logistic",),
+    "vertical.decrypt": ("logistic",),
+    "vertical.unmask": ("logistic",),
+    "vertical.summaries": ("logistic",),
 }
 """The model kinds each task about patients serves; a task not listed is outside every
 protocol."""

@@ -24,6 +24,7 @@ from fedstats.contract.tasks import glm as glm_wire
 from fedstats.contract.tasks import logistic as logistic_wire
 from fedstats.contract.tasks import secure_aggregation as secagg_wire
 from fedstats.contract.tasks import survival as survival_wire
+from fedstats.contract.tasks import vertical as vertical_wire
 from fedstats.site import secure_aggregation as secagg_site
 from fedstats.site import secure_unmasking as secagg_unmasking
 from fedstats.site.handlers import budget as budget_site
@@ -38,6 +39,7 @@ from fedstats.site.handlers import fingerprint as fingerprint_site
 from fedstats.site.handlers import glm as glm_site
 from fedstats.site.handlers import logistic as logistic_site
 from fedstats.site.handlers import survival as survival_site
+from fedstats.site.handlers import vertical as vertical_site
 from fedstats.site.task import OptionalTasks, Task, TaskRegistry
 
 DEEP_TASKS = OptionalTasks(
@@ -89,6 +91,12 @@ REGISTRY = TaskRegistry(
         Task.serving(secagg_wire.SHARE, secagg_site.share),
         Task.serving(secagg_wire.CONFIRM, secagg_unmasking.confirm),
         Task.serving(secagg_wire.UNMASK, secagg_unmasking.unmask),
+        Task.serving(vertical_wire.PREPARE_SPEC, vertical_site.prepare),
+        Task.serving(vertical_wire.ENCRYPT_SPEC, vertical_site.encrypt_outcome),
+        Task.serving(vertical_wire.MASKED_SPEC, vertical_site.masked_products),
+        Task.serving(vertical_wire.DECRYPT_SPEC, vertical_site.decrypt),
+        Task.serving(vertical_wire.UNMASK_SPEC, vertical_site.unmask),
+        Task.serving(vertical_wire.SUMMARIES, vertical_site.summaries),
     ],
     optional=[DEEP_TASKS],
 )

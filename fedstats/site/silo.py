@@ -45,9 +45,11 @@ from fedstats.errors import (
 from fedstats.schema import ReplySchema
 from fedstats.secagg.roster import RosterPin
 from fedstats.site import released_counts
+from fedstats.site.ciphertext_replies import PaillierKeys
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.disclosure import DisclosurePolicy, check_reply
 from fedstats.site.error_replies import checked_error
+from fedstats.site.linked_rows import LinkageStore, LinkedRows
 from fedstats.site.private_release import (
     add_noise,
     draw_noise,
@@ -188,6 +190,8 @@ class Silo:
             verified_paths=verified_paths,
             trusts_client_level=trusts_client_level,
             reply_schema=partial(plain_schema, registry),
+            linkages=LinkageStore(name, frame, self.policy),
+            paillier_keys=PaillierKeys(),
         )
         self.ledger = ledger
         self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)
@@ -205,6 +209,14 @@ class Silo:
     def verifies_paths(self) -> bool:
         """Whether this site answers exact iterative fits only on verified paths."""
         return self._context.verified_paths
+
+    def accept_linkage(self, rows: LinkedRows) -> None:
+        """Accept a linkage of this site's patients (:mod:`fedstats.site.linked_rows`): vertical
+        tasks then answer about its linked pairs. A site-local step, taken by the site (or
+        by the wire task that receives the linkage unit's mapping); refusals raise
+        :class:`~fedstats.errors.DisclosureError` or
+        :class:`~fedstats.errors.MalformedRequestError` naming the site."""
+        self._context.linkages.accept(rows)
 
     def handle(self, request: bytes) -> bytes:
         """Answer one request; the reply is always bytes, an error reply included.
@@ -264,6 +276,7 @@ class Silo:
                 schema=schema,
                 payload=payload,
                 contributors=None if dp is not None else reply.contributors,
+                paillier_keys=context.paillier_keys,
             )
             if task_name == PREPARE.name and dp is not None and session is None:
                 released_counts.remember(context, dp, payload)  # a private training's weight

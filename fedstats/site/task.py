@@ -58,6 +58,11 @@ class SiteContext:
     """``(task, args) -> ReplySchema | None``: a task's plain reply schema from the site's
     registry (:func:`plain_schema`), which lays out the masked replies a path
     relays from inside secure aggregation."""
+    linkages: Any = None
+    """The linkages the site accepted (:class:`fedstats.site.linked_rows.LinkageStore`)."""
+    paillier_keys: Any = None
+    """The Paillier keys the site made for vertical fits
+    (:class:`fedstats.site.ciphertext_replies.PaillierKeys`)."""
     path_round: int | None = None
     """The round of the verified path the current request lies on (set by the silo before
     the handler runs; ``None`` off a verified path): a deep task checks round 1's seeded

@@ -28,6 +28,7 @@ from fedstats.contract.tasks import TASKS
 from fedstats.models import fairness
 from reports import Study, StudyRecorder, build_report
 from tests.reports.release_checks import assert_every_release_named
+from tests.vertical.linked_frames import vertical_study
 
 pytest.importorskip("torch")
 
@@ -153,6 +154,18 @@ def every_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     recorder.record_release(
         "mlp", network.evaluation.to_frame(), kind="trained network", description="an MLP",
         analyses=analyses, sites=fed.sites,
+    )  # fmt: skip
+    registry_side = vertical_study({"clinic": hospital(rng, 200)}, ["y"], seed=3, study=STUDY)
+    registry_side.federation.inventory = fed.inventory  # one study, one inventory
+    with registry_side.federation.analyses_started() as analyses:
+        vertical = fedstats.VerticalLogisticRegression(
+            "y ~ age + x", outcome_site="registry", covariate_sites=["clinic"],
+            linkage_id="L-clinic",
+        ).fit(registry_side.federation)  # fmt: skip
+    recorder.record_release(
+        "vertical-logistic", vertical.params.to_frame(), kind="vertical logistic regression",
+        description="outcome at a registry, covariates at a linked clinic", analyses=analyses,
+        sites=registry_side.federation.sites,
     )  # fmt: skip
     recorder.record_inventory(fed.inventory)
     return recorder.finish()

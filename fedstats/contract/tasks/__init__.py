@@ -24,6 +24,7 @@ from fedstats.contract.tasks import (
     logistic,
     secure_aggregation,
     survival,
+    vertical,
 )
 
 DEEP_SPECS = OptionalSpecs(
@@ -56,6 +57,7 @@ TASKS = TaskCatalogue(
         secure_aggregation.SHARE,
         secure_aggregation.CONFIRM,
         secure_aggregation.UNMASK,
+        *vertical.SPECS,
     ],
     optional=[DEEP_SPECS],
 )

@@ -1,0 +1,60 @@
+"""A joined frame split vertically: the outcome to a registry, covariates to hospitals, each
+site's rows relabelled and shuffled on its own, linked by pair ids (as a linkage unit's
+mapping would give them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+import fedstats
+from fedstats.site.linked_rows import LinkedRows
+
+
+@dataclass
+class VerticalStudy:
+    federation: fedstats.Federation
+    joined: dict[str, pd.DataFrame]
+    """Each hospital's joined rows (outcome and covariates), for the oracle."""
+    linkages: dict[str, str]
+
+
+def relabelled(
+    frame: pd.DataFrame, prefix: str, rng: np.random.Generator
+) -> tuple[pd.DataFrame, np.ndarray]:
+    """The frame under new patient labels, its rows shuffled; and the label of each of the
+    original rows (by position)."""
+    labels = np.array([f"{prefix}{i}" for i in rng.permutation(len(frame))])
+    out = frame.reset_index(drop=True).set_axis(labels)
+    return out.iloc[rng.permutation(len(frame))], labels
+
+
+def vertical_study(
+    parts: dict[str, pd.DataFrame],
+    outcome: list[str],
+    seed: int = 0,
+    registry: str = "registry",
+    **options,
+) -> VerticalStudy:
+    """``parts``: each hospital's joined rows. The registry holds the ``outcome`` columns of
+    every part's patients, each hospital the other columns of its own; linkage
+    ``L-<hospital>`` joins them."""
+    rng = np.random.default_rng(seed)
+    registry_parts, frames, links = [], {}, {}
+    for h, (hospital, joined) in enumerate(parts.items()):
+        pair_ids = rng.choice(10 * len(joined) + 100, size=len(joined), replace=False)
+        at_registry, registry_labels = relabelled(joined[outcome], f"R{h}-", rng)
+        at_hospital, hospital_labels = relabelled(joined.drop(columns=outcome), f"P{h}-", rng)
+        order = np.argsort(pair_ids)
+        links[hospital] = (pair_ids[order], registry_labels[order], hospital_labels[order])
+        registry_parts.append(at_registry)
+        frames[hospital] = at_hospital
+    frames = {registry: pd.concat(registry_parts).sample(frac=1, random_state=seed), **frames}
+    fed = fedstats.Federation.in_process(frames, **options)
+    for hospital, (pairs, registry_patients, hospital_patients) in links.items():
+        linkage = f"L-{hospital}"
+        fed.silos[registry].accept_linkage(LinkedRows(linkage, pairs, registry_patients))
+        fed.silos[hospital].accept_linkage(LinkedRows(linkage, pairs, hospital_patients))
+    return VerticalStudy(fed, dict(parts), {h: f"L-{h}" for h in parts})
