@@ -28,6 +28,7 @@ The file::
     name = "risk model"
     model = "logistic"              # logistic | glm | cox | kaplan_meier | deep
                                     # | cumulative_incidence | fine_gray
+                                    # | vertical_logistic (linked to another site's rows)
     formula = "disease ~ age + C(sex) + chol + C(cp)"
     max_rounds = 50                 # exact requests of this analysis
     privacy = "exact"               # "exact" (exact or private) or "dp" (private only)
@@ -82,6 +83,7 @@ MODELS = (
     "deep",
     "cumulative_incidence",
     "fine_gray",
+    "vertical_logistic",
 )
 FAMILIES = ("binomial", "poisson", "gaussian")
 KIND_FAMILIES = {"binary": "binomial", "count": "poisson", "continuous": "gaussian"}
@@ -109,12 +111,12 @@ TASK_MODELS: dict[str, tuple[str, ...]] = {
     "fine_gray.robust": ("fine_gray",),
     "deep.train": ("deep",),
     "deep.evaluate": ("deep",),
-    "vertical.prepare": ("logistic",),
-    "vertical.encrypt_outcome": ("logistic",),
-    "vertical.masked_products": ("logistic",),
-    "vertical.decrypt": ("logistic",),
-    "vertical.unmask": ("logistic",),
-    "vertical.summaries": ("logistic",),
+    "vertical.prepare": ("vertical_logistic",),
+    "vertical.encrypt_outcome": ("vertical_logistic",),
+    "vertical.masked_products": ("vertical_logistic",),
+    "vertical.decrypt": ("vertical_logistic",),
+    "vertical.unmask": ("vertical_logistic",),
+    "vertical.summaries": ("vertical_logistic",),
 }
 """The model kinds each task about patients serves; a task not listed is outside every
 protocol."""
@@ -376,7 +378,8 @@ def _mismatch(analysis: Analysis, request: Request) -> tuple[str, str] | None:
         if request.strata != analysis.strata:
             odd = sorted(request.strata ^ analysis.strata)[0]
             return odd, f"the approved strata are {sorted(analysis.strata) or 'none'}"
-        approved_family = "binomial" if analysis.model == "logistic" else analysis.family
+        binary = analysis.model in ("logistic", "vertical_logistic")
+        approved_family = "binomial" if binary else analysis.family
         if request.family is not None and request.family != approved_family:
             return request.family, f"the approved family is {approved_family}"
         if request.offset != analysis.offset:
