@@ -113,6 +113,7 @@ def private_linkage(first, second, truth, schema, workers: int, seed: int) -> di
         "true_links": measured.true_matches,
         "linked": measured.linked,
         "candidate_pairs": result.candidates,
+        "never_compared": list(result.unblocked),
         "precision": round(measured.precision, 4),
         "recall": round(measured.recall, 4),
         "f1": round(measured.f1, 4),

@@ -57,11 +57,16 @@ class PartyLinks:
 
 @dataclass(frozen=True, eq=False)
 class Linkage:
-    """A two-party linkage: each party's view, and how many candidate pairs were scored."""
+    """A two-party linkage: each party's view, and how many candidate pairs were scored.
+
+    ``unblocked`` counts, per party, the records that share no block with any record
+    (keyed blocking: every blocking value missing); they were never compared.
+    """
 
     first: PartyLinks
     second: PartyLinks
     candidates: int
+    unblocked: tuple[int, int] = (0, 0)
 
     def pairs(self) -> set[tuple[int, int]]:
         """The linked (first position, second position) pairs — the linkage unit's view."""
@@ -131,7 +136,14 @@ def link(
         first=PartyLinks(positions_a, pair_ids, scores),
         second=PartyLinks(positions_b[order_b], pair_ids[order_b], scores[order_b]),
         candidates=len(sims),
+        unblocked=(_unblocked(first, schema), _unblocked(second, schema)),
     )
+
+
+def _unblocked(party: Encodings, schema: LinkageSchema) -> int:
+    if schema.blocking.method != "keys" or party.blocking_tokens is None:
+        return 0
+    return int((~party.blocking_tokens.any(axis=1)).sum())
 
 
 def candidate_pairs(

@@ -183,3 +183,14 @@ def test_encodings_under_another_schema_are_refused():
     stripped = linkage.Encodings(enc_a.clks, enc_a.fingerprint, None)
     with pytest.raises(EncodingMismatch, match="no blocking tokens"):
         linkage.link(stripped, enc_a, schema)
+
+
+def test_records_without_any_blocking_value_are_counted_not_dropped_silently():
+    schema = schema_with("keys")
+    first, second, _ = tables(10, n=30, strangers=0)
+    second = second.copy()
+    second.loc[[0, 1], ["birth_date", "postal_code", "family_name"]] = ""
+    enc = [linkage.encode(t, schema, SECRET) for t in (first, second)]
+    result = linkage.link(*enc, schema, seed=0)
+    assert result.unblocked == (0, 2)
+    assert not {0, 1} & set(result.second.positions.tolist())
