@@ -23,6 +23,7 @@ SCRIPTS = sorted(p for p in BENCHMARKS.glob("*.py"))
 
 TINY = {
     "glm.py": ["--n", "3000", "--sites", "2", "--covariates", "3"],
+    "linkage.py": ["--febrl-rows", "300", "--scale", "300", "--workers", "1"],
     "logistic.py": ["--n", "3000", "--sites", "2", "--covariates", "3"],
     "cox.py": ["--n", "3000", "--sites", "2", "--covariates", "3"],
     "flower.py": ["--sites", "2", "--idle-seconds", "1"],

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("fedstats", "harmonize", "accounting", "reports", "studyfiles")
+PACKAGES = ("fedstats", "harmonize", "accounting", "reports", "studyfiles", "linkage")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = (
     "fedstats layers: commands > Flower apps > operations > transport > in-process runtime > "
@@ -113,8 +113,26 @@ def test_the_code_keeps_every_contract(scratch: Path) -> None:
         (
             "accounting/scratch_wrong.py",
             "import harmonize.spec\n",
-            "accounting, harmonize and studyfiles stand alone",
+            "accounting, harmonize, studyfiles and linkage stand alone",
             "accounting.scratch_wrong -> harmonize.spec",
+        ),
+        (
+            "linkage/scratch_wrong.py",
+            "import harmonize.spec\n",
+            "accounting, harmonize, studyfiles and linkage stand alone",
+            "linkage.scratch_wrong -> harmonize.spec",
+        ),
+        (
+            "harmonize/scratch_wrong.py",
+            "import linkage.schema\n",
+            "accounting, harmonize, studyfiles and linkage stand alone",
+            "harmonize.scratch_wrong -> linkage.schema",
+        ),
+        (
+            "linkage/scratch_wrong.py",
+            "import fedstats.errors\n",
+            "accounting, harmonize, studyfiles and linkage import no other project package",
+            "linkage.scratch_wrong -> fedstats.errors",
         ),
         (
             "fedstats/models/scratch_wrong.py",
