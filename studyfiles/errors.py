@@ -13,3 +13,7 @@ class InventoryFileError(StudyFileError):
 
 class FitRecordError(StudyFileError):
     """A fit's results do not make a valid fit record (the message names every bad field)."""
+
+
+class LinkageRecordError(StudyFileError):
+    """A linkage record (``linkages/<id>.json``) does not match its format."""
