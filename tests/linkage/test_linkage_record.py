@@ -42,10 +42,10 @@ def test_any_count_from_1_to_k_minus_1_is_refused(count, where):
         "score": {"score_counts": [count, 115]},
         "linked": {
             "sites": [{"site": "r", "role": "outcome", "records_sent": 500, "linked": count}]
-        },  # fmt: skip
+        },
         "sent": {
             "sites": [{"site": "r", "role": "outcome", "records_sent": count, "linked": None}]
-        },  # fmt: skip
+        },
     }[where]
     with pytest.raises(LinkageRecordError, match=f"below k = {K}"):
         checked_linkage_record(record(**changes))
