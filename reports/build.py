@@ -14,6 +14,8 @@ Each figure is copied from a recorded source:
 * data flows: the message inventory (:func:`reports.flows.data_flows`);
 * harmonisation: the sites' reports; results: the fit records; survival
   curves: the curve records (:mod:`reports.curves`);
+* record linkage: the linkage records the linkage unit wrote
+  (:mod:`reports.linkages`);
 * reproducibility: the manifest, the harmonisation fingerprints and the
   ledgers' hash chains.
 """
@@ -34,6 +36,7 @@ from reports.flows import data_flows
 from reports.formatting import format_number
 from reports.heads import head_checks
 from reports.labels import settings, term_label
+from reports.linkages import linkage_summary
 from reports.mechanisms import event_facts
 from reports.model import (
     Audit,
@@ -180,6 +183,7 @@ def build_report(study: Study) -> ComplianceReport:
         sign_off_roles=SIGN_OFF_ROLES,
         site_identities=_site_identities(study),
         ledger_heads=head_checks(study),
+        linkages=tuple(linkage_summary(record) for record in study.linkages),
     )
     return replace(report, verdict=verdict(report))
 

@@ -27,6 +27,10 @@ A study directory is what ``fedstats report --study DIR`` reads and what
       releases/<name>.json    every other released result (a trained network and its
                               evaluation, classification metrics, a cumulative incidence
                               table...): what it is, its table, the analyses that made it
+      linkages/<id>.json      each record linkage as the linkage unit ran it
+                              (studyfiles.linkage_records.LinkageRecord): the encoding,
+                              threshold, blocking, counts per site and the score
+                              histogram, counts from 1 to k - 1 suppressed; never a value
 
 Fits, curves, diagnostics and releases each name the analyses (message-inventory
 labels) whose answers made them, so the report ties every analysis in the
@@ -114,6 +118,10 @@ class StudyLayout:
     @property
     def releases(self) -> Path:
         return self.root / "releases"
+
+    @property
+    def linkages(self) -> Path:
+        return self.root / "linkages"
 
     def ledger(self, owner: str) -> Path:
         return self.ledgers / f"{checked_name('ledger owner', owner)}.ledger"

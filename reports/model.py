@@ -443,6 +443,70 @@ class ReleasedResult:
 
 
 @dataclass(frozen=True)
+class LinkageField:
+    """How one identifier field entered the encodings (never a value)."""
+
+    field: str
+    """The identifier, in words (``given name``)."""
+    ngram: str
+    bits: str
+    """Bit insertions, e.g. ``200 for the field`` or ``8 per n-gram``."""
+    positional: str
+
+
+@dataclass(frozen=True)
+class LinkageSite:
+    """One site's part in a linkage, each count as the report prints it (``< k`` when
+    suppressed, ``withheld`` when it would reveal a suppressed count by subtraction)."""
+
+    site: str
+    role: str
+    records_sent: str
+    linked: str
+    never_compared: str
+
+
+@dataclass(frozen=True)
+class ScoreBin:
+    """One bin of the linked pairs' Dice scores."""
+
+    low: float
+    high: float
+    count: str
+    state: str
+    """``"shown"``, ``"suppressed"`` (1 to k - 1 pairs) or ``"withheld"`` (a count of at least
+    k not shown, so that the suppressed ones cannot be worked out from the total)."""
+
+
+@dataclass(frozen=True)
+class LinkageSummary:
+    """One record linkage (section 6, record linkage; :mod:`reports.linkages`)."""
+
+    linkage_id: str
+    created: datetime
+    schema_fingerprint: str
+    fields: tuple[LinkageField, ...]
+    length: int
+    hashing: str
+    hashing_warning: str | None
+    xor_folds: str
+    threshold: float
+    blocking: str
+    blocking_reveals: str
+    secret: str
+    sites: tuple[LinkageSite, ...]
+    pairs: str
+    candidate_pairs: str
+    k: int
+    bins: tuple[ScoreBin, ...]
+    """The score histogram (empty: not shown, :attr:`histogram_note` says why)."""
+    histogram_note: str
+    plot: str | None
+    protects: str
+    """One sentence: what the encodings protect and what they do not."""
+
+
+@dataclass(frozen=True)
 class Verdict:
     """The verdict paragraph and the facts a reader (or a test) may want to check in it."""
 
@@ -501,3 +565,5 @@ class ComplianceReport:
     """Every analysis of the message inventory and the result it produced (section 6)."""
     released: tuple[ReleasedResult, ...] = ()
     """Every recorded result, for the first page (:func:`reports.analyses.released_results`)."""
+    linkages: tuple[LinkageSummary, ...] = ()
+    """The record linkages of the study (section 6; empty: none recorded)."""

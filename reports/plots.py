@@ -147,3 +147,47 @@ def coefficient_comparison(
     ax.set_xlabel("coefficient (log odds or log hazard) with confidence interval")
     ax.legend(fontsize=7, loc="best")
     return _data_uri(figure)
+
+
+@literal_text
+def score_histogram(bins: Sequence[tuple[float, float, int | None]], k: int) -> str:
+    """Linked pairs by Dice score, one bar per bin from the threshold to 1.
+
+    ``bins``: ``(low, high, count)`` per bin, lowest first; a count of ``None`` is not drawn
+    (suppressed or withheld): its bin is labelled ``< k`` or ``withheld`` instead of a bar,
+    so the figure shows no more than the report's table.
+    """
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.5, 2.8))
+    ax = figure.subplots()
+    width = min(high - low for low, high, _ in bins)
+    shown = [(low, count) for low, _, count in bins if count is not None]
+    ax.bar(
+        [low for low, _ in shown],
+        [count for _, count in shown],
+        width=width,
+        align="edge",
+        color="C0",
+        edgecolor="white",
+    )
+    top = max([count for _, count in shown] + [k])
+    for low, high, count in bins:
+        if count is None:
+            ax.annotate(
+                "hidden",
+                xy=((low + high) / 2, 0),
+                xytext=(0, 3),
+                textcoords="offset points",
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="dimgrey",
+                rotation=90,
+            )
+    ax.set_xlim(bins[0][0], bins[-1][1])
+    ax.set_ylim(0, 1.15 * top)
+    ax.set_xlabel("Dice similarity of the linked pair (from the threshold to 1)")
+    ax.set_ylabel("linked pairs")
+    ax.set_title(f"Linked pairs by match score (hidden: fewer than {k}, or withheld)", fontsize=10)
+    return _data_uri(figure)

@@ -3,11 +3,12 @@
 Each model mirrors what the recorder writes: :class:`Manifest` (``study.json``),
 :class:`FitRecord` (``fits/<name>.json``) and :class:`CurveFitRecord`
 (``curves/<name>.json``; both defined with the records they hold in
-:mod:`studyfiles.fit_records`, shared with the writer), :class:`AuditRecord` and
-:class:`DiagnosticRecord`. Unknown fields are ignored, so records written by a
-newer package still load; missing or mistyped fields are refused by
-:func:`parse_record` with a :class:`~reports.errors.StudyRecordError` naming
-the file and every field path.
+:mod:`studyfiles.fit_records`, shared with the writer), :class:`AuditRecord`,
+:class:`DiagnosticRecord` and :class:`LinkageRecord` (``linkages/<id>.json``, defined in
+:mod:`studyfiles.linkage_records`, shared with the linkage unit that writes it). Unknown
+fields are ignored, so records written by a newer package still load; missing or
+mistyped fields are refused by :func:`parse_record` with a
+:class:`~reports.errors.StudyRecordError` naming the file and every field path.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from studyfiles.fit_records import (
     ScopeSpendingRecord,
     validation_problems,
 )
+from studyfiles.linkage_records import LinkageRecord
 
 Number = float | int
 
@@ -86,6 +88,7 @@ __all__ = [
     "CurveRecord",
     "DiagnosticRecord",
     "FitRecord",
+    "LinkageRecord",
     "Manifest",
     "PrivacyRecord",
     "ProvenanceRecord",

@@ -4,9 +4,9 @@
 and configuration (checked against the SHA-256 the manifest recorded), each
 ledger's scopes with their spending (``Ledger.spent``), entries and hash-chain
 verification, the message inventory, the harmonisation reports, the fits,
-survival curves, audits and diagnostics. Anything unreadable raises a
-:class:`~reports.errors.StudyRecordError` naming the file; a folder that is not
-a study directory raises :class:`~reports.errors.StudyDirectoryError`.
+survival curves, audits, diagnostics and record linkages (``linkages/<id>.json``).
+Anything unreadable raises a :class:`~reports.errors.StudyRecordError` naming the file;
+a folder that is not a study directory raises :class:`~reports.errors.StudyDirectoryError`.
 Absent optional parts (no inventory, no audit, no ``curves/`` in a study
 recorded before curves existed) load as empty.
 """
@@ -29,6 +29,7 @@ from reports.records import (
     CurveFitRecord,
     DiagnosticRecord,
     FitRecord,
+    LinkageRecord,
     Manifest,
     ReleaseRecord,
     parse_record,
@@ -80,6 +81,8 @@ class Study:
     recorded_heads: tuple[accounting.ChainHead, ...] = ()
     """The sites' ledger chain heads the coordinator recorded from their private replies
     (``ledger-heads.json``; empty for a study recorded without one)."""
+    linkages: tuple[LinkageRecord, ...] = ()
+    """The record linkages the linkage unit recorded (``linkages/<id>.json``), by file name."""
 
     @property
     def scopes(self) -> list[ScopeRecord]:
@@ -137,6 +140,7 @@ class Study:
             recorded_heads=_read_heads(
                 layout.ledger_heads, manifest.hashes.get("ledger-heads.json")
             ),
+            linkages=_read_linkages(layout.linkages),
         )
 
 
@@ -149,6 +153,19 @@ def _read_named(model: type[Named], folder: Path, names: list[str]) -> tuple[Nam
         record = parse_record(model, path)
         if record.name != name:
             raise StudyRecordError(path, f"field name: {record.name!r}, expected {name!r}")
+        records.append(record)
+    return tuple(records)
+
+
+def _read_linkages(folder: Path) -> tuple[LinkageRecord, ...]:
+    """Every ``folder/<linkage_id>.json``, in file-name order, each checked to hold its own id."""
+    records = []
+    for path in sorted(folder.glob("*.json")):
+        record = parse_record(LinkageRecord, path)
+        if record.linkage_id != path.stem:
+            raise StudyRecordError(
+                path, f"field linkage_id: {record.linkage_id!r}, expected {path.stem!r}"
+            )
         records.append(record)
     return tuple(records)
 
