@@ -152,11 +152,10 @@ def link(
     fedstats.SiteError
         A site refused a step (its error names the site, the task and the rule).
     """
-    if not isinstance(schema, linkage.LinkageSchema):
-        try:
-            schema = linkage.parse_linkage_table(schema)
-        except linkage.LinkageSchemaError as error:
-            raise StudyConfigurationError(str(error)) from None
+    try:
+        schema = wire.linkage_schema(schema)
+    except linkage.LinkageSchemaError as error:
+        raise StudyConfigurationError(str(error)) from None
     sites = (first, second)
     _check_arguments(federation, sites, linkage_id, roles, k)
     fingerprint = schema.fingerprint()

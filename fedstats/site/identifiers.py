@@ -24,6 +24,7 @@ import pandas as pd
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
 import linkage
+from fedstats.contract.tasks.record_linkage import linkage_schema
 from fedstats.errors import StudyConfigurationError
 
 MAX_LINKAGES = 1_000
@@ -106,11 +107,10 @@ def site_identifiers(
             f"site {site!r}: a site that links needs both its identifier table and the "
             "[linkage] table of its study specification (identifiers= and linkage=)"
         )
-    if not isinstance(schema, linkage.LinkageSchema):
-        try:
-            schema = linkage.parse_linkage_table(schema)
-        except linkage.LinkageSchemaError as error:
-            raise StudyConfigurationError(f"site {site!r}: {error}") from None
+    try:
+        schema = linkage_schema(schema)
+    except linkage.LinkageSchemaError as error:
+        raise StudyConfigurationError(f"site {site!r}: {error}") from None
     if not isinstance(identifiers, pd.DataFrame):
         raise StudyConfigurationError(
             f"site {site!r}: the identifier table must be a pandas DataFrame, got "

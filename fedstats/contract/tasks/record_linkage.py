@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+import linkage
 from fedstats.contract.task_spec import TaskSpec
 from fedstats.errors import MalformedRequestError
 from fedstats.schema import Array, Number, RecordCodes, Text
@@ -56,6 +57,26 @@ STATEMENT_KIND = "fedstats linkage advertisement v1"
 PURPOSE = "linkage"
 """The purpose the shared secret is derived for (HKDF ``info``)."""
 _FINGERPRINT = re.compile(r"[0-9a-f]{64}")
+
+
+# ------------------------------------------------------------------ the schema
+
+
+def linkage_schema(table: linkage.LinkageSchema | Mapping[str, Any]) -> linkage.LinkageSchema:
+    """The study's linkage schema from its ``[linkage]`` table: as ``tomllib`` reads it, or
+    as ``StudySpec.linkage`` keeps it (read-only tables and tuples, thawed here), or parsed.
+    Raises :class:`linkage.LinkageSchemaError` naming the bad key."""
+    if isinstance(table, linkage.LinkageSchema):
+        return table
+    return linkage.parse_linkage_table(_thawed(table))
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, tuple | list):
+        return [_thawed(item) for item in value]
+    return value
 
 
 # ------------------------------------------------------------------ what is signed, agreed
