@@ -117,11 +117,14 @@ TASK_MODELS: dict[str, tuple[str, ...]] = {
     "vertical.decrypt": ("vertical_logistic",),
     "vertical.unmask": ("vertical_logistic",),
     "vertical.summaries": ("vertical_logistic",),
+    "linkage.advertise": ("vertical_logistic",),
+    "linkage.encode": ("vertical_logistic",),
+    "linkage.accept": ("vertical_logistic",),
 }
 """The model kinds each task about patients serves; a task not listed is outside every
 protocol."""
 
-LINKAGE_TASKS = ("linkage.advertise", "linkage.encode", "linkage.accept")
+LINKAGE_TASKS = tuple(task for task in TASK_MODELS if task.startswith("linkage."))
 """The record-linkage tasks (:mod:`fedstats.contract.tasks.record_linkage`): a protocol
 admits them when it approves a vertical analysis (``vertical_logistic``), the one use of a
 linkage; they name no design, so no term is matched."""

@@ -7,7 +7,7 @@ the sites accepted are then checked to be the joined rows."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -24,6 +24,10 @@ class VerticalStudy:
     joined: dict[str, pd.DataFrame]
     """Each hospital's joined rows (outcome and covariates), for the oracle."""
     linkages: dict[str, str]
+    linked: dict[str, fedstats.LinkageResult] = field(default_factory=dict)
+    """With ``wire=True``: each hospital's linkage result."""
+    linkage_analyses: list[str] = field(default_factory=list)
+    """With ``wire=True``: the inventory labels of the linkages' messages."""
 
 
 def relabelled(
@@ -42,11 +46,13 @@ def vertical_study(
     seed: int = 0,
     registry: str = "registry",
     wire: bool = False,
+    inventory: fedstats.MessageInventory | None = None,
     **options,
 ) -> VerticalStudy:
     """``parts``: each hospital's joined rows. The registry holds the ``outcome`` columns of
     every part's patients, each hospital the other columns of its own; linkage
-    ``L-<hospital>`` joins them (over the wire with ``wire=True``)."""
+    ``L-<hospital>`` joins them (over the wire with ``wire=True``, its messages recorded in
+    ``inventory`` when one is given)."""
     rng = np.random.default_rng(seed)
     registry_parts, frames, links = [], {}, {}
     crowd = people(sum(len(j) for j in parts.values()), np.random.default_rng([seed, 7]))
@@ -72,10 +78,16 @@ def vertical_study(
         return VerticalStudy(fed, dict(parts), {h: f"L-{h}" for h in parts})
     tables = {site: pd.concat(found) for site, found in identities.items()}
     fed = fedstats.Federation.in_process(frames, identifiers=tables, linkage=LINKAGE, **options)
+    if inventory is not None:
+        fed.inventory = inventory
+    linked = {}
+    with fed.analyses_started() as analyses:
+        for hospital in links:
+            linked[hospital] = fedstats.link(
+                fed, first=registry, second=hospital, linkage_id=f"L-{hospital}", schema=LINKAGE
+            )
     for hospital, (_, registry_patients, hospital_patients) in links.items():
-        fedstats.link(fed, first=registry, second=hospital, linkage_id=f"L-{hospital}",
-                      schema=LINKAGE)  # fmt: skip
         truth = set(zip(registry_patients.tolist(), hospital_patients.tolist(), strict=True))
         if accepted_pairs(fed, f"L-{hospital}", registry, hospital) != truth:
             raise AssertionError(f"the linkage of {hospital!r} is not the joined rows")
-    return VerticalStudy(fed, dict(parts), {h: f"L-{h}" for h in parts})
+    return VerticalStudy(fed, dict(parts), {h: f"L-{h}" for h in parts}, linked, analyses)
