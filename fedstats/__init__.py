@@ -61,6 +61,8 @@ _PUBLIC: dict[str, str] = {
     "logrank_test": "fedstats.models.logrank",
     "LogisticRegression": "fedstats.models.logistic",
     "VerticalLogisticRegression": "fedstats.models.vertical_logistic",
+    "link": "fedstats.models.record_linkage",
+    "LinkageResult": "fedstats.models.record_linkage",
     "GLM": "fedstats.models.glm",
     "GLMResults": "fedstats.models.glm_results",
     "ClientDP": "fedstats.models.privacy",
@@ -108,6 +110,7 @@ if TYPE_CHECKING:
     from fedstats.models.logistic import LogisticRegression
     from fedstats.models.logrank import LogRankResult, logrank_test
     from fedstats.models.privacy import ClientDP, PrivacyAccount, RecordDP
+    from fedstats.models.record_linkage import LinkageResult, link
     from fedstats.models.results import CoxPHResults, LogisticRegressionResults, Provenance
     from fedstats.models.secure_aggregation import SecureAggregation, SecureSum, secure_sum
     from fedstats.models.vertical_logistic import VerticalLogisticRegression
@@ -163,6 +166,7 @@ __all__ = [
     "InvalidReplyError",
     "KaplanMeier",
     "KaplanMeierResults",
+    "LinkageResult",
     "LogRankResult",
     "LogisticRegression",
     "LogisticRegressionResults",
@@ -198,6 +202,7 @@ __all__ = [
     "datasets",
     "deep",
     "heterogeneity",
+    "link",
     "logrank_test",
     "secure_sum",
     "survival_heterogeneity",

@@ -140,6 +140,7 @@ DISCLOSURE_RULES = (
     "secagg-shares",
     "secagg-survivors",
     "vertical",
+    "linkage",
 )
 """The disclosure rules a site applies; a refusal names one of them."""
 

@@ -35,6 +35,7 @@ from fedstats.site.resource_limits import RequestLimits
 from fedstats.site.silo import Silo
 from fedstats.site.task import TaskRegistry
 from harmonize.fingerprint import FINGERPRINT_ATTR
+from linkage import LinkageSchema
 
 
 class Federation(coordinator.Federation):
@@ -88,6 +89,8 @@ class Federation(coordinator.Federation):
         trusts_client_level: bool = False,
         keys_of: coordinator.Federation | None = None,
         limits: RequestLimits | None = None,
+        identifiers: Mapping[str, pd.DataFrame] | None = None,
+        linkage: Mapping[str, Any] | LinkageSchema | None = None,
     ) -> Federation:
         """All sites in this process, each behind its own :class:`Silo` and the codec.
 
@@ -111,6 +114,10 @@ class Federation(coordinator.Federation):
         ``limits``: every site's resource limits per request
         (:class:`fedstats.site.resource_limits.RequestLimits`; default: the site's defaults),
         e.g. raised for a pooled Cox model on a fine grid, whose relayed rounds are large.
+        ``identifiers``: the identifier table of each site that takes part in record
+        linkage (``Harmonized.identifiers``, same index as its frame), kept at the site;
+        ``linkage``: the study specification's ``[linkage]`` table (``StudySpec.linkage``),
+        which every site given identifiers encodes under (:func:`fedstats.link`).
         """
         if not isinstance(frames, Mapping) or not frames:
             raise StudyConfigurationError(
@@ -125,9 +132,16 @@ class Federation(coordinator.Federation):
         )
         ledgers = dict(ledgers or {})
         protocols = dict(protocols or {})
-        unknown = sorted((set(ledgers) | set(protocols)) - set(frames))
+        identifiers = dict(identifiers or {})
+        unknown = sorted((set(ledgers) | set(protocols) | set(identifiers)) - set(frames))
         if unknown:
-            raise StudyConfigurationError(f"ledgers or protocols given for unknown sites {unknown}")
+            raise StudyConfigurationError(
+                f"ledgers, protocols or identifiers given for unknown sites {unknown}"
+            )
+        if identifiers and linkage is None:
+            raise StudyConfigurationError(
+                "identifiers need the study specification's [linkage] table: linkage=spec.linkage"
+            )
         # The sites are the frames in hand: each pins the others' keys, so no session can
         # name an invented site (fedstats.secagg.roster).
         pins = in_process_pins(list(frames))
@@ -149,6 +163,8 @@ class Federation(coordinator.Federation):
                 verified_paths=verified_paths,
                 trusts_client_level=trusts_client_level,
                 limits=limits,
+                identifiers=identifiers.get(name),
+                linkage=linkage if name in identifiers else None,
             )
             for i, (name, frame) in enumerate(frames.items())
         }

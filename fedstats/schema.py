@@ -116,7 +116,39 @@ class Ciphertexts:
         return None
 
 
-Field = Number | Array | Text | Values | Ciphertexts
+@dataclass(frozen=True)
+class RecordCodes:
+    """Record-linkage codes, one row per record of a site's identifier table: a
+    ``(count, width)`` array of ``dtype`` (``"uint8"``: the bytes of each record's Bloom
+    filter encoding; ``"uint64"``: its keyed blocking tokens), in an order of the site's own
+    drawing (:mod:`fedstats.contract.tasks.record_linkage`).
+
+    The second field whose size is the number of patients (``count`` is the request's
+    number of records), so the second exception to the parameter-size rule; a site releases
+    it only in the task that encodes its identifiers, at its own schema's width
+    (:mod:`fedstats.site.encoding_replies`).
+    """
+
+    count: int
+    width: int
+    dtype: str
+
+    def size(self) -> int:
+        return self.count * self.width
+
+    def mismatch(self, value: Any) -> str | None:
+        if not (isinstance(value, np.ndarray) and value.dtype == np.dtype(self.dtype)):
+            return f"expected record codes of dtype {self.dtype}, got {_described(value)}"
+        if value.shape != (self.count, self.width):
+            return f"expected shape {(self.count, self.width)}, got {value.shape}"
+        return None
+
+
+def _described(value: Any) -> str:
+    return f"{value.dtype} array" if isinstance(value, np.ndarray) else type(value).__name__
+
+
+Field = Number | Array | Text | Values | Ciphertexts | RecordCodes
 ReplySchema = Mapping[str, Field]
 
 

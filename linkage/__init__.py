@@ -17,7 +17,7 @@ The layers of one linkage, bottom to top:
 This package imports no other project package.
 """
 
-from linkage.encoding import Encodings, encode
+from linkage.encoding import Encodings, check_identifiers, encode
 from linkage.errors import (
     EncodingMismatch,
     IdentifierError,
@@ -38,6 +38,7 @@ __all__ = [
     "LinkageSchemaError",
     "PartyLinks",
     "SecretError",
+    "check_identifiers",
     "encode",
     "link",
     "parse_linkage_table",

@@ -125,7 +125,7 @@ def encode(
         raise IdentifierError("(table)", "expected a pandas DataFrame, one row per patient")
     if workers < 1:
         raise ValueError(f"workers must be at least 1, got {workers}")
-    columns = {name: _checked_column(identifiers, name) for name in _read_columns(schema)}
+    columns = _checked_columns(identifiers, schema)
     rows = list(zip(*(columns[name] for name in schema.columns), strict=True))
     parsed = clkhash_schema.from_json_dict(schema.clkhash_dict())
     filters = clk.generate_clks(rows, parsed, bytes(secret), validate=True, max_workers=workers)
@@ -136,6 +136,27 @@ def encode(
     if schema.blocking.method == "keys":
         tokens = _blocking_tokens(columns, schema, bytes(secret), len(rows))
     return Encodings(clks=clks, fingerprint=schema.fingerprint(), blocking_tokens=tokens)
+
+
+def check_identifiers(identifiers: pd.DataFrame, schema: LinkageSchema) -> None:
+    """Check that an identifier table can be encoded under ``schema``, encoding nothing.
+
+    The checks of :func:`encode` (every column the schema or its blocking keys read is
+    present, holds strings, and each value is in its normal form), for a site to run once
+    when it loads the table rather than when a linkage is under way.
+
+    Raises
+    ------
+    IdentifierError
+        Naming the column and the index label of the first bad row.
+    """
+    if not isinstance(identifiers, pd.DataFrame):
+        raise IdentifierError("(table)", "expected a pandas DataFrame, one row per patient")
+    _checked_columns(identifiers, schema)
+
+
+def _checked_columns(identifiers: pd.DataFrame, schema: LinkageSchema) -> dict[str, list[str]]:
+    return {name: _checked_column(identifiers, name) for name in _read_columns(schema)}
 
 
 def _read_columns(schema: LinkageSchema) -> list[str]:

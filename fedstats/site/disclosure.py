@@ -123,6 +123,7 @@ def check_reply(
     payload: dict,
     contributors: int | None,
     paillier_keys: Any = None,
+    identifiers: Any = None,
 ) -> None:
     """Refuse a reply that breaks the shape or threshold rule (raises :class:`DisclosureError`).
 
@@ -132,6 +133,10 @@ def check_reply(
     Paillier keys (:class:`fedstats.site.ciphertext_replies.PaillierKeys`), the only keys
     the one reply whose size is the number of patients, a registry's encrypted outcomes,
     may be under (:func:`fedstats.site.ciphertext_replies.check_ciphertexts`).
+    ``identifiers``: the site's identifier table and linkage schema
+    (:class:`fedstats.site.identifiers.SiteIdentifiers`), the only widths and count the other
+    reply whose size is the number of patients, a site's record-linkage encodings, may have
+    (:func:`fedstats.site.encoding_replies.check_record_codes`).
     """
     problem = schema_mismatch(payload, schema)
     if problem:
@@ -142,8 +147,10 @@ def check_reply(
             rule="shape",
         )
     from fedstats.site.ciphertext_replies import check_ciphertexts
+    from fedstats.site.encoding_replies import check_record_codes
 
     check_ciphertexts(schema, payload, paillier_keys, site=site, task=task)
+    check_record_codes(schema, identifiers, site=site, task=task)
     if contributors is not None and contributors < policy.min_count:
         raise DisclosureError(
             site=site,

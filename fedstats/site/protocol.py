@@ -117,9 +117,17 @@ TASK_MODELS: dict[str, tuple[str, ...]] = {
     "vertical.decrypt": ("vertical_logistic",),
     "vertical.unmask": ("vertical_logistic",),
     "vertical.summaries": ("vertical_logistic",),
+    "linkage.advertise": ("vertical_logistic",),
+    "linkage.encode": ("vertical_logistic",),
+    "linkage.accept": ("vertical_logistic",),
 }
 """The model kinds each task about patients serves; a task not listed is outside every
 protocol."""
+
+LINKAGE_TASKS = tuple(task for task in TASK_MODELS if task.startswith("linkage."))
+"""The record-linkage tasks (:mod:`fedstats.contract.tasks.record_linkage`): a protocol
+admits them when it approves a vertical analysis (``vertical_logistic``), the one use of a
+linkage; they name no design, so no term is matched."""
 
 _ANALYSIS_KEYS = {
     "name",
@@ -239,6 +247,8 @@ class Protocol:
         exact request of a private-only analysis, and a private request
         outside it when exploration is not allowed.
         """
+        if task in LINKAGE_TASKS:
+            return self._admit_linkage(site, task)
         request = read_request(site, task, args)
         kinds = TASK_MODELS.get(task, ())
         best: tuple[Analysis, str, str] | None = None
@@ -272,6 +282,21 @@ class Protocol:
             analysis=f"{request.describe()} (closest approved: {analysis.name!r})",
             term=term,
             reason=why,
+        )
+
+    def _admit_linkage(self, site: str, task: str) -> Analysis:
+        """The first exact vertical analysis approved: linking serves it. A protocol with none
+        (or only private ones: a linkage has no private form) refuses linking."""
+        for analysis in self.analyses:
+            if analysis.model == "vertical_logistic" and analysis.privacy != "dp":
+                return analysis
+        raise ProtocolError(
+            site=site,
+            task=task,
+            analysis="record linkage",
+            term="",
+            reason="the protocol approves no exact vertical_logistic analysis, the one use of "
+            "a record linkage",
         )
 
     def survival_grid(self, time: str, event: str) -> np.ndarray | None:

@@ -22,6 +22,7 @@ from fedstats.contract.tasks import fine_gray as fine_gray_wire
 from fedstats.contract.tasks import fingerprint as fingerprint_wire
 from fedstats.contract.tasks import glm as glm_wire
 from fedstats.contract.tasks import logistic as logistic_wire
+from fedstats.contract.tasks import record_linkage as linkage_wire
 from fedstats.contract.tasks import secure_aggregation as secagg_wire
 from fedstats.contract.tasks import survival as survival_wire
 from fedstats.contract.tasks import vertical as vertical_wire
@@ -38,6 +39,7 @@ from fedstats.site.handlers import fine_gray as fine_gray_site
 from fedstats.site.handlers import fingerprint as fingerprint_site
 from fedstats.site.handlers import glm as glm_site
 from fedstats.site.handlers import logistic as logistic_site
+from fedstats.site.handlers import record_linkage as linkage_site
 from fedstats.site.handlers import survival as survival_site
 from fedstats.site.handlers import vertical as vertical_site
 from fedstats.site.task import OptionalTasks, Task, TaskRegistry
@@ -97,6 +99,9 @@ REGISTRY = TaskRegistry(
         Task.serving(vertical_wire.DECRYPT_SPEC, vertical_site.decrypt),
         Task.serving(vertical_wire.UNMASK_SPEC, vertical_site.unmask),
         Task.serving(vertical_wire.SUMMARIES, vertical_site.summaries),
+        Task.serving(linkage_wire.ADVERTISE_SPEC, linkage_site.advertise),
+        Task.serving(linkage_wire.ENCODE_SPEC, linkage_site.encode),
+        Task.serving(linkage_wire.ACCEPT_SPEC, linkage_site.accept),
     ],
     optional=[DEEP_TASKS],
 )

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -49,6 +50,7 @@ from fedstats.site.ciphertext_replies import PaillierKeys
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.disclosure import DisclosurePolicy, check_reply
 from fedstats.site.error_replies import checked_error
+from fedstats.site.identifiers import site_identifiers
 from fedstats.site.linked_rows import LinkageStore, LinkedRows
 from fedstats.site.private_release import (
     add_noise,
@@ -74,6 +76,7 @@ from fedstats.site.verified_paths import (
     signature,
     verified_point,
 )
+from linkage import LinkageSchema
 from studyfiles.names import name_problem
 
 log = logging.getLogger(__name__)
@@ -137,6 +140,16 @@ class Silo:
     guard_path:
         Where the differencing guard keeps the row sets this site answered
         (kept in memory when ``None``).
+    identifiers:
+        The identifier table of the frame's patients (``harmonize``'s
+        ``Harmonized.identifiers``: same index, normalised columns), for record linkage;
+        it never leaves the site, only its keyed encodings do
+        (:mod:`fedstats.site.handlers.record_linkage`). Without it the site refuses the
+        linkage tasks.
+    linkage:
+        The ``[linkage]`` table of the site's own study specification
+        (``StudySpec.linkage``) or its :class:`linkage.LinkageSchema`: the one schema the
+        site encodes under (needed with ``identifiers``).
     """
 
     def __init__(
@@ -154,6 +167,8 @@ class Silo:
         guard_path: Path | None = None,
         verified_paths: bool = False,
         trusts_client_level: bool = False,
+        identifiers: pd.DataFrame | None = None,
+        linkage: LinkageSchema | Mapping[str, Any] | None = None,
     ) -> None:
         problem = name_problem(name)
         if problem is not None:
@@ -174,6 +189,7 @@ class Silo:
             from fedstats.site.registry import REGISTRY
 
             registry = REGISTRY
+        linking = site_identifiers(name, frame, identifiers, linkage)
         self.name = name
         self.policy = policy or DisclosurePolicy()
         self._registry = registry
@@ -192,6 +208,7 @@ class Silo:
             reply_schema=partial(plain_schema, registry),
             linkages=LinkageStore(name, frame, self.policy),
             paillier_keys=PaillierKeys(),
+            identifiers=linking,
         )
         self.ledger = ledger
         self._seeded_rng = None if noise_seed is None else np.random.default_rng(noise_seed)
@@ -277,6 +294,7 @@ class Silo:
                 payload=payload,
                 contributors=None if dp is not None else reply.contributors,
                 paillier_keys=context.paillier_keys,
+                identifiers=context.identifiers,
             )
             if task_name == PREPARE.name and dp is not None and session is None:
                 released_counts.remember(context, dp, payload)  # a private training's weight

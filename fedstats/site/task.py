@@ -63,6 +63,9 @@ class SiteContext:
     paillier_keys: Any = None
     """The Paillier keys the site made for vertical fits
     (:class:`fedstats.site.ciphertext_replies.PaillierKeys`)."""
+    identifiers: Any = None
+    """The site's identifier table, linkage schema and linkage sessions
+    (:class:`fedstats.site.identifiers.SiteIdentifiers`), or ``None`` when it links nothing."""
     path_round: int | None = None
     """The round of the verified path the current request lies on (set by the silo before
     the handler runs; ``None`` off a verified path): a deep task checks round 1's seeded

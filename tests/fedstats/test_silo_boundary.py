@@ -373,6 +373,20 @@ def vertical_requests(design: dict) -> dict[str, dict]:
     }  # fmt: skip
 
 
+def linkage_requests() -> dict[str, dict]:
+    """Well-formed requests of the record-linkage tasks
+    (:mod:`fedstats.contract.tasks.record_linkage`)."""
+    base = {"study": "study", "linkage": "L", "sites": ["only", "other"], "fingerprint": "0" * 64}
+    peer = {"public_key": np.zeros(32, np.uint8), "signature": ""}
+    return {
+        "linkage.advertise": base,
+        "linkage.encode": {**base, "records": 200, "clk_bytes": 128, "token_keys": 3,
+                           "peer": peer},
+        "linkage.accept": {"linkage": "L", "positions": np.arange(20),
+                           "pair_ids": np.arange(20)},
+    }  # fmt: skip
+
+
 def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
     """Every registered task about patients is refused without a ``dp`` block; only the
     tasks that describe no patient (schema, budget, fingerprint) are answered."""
@@ -425,6 +439,7 @@ def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
                           "model": "linear", "hyper": {},
                           "weights": [np.zeros((1, 1), np.float32), np.zeros(1, np.float32)]},
         **vertical_requests(binary),
+        **linkage_requests(),
     }  # fmt: skip
     extra_missing = set(REGISTRY.names()) - {t.name for t in REGISTRY}  # deep, not installed
     assert extra_missing <= {"deep.train", "deep.evaluate"}
@@ -437,7 +452,8 @@ def test_a_site_requiring_privacy_releases_no_exact_aggregate_of_any_task():
                 with pytest.raises(fedstats.errors.MalformedRequestError, match="'dp' block"):
                     federation.request(task, args, analysis="x")
             continue
-        if not task.startswith("vertical."):  # those need accepted linkages (tests/vertical)
+        # vertical and linkage tasks need accepted linkages, identifiers (tests/vertical)
+        if not task.startswith(("vertical.", "linkage.")):
             exact.request(task, args, analysis="x")  # each request is well formed
         with pytest.raises(DisclosureError, match="only as a differentially private release"):
             private.request(task, args, analysis="x")

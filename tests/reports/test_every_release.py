@@ -155,8 +155,16 @@ def every_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "mlp", network.evaluation.to_frame(), kind="trained network", description="an MLP",
         analyses=analyses, sites=fed.sites,
     )  # fmt: skip
-    registry_side = vertical_study({"clinic": hospital(rng, 200)}, ["y"], seed=3, study=STUDY)
-    registry_side.federation.inventory = fed.inventory  # one study, one inventory
+    registry_side = vertical_study(  # linked over the wire, in the study's one inventory
+        {"clinic": hospital(rng, 200)}, ["y"], seed=3, study=STUDY, wire=True,
+        inventory=fed.inventory,
+    )  # fmt: skip
+    linkage = registry_side.linked["clinic"]
+    recorder.record_release(
+        "linkage-clinic", pd.DataFrame(linkage.score_histogram), kind="record linkage",
+        description="the registry and the clinic linked by the coordinator as linkage unit",
+        analyses=registry_side.linkage_analyses, sites=registry_side.federation.sites,
+    )  # fmt: skip
     with registry_side.federation.analyses_started() as analyses:
         vertical = fedstats.VerticalLogisticRegression(
             "y ~ age + x", outcome_site="registry", covariate_sites=["clinic"],

@@ -65,11 +65,12 @@ def synthetic(n: int, rng: np.random.Generator) -> pd.DataFrame:
 
 
 def test_two_hospitals_sum_their_newton_sums_to_the_joined_fit():
-    """Two hospitals, each linked to the registry for its own patients (two linkages): the
-    fit equals statsmodels on the union of the joined rows."""
+    """Two hospitals, each linked to the registry for its own patients over the wire (two
+    ``fedstats.link`` calls, two linkages): the fit equals statsmodels on the union of the
+    joined rows."""
     rng = np.random.default_rng(11)
     parts = {"north": synthetic(160, rng), "south": synthetic(140, rng)}
-    study = vertical_study(parts, ["y"], seed=3)
+    study = vertical_study(parts, ["y"], seed=3, wire=True)
     formula = "y ~ age + x + C(group)"
     result = fedstats.VerticalLogisticRegression(
         formula, outcome_site="registry", covariate_sites=["north", "south"],

@@ -22,6 +22,7 @@ from fedstats.contract.tasks import (
     fingerprint,
     glm,
     logistic,
+    record_linkage,
     secure_aggregation,
     survival,
     vertical,
@@ -58,6 +59,7 @@ TASKS = TaskCatalogue(
         secure_aggregation.CONFIRM,
         secure_aggregation.UNMASK,
         *vertical.SPECS,
+        *record_linkage.SPECS,
     ],
     optional=[DEEP_SPECS],
 )
