@@ -17,7 +17,11 @@ The layers of one linkage, bottom to top:
 This package imports no other project package.
 """
 
-from linkage.encoding import Encodings, check_identifiers, encode
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from linkage.errors import (
     EncodingMismatch,
     IdentifierError,
@@ -25,8 +29,39 @@ from linkage.errors import (
     LinkageSchemaError,
     SecretError,
 )
-from linkage.matching import Linkage, PartyLinks, link
 from linkage.schema import LinkageSchema, parse_linkage_table
+
+if TYPE_CHECKING:
+    from linkage.encoding import Encodings, check_identifiers, encode
+    from linkage.matching import Linkage, PartyLinks, link
+
+_LAZY = {
+    "Encodings": "linkage.encoding",
+    "check_identifiers": "linkage.encoding",
+    "encode": "linkage.encoding",
+    "Linkage": "linkage.matching",
+    "PartyLinks": "linkage.matching",
+    "link": "linkage.matching",
+}
+"""Names whose modules import clkhash or anonlink (the ``linkage`` extra): imported when
+first used, so the schema (which every site and the coordinator check) needs neither."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'linkage' has no attribute {name!r}")
+    try:
+        value = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(
+            f"linkage.{name} needs {error.name}, of the 'linkage' extra: "
+            "pip install 'fedstats[linkage]' and pip install --no-deps clkhash==0.18.3",
+            name=error.name,
+        ) from error
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "EncodingMismatch",

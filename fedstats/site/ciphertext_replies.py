@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
-
-from phe import PaillierPrivateKey
+from typing import TYPE_CHECKING, Any
 
 from fedstats.contract.tasks.vertical import ENCRYPT, integers_of, key_digest, modulus_of
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.schema import Ciphertexts, ReplySchema
+
+if TYPE_CHECKING:  # phe (the linkage extra) is imported only where a key is made or read
+    from phe import PaillierPrivateKey
 
 CIPHERTEXT_TASKS = frozenset({ENCRYPT})
 """The tasks whose reply may hold a :class:`~fedstats.schema.Ciphertexts` field."""

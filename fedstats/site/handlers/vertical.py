@@ -32,10 +32,9 @@ the horizontal fit; every relayed value is signed by the site that made it.
 from __future__ import annotations
 
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from phe import EncodedNumber, EncryptedNumber, PaillierPublicKey, generate_paillier_keypair
 from scipy.special import expit
 
 from fedstats.contract.paths import design_digest
@@ -47,6 +46,9 @@ from fedstats.site.resource_limits import check_deadline
 from fedstats.site.row_blocks import Information, column_blocks
 from fedstats.site.task import SiteContext, TaskReply
 from fedstats.site.vertical_design import hospital_design, registry_outcome
+
+if TYPE_CHECKING:  # phe (the linkage extra) is imported where a key is made or read
+    from phe import EncryptedNumber, PaillierPublicKey
 
 MASKS = "vertical masks"
 PRODUCTS = "vertical products"
@@ -90,6 +92,8 @@ def encrypt_outcome(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
             "the registry encrypts the outcome once per linkage and design (its key decrypts "
             "once); a repeated fit reads the hospitals' kept X^T y",
         )
+    from phe import generate_paillier_keypair  # the linkage extra, imported when first used
+
     public_key, private_key = generate_paillier_keypair(n_length=wire.KEY_BITS)
     keys.add(private_key, linkage, design)
     ciphertexts = []
@@ -186,6 +190,8 @@ def masked_products(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     if not all(0 < c < square for c in ciphertexts):
         raise MalformedRequestError(site=None, task=None, reason="a value is not a ciphertext")
     design = hospital_design(ctx, spec, linkage, wire.MASKED)
+    from phe import EncryptedNumber, PaillierPublicKey
+
     public_key = PaillierPublicKey(n)
     encrypted_y = [EncryptedNumber(public_key, c) for c in ciphertexts]
     masks = [secrets.randbelow(n) for _ in design.columns]
@@ -219,6 +225,8 @@ def _masked_sum(
 ) -> int:
     """``Enc(r + sum_i k_i y_i)``: the positive and negative terms summed apart, so only one
     inverse is taken; ``Enc(r)`` carries fresh randomness, which re-randomises the sum."""
+    from phe import EncodedNumber
+
     total = public_key.encrypt(EncodedNumber(public_key, mask, 0))  # obfuscated
     positive = [c * ki for c, ki in zip(encrypted_y, k, strict=True) if ki > 0]
     negative = [c * -ki for c, ki in zip(encrypted_y, k, strict=True) if ki < 0]
