@@ -235,6 +235,12 @@ class Silo:
         :class:`~fedstats.errors.MalformedRequestError` naming the site."""
         self._context.linkages.accept(rows)
 
+    def linked_rows(self, linkage_id: str) -> LinkedRows:
+        """The linkage this site accepted under ``linkage_id``: its pair ids and the frame's
+        patients linked under them. A site-local look (nothing is sent); raises
+        :class:`~fedstats.errors.MalformedRequestError` for a linkage the site never accepted."""
+        return self._context.linkages.rows(linkage_id)[0]
+
     def handle(self, request: bytes) -> bytes:
         """Answer one request; the reply is always bytes, an error reply included.
 

@@ -87,7 +87,7 @@ def federation(sites: TwoSites, **options) -> fedstats.Federation:
 def accepted_pairs(fed: fedstats.Federation, linkage_id: str, first: str, second: str) -> set:
     """The (first patient, second patient) pairs the two sites accepted under one linkage,
     joined by pair id: read at the sites, where the test (not the coordinator) can look."""
-    rows = {s: fed.silos[s]._context.linkages.rows(linkage_id)[0] for s in (first, second)}
+    rows = {s: fed.silos[s].linked_rows(linkage_id) for s in (first, second)}
     by_id = dict(zip(rows[second].pair_ids.tolist(), rows[second].patients.tolist(), strict=True))
     return {
         (patient, by_id[pair])
