@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import stat
 from pathlib import Path
@@ -32,6 +33,8 @@ from fedstats.jobs.site_serving import ServeResult
 from fedstats.jobs.study_config import load_study_config
 from fedstats.jobs.study_fits import run_fits
 from fedstats.jobs.study_links import linkage_path
+from fedstats.jobs.study_record import record_and_report
+from reports.study import Study
 from tests.vertical.vertical_study import (
     FORMULA,
     SITES,
@@ -92,8 +95,11 @@ def test_a_site_job_keeps_its_identifier_table_beside_the_frame_readable_by_the_
 
 
 def test_a_second_run_reuses_frame_and_identifiers_and_a_changed_source_harmonises_again(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Reused while sources and table are unchanged; harmonised again (table rewritten, 0600)
+    when the table or a source changed; no identifier value in any log line or run record."""
+    caplog.set_level(logging.DEBUG)
     made = make_study(tmp_path, n=160, seed=5)
     path = made.site_tomls["hospital"]
     work = tmp_path / "hospital" / "work"
@@ -117,6 +123,9 @@ def test_a_second_run_reuses_frame_and_identifiers_and_a_changed_source_harmonis
     assert sorted(table.index) == sorted(pd.read_parquet(work / CURRENT_FRAME).index)
     assert 0 < len(table) < len(pd.read_parquet(io.BytesIO(kept)))
     assert stat.S_IMODE(os.stat(work / CURRENT_IDENTIFIERS).st_mode) == 0o600
+    values = {v for column in table.columns for v in table[column] if len(v) > 3}
+    written = caplog.text + "".join(p.read_text() for p in (work / "runs").glob("*.json"))
+    assert len(values) > 10 and not {v for v in values if v in written}
 
 
 def test_the_study_links_then_fits_equal_to_statsmodels_on_the_truly_joined_rows(
@@ -131,7 +140,12 @@ def test_the_study_links_then_fits_equal_to_statsmodels_on_the_truly_joined_rows
     running = services(study)
     try:
         linked: list[str] = []
-        results = run_fits(config, federation_of(running), on_link=lambda i, r: linked.append(i))
+        federation = federation_of(running)
+        results = run_fits(config, federation, on_link=lambda i, r: linked.append(i))
+        recorded = record_and_report(
+            config, out.parent / f"{out.name}-study.toml", {"run_id": 0}, results,
+            federation.inventory,
+        )  # fmt: skip
     finally:
         for service in running.values():
             service.close()
@@ -164,6 +178,14 @@ def test_the_study_links_then_fits_equal_to_statsmodels_on_the_truly_joined_rows
     )
     assert np.abs(params - reference.params).max() <= 1e-6
     assert np.abs(bse - reference.bse).max() <= 1e-6
+
+    # the compliance report lists the linkage and the fit
+    directory = Study.load(recorded.study_dir)
+    assert [r.linkage_id for r in directory.linkages] == ["registry-hospital"]
+    assert [f.name for f in directory.fits] == ["died_vertical"]
+    html = recorded.html.read_text(encoding="utf-8")
+    assert "registry-hospital" in html and "died_vertical" in html
+    assert not {v for v in identifier_values(study) if v in html}
 
     # resume: the recorded linkage and fit are read back, nothing asked of the sites
     asked: list[bytes] = []
