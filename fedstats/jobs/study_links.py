@@ -27,6 +27,9 @@ from fedstats.jobs.study_config import StudyConfig, VerticalLogisticFit
 from fedstats.models.federation import Federation
 
 LINKAGES_DIR = "linkages"
+STEPS_KEY = "study-steps"
+"""The ServerApp's run-config key: ``"links"`` makes only the study's ``[[links]]``
+(``fedstats link run``)."""
 
 
 def linkage_path(out: Path, linkage_id: str) -> Path:

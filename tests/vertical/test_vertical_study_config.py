@@ -126,7 +126,7 @@ def test_the_links_schema_is_the_study_specs_linkage_table(tmp_path: Path) -> No
     (tmp_path / "spec.toml").write_text(
         (tmp_path / "spec.toml").read_text().split("[linkage]")[0], encoding="utf-8"
     )
-    with pytest.raises(ConfigError, match="field 'study.spec'.*no \\[linkage\\] table"):
+    with pytest.raises(ConfigError, match=r"field 'study.spec'.*no \[linkage\] table"):
         study_linkage_table(config)
 
 
