@@ -196,3 +196,13 @@ def test_the_study_links_then_fits_equal_to_statsmodels_on_the_truly_joined_rows
     )
     assert asked == [] and linked == ["registry-hospital"]
     assert again["died_vertical"] == fit
+
+    # sites restarted since the linkage hold it no more: the fit is refused, not made
+    (out / "results" / "died_vertical.json").unlink()
+    restarted = services(study)
+    try:
+        with pytest.raises(fedstats.SiteError, match="accepted no linkage of that id"):
+            run_fits(config, federation_of(restarted))
+    finally:
+        for service in restarted.values():
+            service.close()
