@@ -1,5 +1,5 @@
 """Command-line interface: ``fedstats demo``, ``harmonize``, ``synthetic-export``,
-``budget show``/``set``, ``report``, ``site run`` and ``study run``.
+``budget show``/``set``, ``report``, ``site run``, ``study run`` and ``link check``/``run``.
 
 Help texts are plain text (no reStructuredText markup): they are what a user
 reads in a terminal. Progress and events go to stderr through ``logging``
@@ -16,6 +16,7 @@ import typer
 
 from fedstats.cli.budget import budget_app
 from fedstats.cli.jobs import site_app, study_app
+from fedstats.cli.link import link_app
 from fedstats.cli.logs import configure, fail
 
 app = typer.Typer(
@@ -29,6 +30,7 @@ app = typer.Typer(
 app.add_typer(budget_app, name="budget")
 app.add_typer(site_app, name="site")
 app.add_typer(study_app, name="study")
+app.add_typer(link_app, name="link")
 
 
 def _print_version(requested: bool) -> None:

@@ -5,7 +5,8 @@ of ``study.toml`` on the coordinator's machine). The ServerApp finds each
 expected site's node (with ``[identity]``, only the node whose authenticated
 key the study's enrolment list binds to the site's name:
 :mod:`fedstats.flower.site_claims`), checks the sites' fingerprints before any
-other task, makes the configured fits (:func:`fedstats.jobs.study_fits.run_fits`,
+other task, makes the configured record linkages and fits
+(:func:`fedstats.jobs.study_fits.run_fits`,
 the same code as the embedded runtime) and writes, under the study's ``out`` folder,
 one result per fit, the message inventory and ``status.json`` (with each
 site's node and key fingerprint, and every refused claim: ``site_identity``).
@@ -28,6 +29,7 @@ from fedstats.flower.supernode import checked_flower, quick_object_pulls
 from fedstats.flower_apps.grid_transport import GridFederation, GridLink
 from fedstats.jobs.study_config import StudyConfig, load_study_config
 from fedstats.jobs.study_fits import run_fits
+from fedstats.jobs.study_links import STEPS_KEY, run_links
 from studyfiles.durable import write_json_atomically
 
 STUDY_CONFIG_KEY = "study-config"
@@ -49,7 +51,8 @@ def main(grid: Grid, context: Context) -> None:
             f"the run config has no {STUDY_CONFIG_KEY!r}; submit with "
             f"flwr run --run-config '{STUDY_CONFIG_KEY}=\"/path/to/study.toml\"'"
         )
-    run_study(grid, load_study_config(path), run_id=context.run_id)
+    steps = context.run_config.get(STEPS_KEY, "all")
+    run_study(grid, load_study_config(path), run_id=context.run_id, links_only=steps == "links")
 
 
 def load_enrolment(config: StudyConfig) -> Enrolment | None:
@@ -64,8 +67,11 @@ def load_enrolment(config: StudyConfig) -> Enrolment | None:
     return enrolment
 
 
-def run_study(grid: Grid, config: StudyConfig, *, run_id: int = 0) -> dict[str, Any]:
-    """Discover sites, verify fingerprints, make the fits; always write ``status.json``."""
+def run_study(
+    grid: Grid, config: StudyConfig, *, run_id: int = 0, links_only: bool = False
+) -> dict[str, Any]:
+    """Discover sites, verify fingerprints, make the linkages and the fits (``links_only``:
+    the linkages only); always write ``status.json``."""
     out = Path(config.study.out)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -77,8 +83,16 @@ def run_study(grid: Grid, config: StudyConfig, *, run_id: int = 0) -> dict[str, 
         link.discover(config.study.sites)
         status["nodes"] = {site: str(node) for site, node in link.nodes.items()}
         federation = GridFederation(link, config.study.sites, study=config.study.name)
-        results = run_fits(config, federation)
-        status.update(status="completed", fits=sorted(results))
+        if links_only:
+            linked = run_links(config, federation)
+            status.update(status="completed", links=sorted(linked))
+        else:
+            results = run_fits(config, federation)
+            status.update(
+                status="completed",
+                fits=sorted(results),
+                links=sorted(entry.id for entry in config.links),
+            )
     except Exception as error:
         status.update(
             status="failed",

@@ -12,7 +12,7 @@ config of their own but a ``partition-id``, the run config's
 ``query.identify`` answers with the site's name so the coordinator can map
 sites to nodes. The service is kept for as long as the process lives (one
 message under Flower's default isolation, many in a long-lived worker) and
-rebuilt when the site's configuration or frame changes; under the simulation
+rebuilt when the site's configuration, frame or identifier table changes; under the simulation
 engine one worker process keeps the service of every site it serves, and holds
 each such site's lock so that no other process serves it too. Nodes that name
 one site, however its path is spelled, share its one service.
@@ -30,6 +30,7 @@ from flwr.clientapp import ClientApp
 from fedstats.errors import ConfigError, JobAlreadyRunning
 from fedstats.flower import messages
 from fedstats.jobs.job_lock import JobLock
+from fedstats.jobs.site_linkage import CURRENT_IDENTIFIERS
 from fedstats.jobs.site_service import SiteService, frame_path
 from fedstats.toml_config import load_toml_model
 
@@ -43,7 +44,7 @@ SIMULATED_SITE_LOCK = "simulated-site.lock"
 """In a simulated site's working folder: held by the one process that serves the site."""
 
 app = ClientApp()
-_services: dict[str, tuple[tuple[str, float, float], SiteService]] = {}
+_services: dict[str, tuple[tuple[str, float, float, float], SiteService]] = {}
 """The service of each site served, by the site's working folder (its journal and differencing
 guard), with the configuration file it was built from and the times of its files. Two nodes
 naming one site.toml, however spelled (``sites/a/../a/site.toml``, a symbolic link), reach one
@@ -103,10 +104,12 @@ def service_for(context: Context) -> SiteService:
         path, "site", lambda f: load_toml_model(f, SiteConfig, what="site configuration")
     )
     frame = frame_path(config)
+    identifiers = config.data.identifiers or config.workdir / CURRENT_IDENTIFIERS
     source = (
         str(path.resolve()),
         path.stat().st_mtime,
         frame.stat().st_mtime if frame.exists() else 0.0,
+        identifiers.stat().st_mtime if identifiers.exists() else 0.0,
     )
     site = str(config.workdir.resolve())
     if not _deployed(context):

@@ -83,6 +83,8 @@ from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_frame import PreparedFrame, prepare_frame
 from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal
+from fedstats.jobs.site_linkage import site_linking
+from fedstats.jobs.site_service import read_frame
 from fedstats.jobs.site_serving import (
     CoordinatorUnreachable,
     Serve,
@@ -197,6 +199,10 @@ def _locked_run(
         except SiteHarmonisationError as error:
             return SiteRun(SiteExit.HARMONISATION, str(error), record)
         record["frame"] = frame.as_record()
+        try:  # a bad identifier table stops the run before it serves (no value recorded)
+            site_linking(config, read_frame(frame.path))
+        except (ConfigError, StudyConfigurationError) as error:
+            return SiteRun(SiteExit.CONFIGURATION, str(error), record)
         emit(
             _log,
             "site.frame_ready",

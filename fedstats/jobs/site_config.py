@@ -29,17 +29,25 @@ class SiteSection(BaseModel):
 
 
 class DataSection(BaseModel):
-    """``[data]``: a ready analysis frame, or sources harmonised under the study specification."""
+    """``[data]``: a ready analysis frame, or sources harmonised under the study specification.
+
+    A site of a vertical study (a specification with a ``[linkage]`` table) links on its
+    identifier table: harmonised sources keep it beside the frame
+    (``workdir/current/identifiers.parquet``); a ready ``frame`` names it in ``identifiers``
+    (Parquet, indexed as the frame) with the ``spec`` whose ``[linkage]`` table it is encoded
+    under.
+    """
 
     model_config = STRICT
     frame: Path | None = None
+    identifiers: Path | None = None
     spec: Path | None = None
     fhir: list[Path] | None = None
     omop: Path | None = None
     latest_date: date | None = None
     max_rejected_share: Annotated[float, Field(ge=0, le=1)] = 0.10
 
-    @field_validator("frame", "spec", "omop", mode="before")
+    @field_validator("frame", "identifiers", "spec", "omop", mode="before")
     @classmethod
     def _relative(cls, value: object, info: ValidationInfo) -> object:
         return resolve_path(value, info) if isinstance(value, str) else value
@@ -59,6 +67,11 @@ class DataSection(BaseModel):
         if self.frame is None and self.spec is None:
             raise ValueError(
                 "harmonising fhir or omop sources needs spec (the study specification)"
+            )
+        if self.identifiers is not None and (self.frame is None or self.spec is None):
+            raise ValueError(
+                "identifiers goes with a ready frame and the spec whose [linkage] table it is "
+                "encoded under; harmonised sources keep their identifier table themselves"
             )
         return self
 

@@ -25,6 +25,14 @@ match the fingerprint (harmonised again next run) — never a half frame in use.
 The harmonisation report (``report.json``, ``report.txt``) and the
 quarantine of rejected records (``quarantine.csv``) are kept beside the
 frame; they never leave the site.
+
+Under a specification with a ``[linkage]`` table (a vertical study) the
+identifier table of the frame's patients is kept beside the frame too
+(``identifiers.parquet``, file mode 0600: :mod:`fedstats.jobs.site_linkage`),
+written the same way before ``fingerprint.json``, which records its SHA-256:
+a run reuses the frame only when the identifier table also still has the
+recorded SHA-256, and harmonises again otherwise. Under a specification
+without one, a table left by an earlier run is removed.
 """
 
 from __future__ import annotations
@@ -40,6 +48,7 @@ from typing import Any, Literal
 import fedstats
 from fedstats.errors import ConfigError, SiteHarmonisationError
 from fedstats.jobs.site_config import SiteConfig
+from fedstats.jobs.site_linkage import CURRENT_IDENTIFIERS, write_identifiers
 from fedstats.jobs.site_service import CURRENT_FRAME
 from studyfiles.durable import file_sha256, replace_durably, write_json_atomically
 
@@ -56,15 +65,18 @@ class PreparedFrame:
     origin: Origin
     source_fingerprint: str | None = None
     harmonisation: dict[str, Any] = field(default_factory=dict)
+    identifiers: Path | None = None
+    """The identifier table kept beside a harmonised frame (a vertical study), else None."""
 
     def as_record(self) -> dict[str, Any]:
-        """The run record's ``frame`` entry."""
+        """The run record's ``frame`` entry (the identifier table's path, never a value)."""
         return {
             "path": str(self.path),
             "sha256": self.sha256,
             "origin": self.origin,
             "source_fingerprint": self.source_fingerprint,
             "harmonisation": self.harmonisation,
+            "identifiers": None if self.identifiers is None else str(self.identifiers),
         }
 
 
@@ -126,27 +138,44 @@ def prepare_frame(config: SiteConfig, *, failure_dir: Path) -> PreparedFrame:
             )
         return PreparedFrame(path, file_sha256(path), "configured")
     current = config.workdir / CURRENT_FRAME
+    identifiers = config.workdir / CURRENT_IDENTIFIERS
     fingerprint = source_fingerprint(config)
     recorded = _recorded(current.parent / FINGERPRINT_FILE)
+    kept_sha = recorded.get("identifiers_sha256")
     if (
         recorded.get("source_fingerprint") == fingerprint
         and current.is_file()
         and file_sha256(current) == recorded.get("frame_sha256")
+        and (kept_sha is None or (identifiers.is_file() and file_sha256(identifiers) == kept_sha))
     ):
         return PreparedFrame(
-            current, recorded["frame_sha256"], "reused", fingerprint, recorded.get("summary", {})
+            current,
+            recorded["frame_sha256"],
+            "reused",
+            fingerprint,
+            recorded.get("summary", {}),
+            identifiers if kept_sha is not None else None,
         )
-    summary = _harmonise(config, current, failure_dir)
+    summary, linked = _harmonise(config, current, failure_dir)
     frame_sha = file_sha256(current)
     write_json_atomically(
         current.parent / FINGERPRINT_FILE,
-        {"source_fingerprint": fingerprint, "frame_sha256": frame_sha, "summary": summary},
+        {
+            "source_fingerprint": fingerprint,
+            "frame_sha256": frame_sha,
+            "identifiers_sha256": file_sha256(identifiers) if linked else None,
+            "summary": summary,
+        },
     )
-    return PreparedFrame(current, frame_sha, "harmonised", fingerprint, summary)
+    return PreparedFrame(
+        current, frame_sha, "harmonised", fingerprint, summary, identifiers if linked else None
+    )
 
 
-def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> dict[str, Any]:
-    """Harmonise the sources and write frame, report and quarantine beside ``current``."""
+def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> tuple[dict[str, Any], bool]:
+    """Harmonise the sources and write frame, report, quarantine and (under a ``[linkage]``
+    table) the identifier table beside ``current``; returns the summary and whether an
+    identifier table was kept."""
     from harmonize.errors import HarmonizationError, HarmonizationFailed, SpecError
     from harmonize.run import harmonize, write_failed_outputs, write_report
     from harmonize.spec import load_spec
@@ -190,6 +219,11 @@ def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> dict[str
     temporary = folder / f".{current.name}.{os.getpid()}.tmp"
     result.frame.to_parquet(temporary)
     replace_durably(temporary, current)
+    identifiers = config.workdir / CURRENT_IDENTIFIERS
+    if result.identifiers is not None:
+        write_identifiers(result.identifiers, identifiers)
+    else:  # no [linkage] table now: no names kept from an earlier specification
+        identifiers.unlink(missing_ok=True)
     write_report(report, folder)
     result.quarantine.to_csv(folder / "quarantine.csv", index=False)
     return {
@@ -199,7 +233,7 @@ def _harmonise(config: SiteConfig, current: Path, failure_dir: Path) -> dict[str
         "excluded": report.excluded,
         "rejected": report.rejected,
         "spec_digest": report.spec_digest,
-    }
+    }, result.identifiers is not None
 
 
 def _recorded(path: Path) -> dict[str, Any]:

@@ -1,7 +1,9 @@
 """A site answering requests from its own configuration, with every answer journaled.
 
 :class:`SiteService` builds the site's :class:`~fedstats.site.silo.Silo` from
-``site.toml`` alone (its frame, disclosure policy and ledger) and wraps
+``site.toml`` alone (its frame, disclosure policy and ledger, and in a vertical
+study its identifier table and its specification's ``[linkage]`` table:
+:mod:`fedstats.jobs.site_linkage`) and wraps
 :meth:`Silo.handle` with the site's journal (:mod:`fedstats.jobs.site_journal`):
 a ``received`` line before the silo runs, an ``answered`` line after and
 before the reply is returned, which records the ledger's chain heads
@@ -27,6 +29,7 @@ from fedstats.jobs.path_audit import archive, archived_answer
 from fedstats.jobs.site_config import SiteConfig, load_site_config
 from fedstats.jobs.site_identity import check_site_identity
 from fedstats.jobs.site_journal import JOURNAL_FILE, SiteJournal, digest, ledger_entry_count
+from fedstats.jobs.site_linkage import site_linking
 from fedstats.secagg.roster import load_roster_pin
 from fedstats.site.protocol import load_protocol
 from fedstats.site.resource_limits import RequestLimits
@@ -67,10 +70,14 @@ class SiteService:
         self.config = config
         self.node_key_fingerprint = check_site_identity(config)
         self.frame_path = frame_path(config)
+        frame = read_frame(self.frame_path)
+        identifiers, linkage_table = site_linking(config, frame)
         self.ledger = accounting.Ledger(config.privacy.ledger)
         self.silo = Silo(
             config.name,
-            read_frame(self.frame_path),
+            frame,
+            identifiers=identifiers,
+            linkage=linkage_table,
             policy=config.disclosure.policy(),
             ledger=self.ledger,
             noise_seed=noise_seed,

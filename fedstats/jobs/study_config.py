@@ -10,20 +10,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from fedstats.toml_config import STRICT, Name, load_toml_model, resolve_path
 
 
 class StudySection(BaseModel):
-    """``[study]``: name, expected sites and the output folder."""
+    """``[study]``: name, expected sites, the output folder and, for a study that links
+    records (``[[links]]``), ``spec``: the study specification whose ``[linkage]`` table the
+    sites encode under (the file the sites harmonise with)."""
 
     model_config = STRICT
     name: Name
     sites: Annotated[list[Name], Field(min_length=1)]
     out: Path
+    spec: Path | None = None
 
-    _paths = field_validator("out", mode="before")(resolve_path)
+    _paths = field_validator("out", "spec", mode="before")(resolve_path)
 
     @field_validator("sites")
     @classmethod
@@ -229,8 +232,56 @@ class DeepFit(BaseModel):
         return self
 
 
+class LinkEntry(BaseModel):
+    """A ``[[links]]`` entry: link the patients of sites ``first`` and ``second`` under the
+    study specification's ``[linkage]`` table (:func:`fedstats.link`), recorded as
+    ``linkages/<id>.json``; a vertical fit names it by ``id``."""
+
+    model_config = STRICT
+    id: Name
+    first: Name
+    second: Name
+
+    @model_validator(mode="after")
+    def _two_sites(self) -> LinkEntry:
+        if self.first == self.second:
+            raise ValueError(f"first and second must be two different sites, got {self.first!r}")
+        return self
+
+
+class VerticalLogisticFit(BaseModel):
+    """A ``[[fits]]`` entry of kind ``vertical_logistic``
+    (:class:`fedstats.VerticalLogisticRegression`): the outcome at ``outcome_site`` (the
+    registry), the covariates at each of ``covariate_sites`` (the hospitals), each hospital
+    linked to the registry by the ``[[links]]`` entry ``linkage`` names at its position."""
+
+    model_config = STRICT
+    kind: Literal["vertical_logistic"]
+    name: Name
+    formula: Annotated[str, Field(min_length=3)]
+    outcome_site: Name
+    covariate_sites: Annotated[list[Name], Field(min_length=1)]
+    linkage: Annotated[list[Name], Field(min_length=1)]
+    maxiter: Annotated[int, Field(ge=1, le=1000)] = 50
+
+    @model_validator(mode="after")
+    def _one_linkage_per_hospital(self) -> VerticalLogisticFit:
+        hospitals = self.covariate_sites
+        if len(set(hospitals)) != len(hospitals) or self.outcome_site in hospitals:
+            raise ValueError(
+                "covariate_sites must list distinct sites, not the outcome site "
+                f"{self.outcome_site!r}"
+            )
+        if len(self.linkage) != len(hospitals):
+            raise ValueError(
+                f"linkage must name one [[links]] id per covariate site, in their order "
+                f"({len(hospitals)} site(s), {len(self.linkage)} id(s))"
+            )
+        return self
+
+
 Fit = Annotated[
-    LogisticFit | GlmFit | CoxFit | FineGrayFit | KaplanMeierFit | DeepFit,
+    LogisticFit | GlmFit | CoxFit | FineGrayFit | KaplanMeierFit | DeepFit | VerticalLogisticFit,
     Field(discriminator="kind"),
 ]
 
@@ -243,15 +294,68 @@ class StudyConfig(BaseModel):
     coordinator: CoordinatorSection | None = None
     policy: PolicySection = PolicySection()
     identity: IdentitySection | None = None
+    links: list[LinkEntry] = Field(default_factory=list)
     fits: Annotated[list[Fit], Field(min_length=1)]
+
+    @field_validator("links")
+    @classmethod
+    def _links_of_study_sites(cls, links: list[LinkEntry], info: ValidationInfo) -> list[LinkEntry]:
+        ids = [entry.id for entry in links]
+        if len(set(ids)) != len(ids):
+            raise ValueError("link ids must be unique")
+        study = info.data.get("study")
+        if links and study is not None:
+            if study.spec is None:
+                raise ValueError(
+                    "[[links]] needs [study] spec: the study specification whose [linkage] "
+                    "table the sites encode under"
+                )
+            for number, entry in enumerate(links):
+                strangers = [s for s in (entry.first, entry.second) if s not in study.sites]
+                if strangers:
+                    raise ValueError(
+                        f"links[{number}] ({entry.id!r}): {strangers} not among the study's "
+                        f"sites {study.sites}"
+                    )
+        return links
 
     @field_validator("fits")
     @classmethod
-    def _unique_names(cls, fits: list[Fit]) -> list[Fit]:
+    def _unique_names(cls, fits: list[Fit], info: ValidationInfo) -> list[Fit]:
         names = [fit.name for fit in fits]
         if len(set(names)) != len(names):
             raise ValueError("fit names must be unique")
+        links = {entry.id: entry for entry in info.data.get("links") or []}
+        study = info.data.get("study")
+        for number, fit in enumerate(fits):
+            if isinstance(fit, VerticalLogisticFit):
+                _check_vertical(number, fit, links, study)
         return fits
+
+
+def _check_vertical(
+    number: int,
+    fit: VerticalLogisticFit,
+    links: dict[str, LinkEntry],
+    study: StudySection | None,
+) -> None:
+    """Each hospital of a vertical fit is linked to its registry by the link it names."""
+    where = f"fits[{number}] ({fit.name!r})"
+    sites = [fit.outcome_site, *fit.covariate_sites]
+    if study is not None and any(site not in study.sites for site in sites):
+        strangers = [site for site in sites if site not in study.sites]
+        raise ValueError(f"{where}: {strangers} not among the study's sites {study.sites}")
+    for hospital, link_id in zip(fit.covariate_sites, fit.linkage, strict=True):
+        entry = links.get(link_id)
+        if entry is None:
+            raise ValueError(
+                f"{where}: linkage {link_id!r} is not a [[links]] id (have {sorted(links)})"
+            )
+        if {entry.first, entry.second} != {fit.outcome_site, hospital}:
+            raise ValueError(
+                f"{where}: link {link_id!r} joins {entry.first!r} and {entry.second!r}, not "
+                f"the outcome site {fit.outcome_site!r} and covariate site {hospital!r}"
+            )
 
 
 def load_study_config(path: str | Path) -> StudyConfig:

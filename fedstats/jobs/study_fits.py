@@ -4,7 +4,8 @@ The same function runs in the embedded runtime and inside the Flower
 ServerApp, so the two can be compared number for number. Results are
 written one file per fit as each fit completes (atomically), and a fit
 whose file exists is not made again: a study stopped by a lost site
-resumes where it stopped.
+resumes where it stopped. The study's record linkages (``[[links]]``) are
+made first, under the same rule (:mod:`fedstats.jobs.study_links`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from fedstats.jobs.study_config import (
     LogisticFit,
     SecureAggregationOptions,
     StudyConfig,
+    VerticalLogisticFit,
 )
+from fedstats.jobs.study_links import run_links
 from fedstats.models.federation import Federation
 from studyfiles.durable import write_json_atomically
 from studyfiles.json_values import json_number, json_tree
@@ -84,6 +87,15 @@ def _fitted(fit: Fit, federation: Federation) -> dict[str, Any]:
         return {"kind": fit.kind, **km.fit(federation).to_record()}
     if isinstance(fit, DeepFit):
         return {"kind": fit.kind, **deep_record(train_deep(fit, federation))}
+    if isinstance(fit, VerticalLogisticFit):
+        vertical = fedstats.VerticalLogisticRegression(
+            fit.formula,
+            outcome_site=fit.outcome_site,
+            covariate_sites=fit.covariate_sites,
+            linkage_id=dict(zip(fit.covariate_sites, fit.linkage, strict=True)),
+            maxiter=fit.maxiter,
+        )
+        return {"kind": fit.kind, **vertical.fit(federation).to_record()}
     raise TypeError(f"unknown fit {fit!r}")
 
 
@@ -153,12 +165,16 @@ def run_fits(
     federation: Federation,
     *,
     on_result: Callable[[str, dict[str, Any]], None] | None = None,
+    on_link: Callable[[str, dict[str, Any]], None] | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Make every configured fit not already recorded under ``config.study.out``.
+    """Make every configured linkage, then every configured fit, not already recorded under
+    ``config.study.out``.
 
     Returns every fit's result, the recorded ones included; each new result
-    is written as soon as its fit completes.
+    is written as soon as its fit completes (each new linkage's record as soon as it
+    completes, :func:`fedstats.jobs.study_links.run_links`).
     """
+    run_links(config, federation, on_link=on_link)
     out = config.study.out
     results: dict[str, dict[str, Any]] = {}
     for fit in config.fits:

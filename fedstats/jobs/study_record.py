@@ -79,6 +79,7 @@ def record_study(
             "study_toml_sha256": file_sha256(study_toml),
             "sites": list(config.study.sites),
             "fits": [fit.model_dump(mode="json") for fit in config.fits],
+            "links": [entry.model_dump(mode="json") for entry in config.links],
             "fits_not_in_report": others,
             "policy": config.policy.model_dump(mode="json"),
             "runtime": "Flower (flwr) SuperLink and one SuperNode per site; the same task "
@@ -126,7 +127,21 @@ def record_study(
             notes=record.get("notes") or (),
         )
     recorder.record_inventory(inventory)
+    _copy_linkages(config, directory)
     return recorder.finish()
+
+
+def _copy_linkages(config: StudyConfig, directory: Path) -> None:
+    """The study's linkage records (``out/linkages/<id>.json``, checked when written) into the
+    study directory, where the compliance report reads them."""
+    from fedstats.jobs.study_links import linkage_path
+
+    for entry in config.links:
+        source = linkage_path(Path(config.study.out), entry.id)
+        if source.is_file():
+            target = directory / "linkages" / source.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, target)
 
 
 def _result_fields(record: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,10 @@
    :func:`fedstats.jobs.study_record.record_and_report`, which explains where
    the sites' ledgers are; this module does not import the reports package).
 
+``fedstats link run`` is the same job with ``links_only=True``: the ServerApp makes
+only the study's ``[[links]]`` (run config ``study-steps = "links"``) and the job checks
+that every linkage was recorded (``out/linkages/<id>.json``); it writes no report.
+
 Exit codes (:class:`StudyExit`):
 
 == ======================================================================
@@ -56,6 +60,12 @@ from fedstats.jobs.study_config import (
 )
 from fedstats.jobs.study_config import Fit as FitConfig
 from fedstats.jobs.study_fits import result_path
+from fedstats.jobs.study_links import (
+    LINKAGES_DIR,
+    STEPS_KEY,
+    load_linkages,
+    study_linkage_table,
+)
 from studyfiles.errors import InventoryFileError
 from studyfiles.inventory import MessageInventory
 
@@ -98,11 +108,20 @@ class StudyRun:
     pdf: Path | None = None
 
 
-def run_study_job(config_path: str | Path, *, record: Record) -> StudyRun:
-    """Submit, wait, verify, record and report (see the module docstring); never raises."""
+def run_study_job(
+    config_path: str | Path, *, record: Record | None, links_only: bool = False
+) -> StudyRun:
+    """Submit, wait, verify, record and report (see the module docstring); never raises.
+
+    ``links_only``: make only the study's ``[[links]]`` (``record`` is not called).
+    """
     config_path = Path(config_path).resolve()
     try:
         config = load_job_config(config_path)
+        if links_only and not config.links:
+            raise ConfigError(f"{config_path}: field 'links': the study has no [[links]] entry")
+        if config.links:
+            study_linkage_table(config)
     except ConfigError as error:
         return StudyRun(StudyExit.CONFIGURATION, str(error))
     coordinator = _coordinator(config)
@@ -128,12 +147,13 @@ def run_study_job(config_path: str | Path, *, record: Record) -> StudyRun:
             f"SuperLink {coordinator.superlink} accepts connections; submitting the study",
             superlink=coordinator.superlink,
         )
-        run_id = _submit(config, config_path)
+        run_id = _submit(config, config_path, links_only=links_only)
     except CoordinatorUnreachable as error:
         return StudyRun(StudyExit.SUPERLINK_UNREACHABLE, str(error))
     emit(_log, "study.submitted", f"run {run_id} submitted; waiting for its fits", run_id=run_id)
     try:
-        status = wait_for_status(out, run_id, coordinator.run_timeout, fits=config.fits)
+        fits = () if links_only else config.fits
+        status = wait_for_status(out, run_id, coordinator.run_timeout, fits=fits)
     except RunFailed as error:
         return StudyRun(StudyExit.RUN_FAILED, str(error))
     if status.get("status") != "completed":
@@ -147,6 +167,20 @@ def run_study_job(config_path: str | Path, *, record: Record) -> StudyRun:
     try:
         inventory = _inventory(out, run_id)
         check_fingerprints_first(inventory, config.study.sites)
+        linked = load_linkages(config)
+        unlinked = sorted({entry.id for entry in config.links} - set(linked))
+        if unlinked:
+            raise RunFailed(f"the run completed but recorded no linkage {unlinked}")
+        if links_only:
+            return StudyRun(
+                StudyExit.OK,
+                f"study {config.study.name!r}, run {run_id}: {len(linked)} linkage(s) recorded "
+                f"under {out / LINKAGES_DIR}, fingerprints of {len(config.study.sites)} "
+                "site(s) checked first",
+                status,
+            )
+        if record is None:
+            raise RunFailed("no function to record the study was given")
         results = load_results(config)
         missing = sorted({fit.name for fit in config.fits} - set(results))
         if missing:
@@ -192,7 +226,7 @@ def _coordinator(config: StudyConfig) -> CoordinatorSection:
     return config.coordinator
 
 
-def _submit(config: StudyConfig, config_path: Path) -> int:
+def _submit(config: StudyConfig, config_path: Path, *, links_only: bool = False) -> int:
     from fedstats.flower import processes
 
     coordinator = _coordinator(config)
@@ -200,7 +234,8 @@ def _submit(config: StudyConfig, config_path: Path) -> int:
     ca = None if coordinator.insecure else coordinator.root_certificates
     processes.write_connection(home, coordinator.superlink, ca=ca)
     try:
-        return processes.submit_run(home, config_path)
+        steps = {STEPS_KEY: "links"} if links_only else None
+        return processes.submit_run(home, config_path, run_config=steps)
     except (FlowerProcessError, OSError) as error:
         raise CoordinatorUnreachable(
             f"the SuperLink at {coordinator.superlink} did not accept the study: {error}"

@@ -129,6 +129,7 @@ FIELDS = [
     ("site", "name"),
     ("site", "workdir"),
     ("data", "frame"),
+    ("data", "identifiers"),
     ("data", "max_rejected_share"),
     ("data", "latest_date"),
     ("privacy", "ledger"),
