@@ -61,6 +61,9 @@ def read_frame(path: Path) -> pd.DataFrame:
 
 GUARD_FILE = "differencing-guard.sqlite"
 """The differencing guard's record of answered row sets, in the site's working folder."""
+LINKAGES_DIR = "linkages"
+"""The linkages the site accepted (pair ids to its patient ids; they never leave the site),
+in the site's working folder, so a linkage made in one run serves the next."""
 
 
 class SiteService:
@@ -90,6 +93,7 @@ class SiteService:
             if config.secure_aggregation is None
             else load_roster_pin(config.secure_aggregation, site=config.name),
             guard_path=config.workdir / GUARD_FILE,
+            linkages_path=config.workdir / LINKAGES_DIR,
             verified_paths=config.disclosure.verified_paths,
         )
         self.journal = SiteJournal(config.workdir / JOURNAL_FILE)

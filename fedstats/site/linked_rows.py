@@ -18,12 +18,26 @@ about the patients of a linkage it accepted (:meth:`LinkageStore.accept`, reache
 
 The differencing guard (:mod:`fedstats.site.differencing`) checks the linked rows again with
 every other row set the site answered about when a vertical design is first released.
+
+Durability. Given a folder (a deployed site's ``workdir/linkages``), the store writes each
+accepted linkage there before it holds it (one JSON file per linkage, named by the SHA-256
+of its id, written atomically and readable by the site's user only: it maps the linkage's
+pair ids to the site's own patient ids, and never leaves the site) and reads them back when
+the site starts, so a linkage made in one run of a site's batch job serves the vertical
+fits of the next, and the differencing rule compares a new linkage with every linkage the
+site ever accepted. A kept linkage whose patients are no longer all in the frame (the
+sources changed) is not loaded, with a warning naming it: link again under a new id.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -31,9 +45,15 @@ import pandas as pd
 from fedstats.contract.tasks.vertical import MAX_NAME_CHARS
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.site.disclosure import DisclosurePolicy
+from studyfiles.durable import replace_durably
+
+_log = logging.getLogger(__name__)
 
 TASK = "accept_linkage"
 """The name a linkage's refusals carry (the site-local step, later a wire task)."""
+
+FILE_MODE = 0o600
+"""A kept linkage is readable and writable by the site's user only."""
 
 
 @dataclass(frozen=True)
@@ -79,12 +99,21 @@ class LinkageStore:
     """A site's accepted linkages by id, with each one's frame rows (positions in pair-id
     order)."""
 
-    def __init__(self, site: str, frame: pd.DataFrame, policy: DisclosurePolicy) -> None:
+    def __init__(
+        self,
+        site: str,
+        frame: pd.DataFrame,
+        policy: DisclosurePolicy,
+        folder: Path | None = None,
+    ) -> None:
         self._site = site
         self._frame = frame
         self._policy = policy
         self._accepted: dict[str, tuple[LinkedRows, np.ndarray]] = {}
         self._lock = threading.Lock()
+        self._folder = folder
+        if folder is not None:
+            self._load(folder)
 
     def accept(self, rows: LinkedRows) -> None:
         """Accept ``rows`` after every check of the module docstring; accepting the same
@@ -109,6 +138,8 @@ class LinkageStore:
                     "linkage takes a new id"
                 )
             self._check_differencing(rows.linkage_id, positions)
+            if self._folder is not None:
+                self._keep(rows)
             self._accepted[rows.linkage_id] = (rows, positions)
 
     def rows(self, linkage_id: str, task: str | None = None) -> tuple[LinkedRows, np.ndarray]:
@@ -125,6 +156,49 @@ class LinkageStore:
 
     def __contains__(self, linkage_id: object) -> bool:
         return linkage_id in self._accepted
+
+    def _keep(self, rows: LinkedRows) -> None:
+        """Write ``rows`` to the store's folder, atomically and durably, mode 0600."""
+        assert self._folder is not None
+        self._folder.mkdir(parents=True, exist_ok=True)
+        path = linkage_file(self._folder, rows.linkage_id)
+        record = {
+            "linkage_id": rows.linkage_id,
+            "pair_ids": rows.pair_ids.tolist(),
+            "patients": [str(patient) for patient in rows.patients.tolist()],
+        }
+        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
+        os.fchmod(descriptor, FILE_MODE)  # whatever the umask
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            json.dump(record, handle)
+        replace_durably(temporary, path)
+
+    def _load(self, folder: Path) -> None:
+        """Hold every linkage kept in ``folder`` that still fits the frame (module docstring)."""
+        if not folder.is_dir():
+            return
+        labels = {str(label): label for label in self._frame.index}
+        for path in sorted(folder.glob("*.json")):
+            try:
+                record = json.loads(path.read_text(encoding="utf-8"))
+                linkage_id = record["linkage_id"]
+                if path != linkage_file(folder, linkage_id):
+                    raise ValueError("its name is not its linkage id's")
+                patients = [labels[str(patient)] for patient in record["patients"]]
+                rows = LinkedRows(linkage_id, np.asarray(record["pair_ids"]), np.asarray(patients))
+                positions = self._positions(rows)
+                self._check_differencing(linkage_id, positions)
+            except (KeyError, ValueError, TypeError, DisclosureError, MalformedRequestError) as e:
+                _log.warning(
+                    "site %s: kept linkage %s is not loaded (%s: %s); link again under a new id",
+                    self._site,
+                    path.name,
+                    type(e).__name__,
+                    e,
+                )
+                continue
+            self._accepted[linkage_id] = (rows, positions)
 
     def _positions(self, rows: LinkedRows) -> np.ndarray:
         """The frame positions of the linked patients, after the checks on the pairs."""
@@ -175,3 +249,9 @@ class LinkageStore:
 
     def _malformed(self, reason: str) -> MalformedRequestError:
         return MalformedRequestError(site=self._site, task=TASK, reason=reason)
+
+
+def linkage_file(folder: Path, linkage_id: str) -> Path:
+    """Where ``folder`` keeps linkage ``linkage_id``: named by the id's SHA-256, so no id can
+    name a path outside the folder."""
+    return folder / f"{hashlib.sha256(linkage_id.encode('utf-8')).hexdigest()}.json"

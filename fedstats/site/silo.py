@@ -140,6 +140,10 @@ class Silo:
     guard_path:
         Where the differencing guard keeps the row sets this site answered
         (kept in memory when ``None``).
+    linkages_path:
+        A folder where the site keeps the linkages it accepted (a deployed site's
+        ``workdir/linkages``; :mod:`fedstats.site.linked_rows`), so they serve later runs;
+        ``None`` keeps them in memory only.
     identifiers:
         The identifier table of the frame's patients (``harmonize``'s
         ``Harmonized.identifiers``: same index, normalised columns), for record linkage;
@@ -165,6 +169,7 @@ class Silo:
         secure_aggregation: RosterPin | None = None,
         limits: RequestLimits | None = None,
         guard_path: Path | None = None,
+        linkages_path: Path | None = None,
         verified_paths: bool = False,
         trusts_client_level: bool = False,
         identifiers: pd.DataFrame | None = None,
@@ -206,7 +211,7 @@ class Silo:
             verified_paths=verified_paths,
             trusts_client_level=trusts_client_level,
             reply_schema=partial(plain_schema, registry),
-            linkages=LinkageStore(name, frame, self.policy),
+            linkages=LinkageStore(name, frame, self.policy, folder=linkages_path),
             paillier_keys=PaillierKeys(),
             identifiers=linking,
         )

@@ -197,12 +197,21 @@ def test_the_study_links_then_fits_equal_to_statsmodels_on_the_truly_joined_rows
     assert asked == [] and linked == ["registry-hospital"]
     assert again["died_vertical"] == fit
 
-    # sites restarted since the linkage hold it no more: the fit is refused, not made
+    # sites restarted since the linkage read it back from their working folders (mode
+    # 0600, named by the id's hash, no identifier value): the fit is made again, the same
     (out / "results" / "died_vertical.json").unlink()
+    for site in SITES:
+        kept = list((study.root / site / "work" / "linkages").glob("*.json"))
+        assert len(kept) == 1 and stat.S_IMODE(kept[0].stat().st_mode) == 0o600
+        assert not {v for v in identifier_values(study) if v in kept[0].read_text()}
     restarted = services(study)
     try:
-        with pytest.raises(fedstats.SiteError, match="accepted no linkage of that id"):
-            run_fits(config, federation_of(restarted))
+        refit = run_fits(config, federation_of(restarted), on_link=lambda i, r: linked.append(i))
     finally:
         for service in restarted.values():
             service.close()
+    assert linked == ["registry-hospital"]  # not linked again
+    np.testing.assert_allclose(
+        np.array(list(refit["died_vertical"]["params"].values()), dtype=float), params,
+        rtol=0, atol=1e-12,
+    )  # fmt: skip
