@@ -32,7 +32,7 @@ from fedstats.jobs.site_service import CURRENT_FRAME, SiteService
 from fedstats.jobs.site_serving import ServeResult
 from fedstats.jobs.study_config import load_study_config
 from fedstats.jobs.study_fits import run_fits
-from fedstats.jobs.study_links import linkage_path
+from fedstats.jobs.study_links import linkage_path, study_linkage_table
 from fedstats.jobs.study_record import record_and_report
 from reports.study import Study
 from tests.vertical.vertical_study import (
@@ -207,6 +207,12 @@ def test_the_study_links_then_fits_equal_to_statsmodels_on_the_truly_joined_rows
     restarted = services(study)
     try:
         refit = run_fits(config, federation_of(restarted), on_link=lambda i, r: linked.append(i))
+        # nor does a restarted site encode an accepted linkage's id again, under new keys
+        with pytest.raises(fedstats.SiteError, match="already accepted linkage"):
+            fedstats.link(
+                federation_of(restarted), first="registry", second="hospital",
+                linkage_id="registry-hospital", schema=study_linkage_table(config),
+            )  # fmt: skip
     finally:
         for service in restarted.values():
             service.close()

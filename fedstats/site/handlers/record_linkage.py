@@ -73,6 +73,13 @@ def advertise(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
                 )
             state = held  # the same advert again: nothing new leaves
         else:
+            if ctx.linkages is not None and linkage_id in ctx.linkages:  # kept from any run
+                raise _refused(
+                    ctx,
+                    wire.ADVERTISE,
+                    f"this site already accepted linkage {linkage_id!r}; it encodes a linkage "
+                    "id once, and a new linkage takes a new id",
+                )
             if len(inputs.sessions) >= MAX_LINKAGES:
                 raise _refused(
                     ctx, wire.ADVERTISE, f"this site takes part in at most {MAX_LINKAGES} linkages"
