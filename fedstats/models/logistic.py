@@ -18,30 +18,24 @@ log-likelihood adds the quadratic model's predicted gain ``g^T step / 2``.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-
-import numpy as np
 
 from fedstats.contract.design import Level
 from fedstats.contract.dp_request import DpRequest
 from fedstats.contract.newton import (
     DECREMENT_TOL,
-    decrement_converged,
     inverse_information,
-    newton_decrement,
-    newton_step,
 )
 from fedstats.contract.tasks.logistic import SUMMARIES
-from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
+from fedstats.errors import FormulaError, StudyConfigurationError
 from fedstats.models.agree import Agreement, agree_design
+from fedstats.models.exact_newton import exact_newton_rounds
 from fedstats.models.federation import Federation
-from fedstats.models.path_relay import PathRelay, fit_evidence
+from fedstats.models.path_relay import fit_evidence
 from fedstats.models.privacy import ClientDP, RecordDP, privacy_levels
 from fedstats.models.results import LogisticRegressionResults, Provenance
-from fedstats.models.secure_aggregation import SecureAggregation, secure_note, summed_replies
-from fedstats.models.separation import QuasiSeparation, check_perfect_separation
+from fedstats.models.secure_aggregation import SecureAggregation, secure_note
 
 
 class LogisticRegression:
@@ -179,57 +173,30 @@ class LogisticRegression:
         agreement = self.agree(federation, analysis)
         spec, counts = agreement.spec, agreement.counts
         names = list(spec.columns)
-        beta = np.zeros(len(names))
-        converged = False
-        notes: list[str] = []
-        separation = QuasiSeparation()
-        previous = np.inf
-        rounds = 0
-        path = PathRelay(federation)
-        for rounds in range(1, self.maxiter + 1):
-            sums = summed_replies(
-                federation,
-                SUMMARIES.name,
-                path.arguments({"design": spec.to_wire(), "beta": beta}, beta, base=beta),
-                analysis=analysis,
-                secure=secure_aggregation,
-            )
-            path.answered(beta, base=beta)
-            gradient, hessian, llf = sums["gradient"], sums["hessian"], float(sums["loglik"])
-            # summed 0/1 flags: every site all extreme, or any site with an extreme patient
-            check_perfect_separation(sums["all_extreme"], len(federation.sites))
-            step = newton_step(hessian, gradient, names, first=rounds == 1)
-            if step is None:
-                notes.append("the information matrix became singular; the fit stopped early")
-                break
-            decrement = newton_decrement(gradient, step)
-            if decrement_converged(decrement, previous, self.tol):
-                converged = True
-                llf += 0.5 * float(gradient @ step)
-                beta = beta + step
-                break
-            previous = decrement
-            beta = beta + step
-            if separation.separated(llf, sums["any_extreme"]):
-                notes.append(QuasiSeparation.warn(step, names))
-                break
-        if not converged and not notes:
-            message = f"Newton's method did not converge in {self.maxiter} rounds"
-            warnings.warn(message, ConvergenceWarning, stacklevel=2)
-            notes.append(message)
-        cov = inverse_information(hessian)
-        provenance = Provenance.of_fit(federation, analysis, counts, rounds, started)
+        ended = exact_newton_rounds(
+            federation,
+            SUMMARIES.name,
+            {"design": spec.to_wire()},
+            names,
+            analysis=analysis,
+            maxiter=self.maxiter,
+            tol=self.tol,
+            secure=secure_aggregation,
+        )
+        notes = ended.notes
+        cov = inverse_information(ended.hessian)
+        provenance = Provenance.of_fit(federation, analysis, counts, ended.rounds, started)
         if note := counts.dropped_note():
             notes.append(note)
         if secure_aggregation is not None:
             notes.append(secure_note(secure_aggregation, len(federation.sites)))
         result = LogisticRegressionResults(
             names=names,
-            params=beta,
+            params=ended.beta,
             cov=cov,
-            llf=llf,
-            converged=converged,
-            iterations=rounds,
+            llf=ended.llf,
+            converged=ended.converged,
+            iterations=ended.rounds,
             provenance=provenance,
             notes=notes,
             n_events=counts.n_events,
@@ -237,7 +204,7 @@ class LogisticRegression:
         )
         result.design = spec.to_wire()
         # sites that verify paths score it where the last relayed round leads to
-        result.path_evidence = fit_evidence(path, (SUMMARIES.name, {"design": result.design}))
+        result.path_evidence = fit_evidence(ended.path, (SUMMARIES.name, {"design": result.design}))
         return result
 
 

@@ -24,12 +24,9 @@ i.e. generic secure computation).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
-
-import numpy as np
 
 from fedstats.contract.design import (
     DesignSpec,
@@ -41,19 +38,14 @@ from fedstats.contract.design import (
 )
 from fedstats.contract.newton import (
     DECREMENT_TOL,
-    decrement_converged,
     inverse_information,
-    newton_decrement,
-    newton_step,
 )
 from fedstats.contract.tasks import vertical as wire
-from fedstats.errors import ConvergenceWarning, FormulaError, StudyConfigurationError
+from fedstats.errors import FormulaError, StudyConfigurationError
 from fedstats.models.agree import SiteCounts, agreed_kinds
+from fedstats.models.exact_newton import exact_newton_rounds
 from fedstats.models.federation import Federation
-from fedstats.models.path_relay import PathRelay
 from fedstats.models.results import LogisticRegressionResults, Provenance
-from fedstats.models.secure_aggregation import summed_replies
-from fedstats.models.separation import QuasiSeparation, check_perfect_separation
 
 
 class VerticalLogisticRegression:
@@ -266,58 +258,34 @@ class VerticalLogisticRegression:
         :class:`fedstats.LogisticRegression`'s exact fit takes them)."""
         hospitals = federation.subset(list(self.covariate_sites))
         names = list(spec.columns)
-        beta = np.zeros(len(names))
-        converged, notes, previous, rounds = False, [], np.inf, 0
-        separation = QuasiSeparation()
-        path = PathRelay(hospitals)
         request = {"design": spec.to_wire(), "linkages": dict(sorted(self.linkages.items()))}
-        for rounds in range(1, self.maxiter + 1):
-            sums = summed_replies(
-                hospitals,
-                wire.SUMMARIES_TASK,
-                path.arguments({**request, "beta": beta}, beta, base=beta),
-                analysis=analysis,
-                secure=None,
-            )
-            path.answered(beta, base=beta)
-            gradient, hessian, llf = sums["gradient"], sums["hessian"], float(sums["loglik"])
-            check_perfect_separation(sums["all_extreme"], len(hospitals.sites))
-            step = newton_step(hessian, gradient, names, first=rounds == 1)
-            if step is None:
-                notes.append("the information matrix became singular; the fit stopped early")
-                break
-            decrement = newton_decrement(gradient, step)
-            if decrement_converged(decrement, previous, self.tol):
-                converged = True
-                llf += 0.5 * float(gradient @ step)
-                beta = beta + step
-                break
-            previous = decrement
-            beta = beta + step
-            if separation.separated(llf, sums["any_extreme"]):
-                notes.append(QuasiSeparation.warn(step, names))
-                break
-        if not converged and not notes:
-            message = f"Newton's method did not converge in {self.maxiter} rounds"
-            warnings.warn(message, ConvergenceWarning, stacklevel=3)
-            notes.append(message)
+        ended = exact_newton_rounds(
+            hospitals,
+            wire.SUMMARIES_TASK,
+            request,
+            names,
+            analysis=analysis,
+            maxiter=self.maxiter,
+            tol=self.tol,
+        )
+        notes = ended.notes
         site_counts = SiteCounts(
             n_obs={h: counts[h]["n_pairs"] for h in self.covariate_sites},
             n_dropped={h: 0 for h in self.covariate_sites},
             n_events={h: counts[h]["n_events"] for h in self.covariate_sites},
         )
-        provenance = Provenance.of_fit(federation, analysis, site_counts, rounds, started)
+        provenance = Provenance.of_fit(federation, analysis, site_counts, ended.rounds, started)
         notes.append(
             f"vertical fit: outcome at {self.outcome_site!r}, covariates at "
             f"{list(self.covariate_sites)}; X^T y under the registry's Paillier key"
         )
         result = LogisticRegressionResults(
             names=names,
-            params=beta,
-            cov=inverse_information(hessian),
-            llf=llf,
-            converged=converged,
-            iterations=rounds,
+            params=ended.beta,
+            cov=inverse_information(ended.hessian),
+            llf=ended.llf,
+            converged=ended.converged,
+            iterations=ended.rounds,
             provenance=provenance,
             notes=notes,
             n_events=site_counts.n_events,
