@@ -64,17 +64,7 @@ given and family names in many duplicates, so the birth date and postal code car
 weight than in the example table, and the threshold is lower (the one-to-one solve keeps
 precision)."""
 
-EXAMPLE_TABLE = {
-    **SCHEMA_TABLE,
-    "fields": [
-        {"name": "given_name", "ngram": 2, "bits": 200},
-        {"name": "family_name", "ngram": 2, "bits": 200},
-        {"name": "birth_date", "ngram": 1, "bits": 100, "positional": True},
-        {"name": "sex", "ngram": 1, "bits": 30, "positional": True},
-        {"name": "postal_code", "ngram": 1, "bits": 60, "positional": True},
-    ],
-    "threshold": 0.8,
-}
+EXAMPLE_TABLE = linkage.schema.EXAMPLE_TABLE
 """The example table of the study spec (lighter date and postal code, threshold 0.8), for
 comparison on FEBRL4."""
 

@@ -38,20 +38,11 @@ from harmonize.synthetic_ehr import (
     write_omop_csv,
     write_omop_duckdb,
 )
+from linkage.schema import EXAMPLE_TABLE
 
 DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
 DATA = default_data_dir()
-LINKAGE = {
-    "fields": [
-        {"name": "given_name", "ngram": 2, "bits": 200},
-        {"name": "family_name", "ngram": 2, "bits": 200},
-        {"name": "birth_date", "ngram": 1, "bits": 100, "positional": True},
-        {"name": "sex", "ngram": 1, "bits": 30, "positional": True},
-        {"name": "postal_code", "ngram": 1, "bits": 60, "positional": True},
-    ],
-    "length": 1024,
-    "threshold": 0.8,
-}
+LINKAGE = EXAMPLE_TABLE
 MIMIC_TODAY = date(2300, 12, 31)  # MIMIC-IV shifts dates into 2100-2200
 
 

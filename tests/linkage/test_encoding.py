@@ -13,21 +13,12 @@ from bitarray import bitarray
 
 import linkage
 from linkage import IdentifierError, SecretError
+from linkage.schema import EXAMPLE_TABLE
 
 DATA = Path(__file__).with_name("data") / "known_answers.json"
 KNOWN = json.loads(DATA.read_text())
 SECRET = bytes(range(32))
-TABLE = {
-    "fields": [
-        {"name": "given_name", "ngram": 2, "bits": 200},
-        {"name": "family_name", "ngram": 2, "bits": 200},
-        {"name": "birth_date", "ngram": 1, "bits": 100, "positional": True},
-        {"name": "sex", "ngram": 1, "bits": 30, "positional": True},
-        {"name": "postal_code", "ngram": 1, "bits": 60, "positional": True},
-    ],
-    "length": 1024,
-    "threshold": 0.8,
-}
+TABLE = EXAMPLE_TABLE
 
 
 def identifiers(**columns: list[str]) -> pd.DataFrame:

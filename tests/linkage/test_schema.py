@@ -184,3 +184,9 @@ def test_any_malformed_table_gives_a_schema_error_or_a_valid_schema(overrides, s
 def test_a_table_that_is_not_a_table_is_refused(value):
     with pytest.raises(LinkageSchemaError):
         linkage.parse_linkage_table(value)
+
+
+def test_the_example_table_is_the_one_the_module_documents():
+    """``linkage.schema.EXAMPLE_TABLE`` (which tests and the benchmark share) is the table of
+    the module docstring (``SPEC`` here, less its blocking line), read by ``tomllib``."""
+    assert linkage.schema.EXAMPLE_TABLE == TABLE

@@ -16,19 +16,10 @@ import numpy as np
 import pandas as pd
 
 import fedstats
+from linkage.schema import EXAMPLE_TABLE
 from linkage.synthetic import corrupted_copy, people
 
-LINKAGE = {
-    "fields": [
-        {"name": "given_name", "ngram": 2, "bits": 200},
-        {"name": "family_name", "ngram": 2, "bits": 200},
-        {"name": "birth_date", "ngram": 1, "bits": 100, "positional": True},
-        {"name": "sex", "ngram": 1, "bits": 30, "positional": True},
-        {"name": "postal_code", "ngram": 1, "bits": 60, "positional": True},
-    ],
-    "length": 1024,
-    "threshold": 0.8,
-}
+LINKAGE = EXAMPLE_TABLE
 """The study's ``[linkage]`` table (as ``StudySpec.linkage`` holds it)."""
 
 
