@@ -214,3 +214,29 @@ def test_the_patient_sized_field_holds_only_fresh_ciphertexts_of_the_site():
     fresh = [public_key.encrypt(EncodedNumber(public_key, v, 0)).ciphertext() for v in (0, 1, 1)]
     check(reply(fresh))
     refused(lambda: check(reply(fresh)), "shape")  # released once: never again
+
+
+def test_a_design_column_or_an_outcome_of_fewer_than_k_linked_patients_is_refused():
+    """The coordinator crafts the design: a column that marks two linked patients (a cell of
+    two at the hospital), or an outcome with two events among the linked pairs (at the
+    registry). Each site's cell rules refuse it before the registry encrypts anything."""
+    frame = joined()
+    frame["rare"] = 0
+    frame.loc[frame.index[:2], "rare"] = 1
+    study = vertical_study({"clinic": frame}, ["y"], seed=2)
+    rare = fedstats.VerticalLogisticRegression(
+        "y ~ age + rare", outcome_site="registry", covariate_sites=["clinic"],
+        linkage_id="L-clinic",
+    )  # fmt: skip
+    with pytest.raises(DisclosureError) as caught:
+        rare.fit(study.federation)
+    assert caught.value.rule in {"cells", "cross-cells"} and caught.value.site == "clinic"
+    few_events = joined()
+    few_events["y"] = 0
+    few_events.loc[few_events.index[:2], "y"] = 1
+    study = vertical_study({"clinic": few_events}, ["y"], seed=2)
+    with pytest.raises(DisclosureError) as caught:
+        model(study).fit(study.federation)
+    assert caught.value.site == "registry"
+    tasks = [r.task for r in study.federation.inventory.records() if r.status == "ok"]
+    assert wire.ENCRYPT not in tasks
