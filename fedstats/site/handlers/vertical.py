@@ -135,17 +135,9 @@ def decrypt(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     signed = wire.statement(wire.MASKED, hospital, linkage, spec.to_wire(),
                             {"masked": masked["masked"]},
                             bound={"key": key, "registry": ctx.name})  # fmt: skip
-    if hospital == ctx.name or not pin.verify_advert(hospital, signed, masked["signature"]):
-        raise _refused(
-            ctx,
-            wire.DECRYPT,
-            f"the masked sums are not signed by {hospital!r} (the key this site's roster pins "
-            "for it) for this key, linkage and design",
-        )
-    square = n * n
-    values = wire.integers_of(masked["masked"])
-    if not all(0 < c < square for c in values):
-        raise MalformedRequestError(site=None, task=None, reason="a value is not a ciphertext")
+    _check_signed(ctx, wire.DECRYPT, pin, hospital, signed, masked["signature"],
+                  "the masked sums", "this key, linkage and design")  # fmt: skip
+    values = _ciphertexts(masked["masked"], n)
     record.decrypted = True  # before any decryption: a failure below spends the key too
     plain = [record.private_key.raw_decrypt(c) for c in values]
     payload = {"values": wire.words_of(plain, wire.MODULUS_WORDS)}
@@ -177,18 +169,10 @@ def masked_products(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     encrypted = args["encrypted"]
     fields = {"public_key": encrypted["public_key"], "ciphertexts": encrypted["ciphertexts"]}
     signed = wire.statement(wire.ENCRYPT, registry, linkage, spec.to_wire(), fields)
-    if registry == ctx.name or not pin.verify_advert(registry, signed, encrypted["signature"]):
-        raise _refused(
-            ctx,
-            wire.MASKED,
-            f"the public key and encrypted outcomes are not signed by {registry!r} (the key "
-            "this site's roster pins for it) for this linkage and design",
-        )
+    _check_signed(ctx, wire.MASKED, pin, registry, signed, encrypted["signature"],
+                  "the public key and encrypted outcomes", "this linkage and design")  # fmt: skip
     n = wire.modulus_of(encrypted["public_key"])
-    ciphertexts = wire.integers_of(encrypted["ciphertexts"])
-    square = n * n
-    if not all(0 < c < square for c in ciphertexts):
-        raise MalformedRequestError(site=None, task=None, reason="a value is not a ciphertext")
+    ciphertexts = _ciphertexts(encrypted["ciphertexts"], n)
     design = hospital_design(ctx, spec, linkage, wire.MASKED)
     from phe import EncryptedNumber, PaillierPublicKey
 
@@ -252,12 +236,8 @@ def unmask(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     signed = wire.statement(wire.DECRYPT, registry, linkage, spec.to_wire(),
                             {"values": decrypted["values"]},
                             bound={"key": key, "hospital": ctx.name})  # fmt: skip
-    if registry == ctx.name or not pin.verify_advert(registry, signed, decrypted["signature"]):
-        raise _refused(
-            ctx,
-            wire.UNMASK,
-            f"the decrypted values are not signed by {registry!r} for this site's masked sums",
-        )
+    _check_signed(ctx, wire.UNMASK, pin, registry, signed, decrypted["signature"],
+                  "the decrypted values", "this site's masked sums")  # fmt: skip
     del ctx.cache[MASKS][analysis]  # each mask is removed once
     products = []
     for value, mask in zip(wire.integers_of(decrypted["values"]), masks, strict=True):
@@ -329,6 +309,37 @@ def _pin(ctx: SiteContext, task: str) -> Any:
             rule="roster",
         )
     return ctx.secure_aggregation
+
+
+def _ciphertexts(words: np.ndarray, n: int) -> list[int]:
+    """The Paillier ciphertexts under modulus ``n`` that ``words`` hold (``0 < c < n^2``)."""
+    values = wire.integers_of(words)
+    square = n * n
+    if not all(0 < c < square for c in values):
+        raise MalformedRequestError(site=None, task=None, reason="a value is not a ciphertext")
+    return values
+
+
+def _check_signed(
+    ctx: SiteContext,
+    task: str,
+    pin: Any,
+    signer: str,
+    statement: bytes,
+    signature: str,
+    what: str,
+    scope: str,
+) -> None:
+    """Refuse ``what`` unless another site, ``signer``, signed ``statement`` with the key this
+    site's roster pins for it: the coordinator relays every value, so only a signature tells
+    a site's reply from one the coordinator made."""
+    if signer == ctx.name or not pin.verify_advert(signer, statement, signature):
+        raise _refused(
+            ctx,
+            task,
+            f"{what} are not signed by {signer!r} (the key this site's roster pins for it) for "
+            f"{scope}",
+        )
 
 
 def _refused(ctx: SiteContext, task: str, reason: str) -> DisclosureError:
