@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -182,7 +182,36 @@ class DampedNewtonPath(NewtonPath):
                     "soft": (G,), "gradient": (G, p)}  # fmt: skip
         return {"gradient": (p,), "hessian": (p, p), "loglik": ()}
 
+    def summed_fields(self) -> tuple[str, ...]:
+        """The reply fields :meth:`evaluate` sums (and :func:`rate_start` reads)."""
+        if self.evaluation == "cox-grid":
+            return GRID_FIELDS
+        if self.evaluation == "fine-gray":
+            return FINE_GRAY_FIELDS
+        if self.evaluation == "tpr-parity":
+            return PARITY_FIELDS
+        return ("loglik", "gradient", "hessian")
+
+    def total(self, replies: Replies) -> ReplyTotal:
+        """The replies as their total (:class:`ReplyTotal`), which every method of the rule
+        reads as it reads the replies; ``KeyError``, ``ValueError`` or ``TypeError`` when a
+        field the rule sums is missing or does not add up."""
+        return ReplyTotal({name: summed(replies, name) for name in self.summed_fields()})
+
     def evaluate(
+        self, replies: Replies, beta: np.ndarray, args: Mapping[str, Any]
+    ) -> tuple[float, np.ndarray, np.ndarray]:
+        """``(objective, score, information)`` at ``beta`` from the summed replies (kept with a
+        :class:`ReplyTotal`, by the point and the request's digest, so each is derived once)."""
+        if not isinstance(replies, ReplyTotal):
+            return self._evaluate(replies, beta, args)
+        key = (point_digest(beta), request_digest(args))
+        found = replies.evaluations.get(key)
+        if found is None:
+            found = replies.evaluations[key] = self._evaluate(replies, beta, args)
+        return found
+
+    def _evaluate(
         self, replies: Replies, beta: np.ndarray, args: Mapping[str, Any]
     ) -> tuple[float, np.ndarray, np.ndarray]:
         if self.evaluation in ("cox-grid", "fine-gray"):
@@ -437,6 +466,39 @@ def is_site_column(name: str) -> bool:
     return name.startswith(prefix) and name.endswith("]")
 
 
+TOTAL_KEY = "total of the relayed replies"
+"""The one entry of a :class:`ReplyTotal`."""
+
+
+class ReplyTotal(Mapping[str, Mapping[str, Any]]):
+    """Every site's reply at one point as their total: one entry (:data:`TOTAL_KEY`) holding
+    the :func:`summed` value of each field, which :func:`summed` reads back unchanged
+    (``0 + total``), so every rule that reads replies through :func:`summed` derives the
+    same numbers from it as from the replies. A :class:`DampedNewtonPath` keeps its
+    evaluations with it (:attr:`evaluations`, by point and request arguments): a site
+    checking a halving, an acceptance and a step from one point derives that point's
+    objective, score and information once, and once only if it keeps the total for the next
+    request (:attr:`PathRequest.accepted_kept`)."""
+
+    def __init__(self, total: Mapping[str, Any]) -> None:
+        self._entry = {TOTAL_KEY: dict(total)}
+        self.evaluations: dict[tuple[str, str], tuple[float, np.ndarray, np.ndarray]] = {}
+
+    def __getitem__(self, site: str) -> Mapping[str, Any]:
+        return self._entry[site]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._entry)
+
+    def __len__(self) -> int:
+        return 1
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The total of each field."""
+        return self._entry[TOTAL_KEY]
+
+
 def summed(replies: Mapping[str, Mapping[str, Any]], field: str) -> np.ndarray:
     """The sum of one field over the replies, in the sites' sorted order (every side sums
     alike): ``((0 + r_1) + r_2) + ...``, arrays of one shape added in place."""
@@ -580,6 +642,10 @@ def statements(
     return at_point
 
 
+KEPT_KEY = "kept"
+"""Marks a relayed point sent without its replies (:meth:`Evaluated.to_wire`)."""
+
+
 @dataclass(frozen=True)
 class SignedReply:
     """One site's reply at a point of a path, its signature (hex), and whether the site
@@ -610,11 +676,16 @@ class Evaluated:
     def is_base(self) -> bool:
         return bool(np.array_equal(self.beta, self.base))
 
-    def to_wire(self) -> dict[str, Any]:
-        """The wire form; a base is sent only when it is not the point itself."""
+    def to_wire(self, *, kept: bool = False) -> dict[str, Any]:
+        """The wire form; a base is sent only when it is not the point itself. ``kept``: the
+        point alone, marked ``"kept": true``, for sites that verified its replies in the
+        fit's last request and keep their total (:attr:`PathRequest.accepted_kept`)."""
         wire: dict[str, Any] = {"beta": self.beta, "round": self.round}
         if not self.is_base:
             wire["base"] = self.base
+        if kept:
+            wire[KEPT_KEY] = True
+            return wire
         wire["replies"] = {s: r.to_wire() for s, r in sorted(self.replies.items())}
         if self.seeds is not None:
             wire["seeds"] = dict(sorted(self.seeds.items()))
@@ -632,6 +703,10 @@ class PathRequest:
     base: np.ndarray | None
     previous: Evaluated | None = None
     accepted: Evaluated | None = None
+    accepted_kept: bool = False
+    """Whether ``accepted`` goes without its replies: the fit's last request relayed them in
+    full, and a site that verified that request keeps their total (by the point, its round
+    and base, the request and the sites), so each point's replies cross the wire once."""
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"sites": list(self.sites), "round": self.round}
@@ -640,5 +715,5 @@ class PathRequest:
         if self.previous is not None:
             wire["previous"] = self.previous.to_wire()
         if self.accepted is not None:
-            wire["accepted"] = self.accepted.to_wire()
+            wire["accepted"] = self.accepted.to_wire(kept=self.accepted_kept)
         return wire

@@ -43,19 +43,27 @@ class PathRelay:
         self.round = 0
         self.last: Evaluated | None = None
         self._answered: dict[str, Evaluated] = {}
+        self._relayed: set[str] = set()  # the points the last request relayed in full
 
     def arguments(self, args: dict[str, Any], beta: np.ndarray, base: np.ndarray) -> dict:
-        """``args`` with the path of a request at ``beta`` stepped from ``base``."""
+        """``args`` with the path of a request at ``beta`` stepped from ``base``. A trial's
+        base whose replies the last request relayed in full goes without them
+        (:attr:`fedstats.contract.paths.PathRequest.accepted_kept`): the sites that verify
+        kept their total, and the others read no relayed reply."""
         if not self.enabled:
             return args
         self.round += 1
         accepted = None
         if self.last is not None and not self.last.is_base:
             accepted = self._answered.get(point_digest(self.last.base))
+        kept = accepted is not None and point_digest(accepted.beta) in self._relayed
         own = np.array_equal(beta, base)  # a base of its own: not sent twice
         path = PathRequest(self.sites, self.round,
                            None if own else np.array(base, dtype=np.float64),
-                           previous=self.last, accepted=accepted)  # fmt: skip
+                           previous=self.last, accepted=accepted,
+                           accepted_kept=kept)  # fmt: skip
+        self._relayed = {point_digest(p.beta) for p in (self.last, accepted)
+                         if p is not None and not (p is accepted and kept)}  # fmt: skip
         return {**args, PATH_KEY: path.to_wire()}
 
     def answered(self, beta: np.ndarray, base: np.ndarray) -> None:

@@ -60,11 +60,13 @@ from fedstats.contract.path_rules import (
 from fedstats.contract.paths import (
     CLIENT_LEVEL_KEY,
     FIT_KEY,
+    KEPT_KEY,
     MAX_ROUND,
     PATH_KEY,
     TOLERANCE,
     DampedNewtonPath,
     NewtonPath,
+    ReplyTotal,
     design_digest,
     point_digest,
     rate_start,
@@ -242,7 +244,12 @@ def verified_point(
     if not np.array_equal(previous["beta"], previous["base"]):  # the previous was a trial
         if "accepted" not in path:
             raise _refused(ctx, task, "a trial's base must come with its replies")
-        accepted = _evaluated(ctx, task, path["accepted"], point, pin, layout=layout)
+        wire = path["accepted"]
+        accepted = (
+            _kept_point(ctx, task, wire, point, rule)
+            if isinstance(wire, dict) and KEPT_KEY in wire
+            else _evaluated(ctx, task, wire, point, pin, layout=layout)
+        )
         if not np.array_equal(accepted["beta"], previous["base"]):
             raise _refused(ctx, task, "the relayed base is not the previous point's base")
     elif "accepted" in path:
@@ -254,6 +261,7 @@ def verified_point(
             "the coefficients are not a next point of the path (more than "
             f"{TOLERANCE:g} standard errors from every step the relayed replies allow)",
         )
+    _keep_totals(ctx, point, previous, accepted)
     return point
 
 
@@ -268,13 +276,18 @@ def _follows(
     ``previous`` (and, when ``previous`` was a trial, its base ``accepted``); relayed sums
     that do not compute (wrong shapes, a singular information) allow nothing."""
     p = len(point.beta)
-    for evaluated in (previous, accepted):
-        if evaluated is not None and not all(
+    relayed = [e for e in (previous, accepted) if e is not None]
+    for evaluated in relayed:
+        if not isinstance(evaluated["replies"], ReplyTotal) and not all(
             _sums_fit(rule, reply, p, args) for reply in evaluated["replies"].values()
         ):
             return False
     try:
         with np.errstate(all="ignore"):
+            if isinstance(rule, DampedNewtonPath):  # each point's replies summed once
+                for evaluated in relayed:
+                    if not isinstance(evaluated["replies"], ReplyTotal):
+                        evaluated["replies"] = rule.total(evaluated["replies"])
             return _allowed(rule, point, previous, accepted, args)
     except (ValueError, IndexError, KeyError, TypeError, np.linalg.LinAlgError):
         return False
@@ -590,15 +603,7 @@ def _evaluated(
         isinstance(wire, dict) and set(wire) - {"base", "seeds"} == {"beta", "round", "replies"}
     ):
         raise _refused(ctx, task, "a relayed point is malformed")
-    beta = _point(ctx, task, wire["beta"], point.beta.shape, "a relayed point")
-    base = (
-        beta
-        if "base" not in wire  # a base of its own
-        else _point(ctx, task, wire["base"], point.beta.shape, "a relayed point's base")
-    )
-    at = wire["round"]
-    if type(at) is not int or not 1 <= at < point.round:
-        raise _refused(ctx, task, "a relayed point's round does not precede this one")
+    beta, at, base = _relayed_point(ctx, task, wire, point)
     replies = wire["replies"]
     if not isinstance(replies, dict) or sorted(replies) != list(point.sites):
         raise _refused(ctx, task, "the path needs the reply of every one of its sites")
@@ -632,6 +637,85 @@ def _evaluated(
         plain = None if layout is None else layout()
         out = {SECURE_TOTAL: _unmasked(ctx, task, out, wire["seeds"], plain)}
     return {"beta": beta, "round": at, "base": base, "replies": out}
+
+
+KEPT_TOTALS = "verified path totals"
+"""The :data:`ctx.cache <fedstats.site.task.SiteContext.cache>` entry of the totals kept."""
+KEPT_TOTAL_BYTES = 256 * 2**20
+"""The most bytes of relayed totals a site keeps (the oldest are dropped first, but never
+those of its last verified request)."""
+
+
+def _total_key(point: PathPoint, at: int, beta: np.ndarray, base: np.ndarray) -> tuple:
+    """What a kept total is found by: the relayed point, its round and base, and the request
+    and sites of the path (all that its replies' signatures covered)."""
+    return (point.task, point.request, point.sites, at, point_digest(beta), point_digest(base))
+
+
+def _keep_totals(ctx: SiteContext, point: PathPoint, *relayed: dict[str, Any] | None) -> None:
+    """Keep the totals of the relayed points this site just verified (a damped path's:
+    :class:`~fedstats.contract.paths.ReplyTotal`), so that the next request may relay a
+    trial's base without its replies (:attr:`~fedstats.contract.paths.PathRequest.accepted_kept`).
+    Bounded by :data:`KEPT_TOTAL_BYTES`."""
+    kept: dict[tuple, ReplyTotal] = ctx.cache.setdefault(KEPT_TOTALS, {})
+    fresh = []
+    for evaluated in relayed:
+        if evaluated is None or not isinstance(evaluated["replies"], ReplyTotal):
+            continue
+        key = _total_key(point, evaluated["round"], evaluated["beta"], evaluated["base"])
+        kept.pop(key, None)
+        kept[key] = evaluated["replies"]  # the newest last, with its evaluations
+        fresh.append(key)
+
+    def size(total: ReplyTotal) -> int:
+        return sum(np.asarray(value).nbytes for value in total.fields.values())
+
+    used = sum(size(total) for total in kept.values())
+    for key in list(kept):
+        if used <= KEPT_TOTAL_BYTES or key in fresh:
+            break
+        used -= size(kept.pop(key))
+
+
+def _relayed_point(
+    ctx: SiteContext, task: str, wire: dict[str, Any], point: PathPoint
+) -> tuple[np.ndarray, int, np.ndarray]:
+    """A relayed point's coefficients, round (before ``point``'s) and base."""
+    beta = _point(ctx, task, wire["beta"], point.beta.shape, "a relayed point")
+    base = (
+        beta
+        if "base" not in wire  # a base of its own
+        else _point(ctx, task, wire["base"], point.beta.shape, "a relayed point's base")
+    )
+    at = wire["round"]
+    if type(at) is not int or not 1 <= at < point.round:
+        raise _refused(ctx, task, "a relayed point's round does not precede this one")
+    return beta, at, base
+
+
+def _kept_point(
+    ctx: SiteContext, task: str, wire: Any, point: PathPoint, rule: NewtonPath
+) -> dict[str, Any]:
+    """A trial's base relayed without its replies (``"kept": true``): the total this site
+    kept when it verified them in an earlier request of the same path (:func:`_keep_totals`),
+    with its evaluations; refused when it kept none for that point."""
+    if not (
+        isinstance(rule, DampedNewtonPath)
+        and isinstance(wire, dict)
+        and set(wire) - {"base"} == {"beta", "round", KEPT_KEY}
+        and wire[KEPT_KEY] is True
+    ):
+        raise _refused(ctx, task, "a relayed point without replies is malformed")
+    beta, at, base = _relayed_point(ctx, task, wire, point)
+    total = ctx.cache.get(KEPT_TOTALS, {}).get(_total_key(point, at, beta, base))
+    if total is None:
+        raise _refused(
+            ctx,
+            task,
+            "the relayed base comes without its replies, and this site keeps no total of "
+            "them (it keeps what it verified in the path's last requests): relay them",
+        )
+    return {"beta": beta, "round": at, "base": base, "replies": total}
 
 
 def _layout(ctx: SiteContext, task: str, args: dict[str, Any]) -> Callable[[], ReplySchema | None]:

@@ -17,13 +17,14 @@ import numpy as np
 import pandas as pd
 
 from fedstats.contract.design import DesignSpec, counting_outcome, survival_outcome
+from fedstats.contract.paths import point_digest
 from fedstats.contract.tasks.cox import GRID_TASK
 from fedstats.contract.tasks.design import checked_beta, spec_from_args
 from fedstats.contract.tasks.survival import checked_grid
 from fedstats.cox_math import (
+    GridRows,
     SortedSurvival,
     concordance_counts,
-    grid_sums,
     partial_likelihood,
     risk_set_sizes,
     score_residuals,
@@ -36,7 +37,7 @@ from fedstats.errors import (
     MissingValuesError,
 )
 from fedstats.site.design_cache import BoundedCache, design_key
-from fedstats.site.handlers.design import build_design, site_design
+from fedstats.site.handlers.design import SiteDesign, build_design, site_design
 from fedstats.site.handlers.survival import coarsen, protected_count, safe_horizon
 from fedstats.site.patient_rows import count_patients
 from fedstats.site.survival_grid import require_study_grid
@@ -170,26 +171,42 @@ def grid_summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     design = site_design(ctx, spec)
     if design.time is None:
         raise MalformedRequestError(site=ctx.name, task=None, reason="not a survival design")
-    weights = design.weights
-    coarse, entry, event, truncated = _coarsened(
-        ctx, design.time, design.y.astype(bool), grid, entry=design.entry
-    )
-    kept = coarse >= 0
     try:
-        sums = grid_sums(
-            design.X[kept],
-            coarse[kept],
-            event[kept],
-            beta,
-            len(grid),
-            entry=None if entry is None else entry[kept],
-            case_weights=None if weights is None else weights[kept],
-        )
+        rows, truncated = _grid_rows(ctx, spec, design, grid)
+        sums = rows.sums(beta)
     except ValueError as error:
         raise MalformedRequestError(site=ctx.name, task=None, reason=str(error)) from None
     payload: dict[str, Any] = {name: getattr(sums, name) for name in _GRID_FIELDS}
     payload["truncated"] = truncated
     return TaskReply(payload, contributors=count_patients(ctx, design.rows, design.n_obs))
+
+
+def _grid_rows(
+    ctx: SiteContext, spec: DesignSpec, design: SiteDesign, grid: np.ndarray
+) -> tuple[GridRows, int]:
+    """The design's rows coarsened to ``grid`` (:func:`_coarsened`) and laid out for grid
+    sums (:class:`~fedstats.cox_math.GridRows`), with the patients censored early; built once
+    per design and grid and kept between the rounds of a fit, as the design is."""
+    cache: BoundedCache = ctx.cache.setdefault("grid rows", BoundedCache())
+    key = (*design_key(spec, exact=ctx.exact, frame=ctx.frame), point_digest(grid))
+    kept = cache.get(key)
+    if kept is not None:
+        return kept
+    coarse, entry, event, truncated = _coarsened(
+        ctx, design.time, design.y.astype(bool), grid, entry=design.entry
+    )
+    used = coarse >= 0
+    weights = design.weights
+    rows = GridRows.of(
+        design.X[used],
+        coarse[used],
+        event[used],
+        len(grid),
+        entry=None if entry is None else entry[used],
+        case_weights=None if weights is None else weights[used],
+    )
+    cache.put(key, (rows, truncated))
+    return rows, truncated
 
 
 def _coarsened(

@@ -340,8 +340,9 @@ def fine_gray_sums(
     A0 = np.bincount(e, weights=scale, minlength=n_points)
     A1 = np.zeros((n_points, p))
     np.add.at(A1, e, scale[:, None] * Xc)
-    A2 = np.zeros((n_points, p, p))
-    np.add.at(A2, e, scale[:, None, None] * Xc[:, :, None] * Xc[:, None, :])
+    rows, columns = np.triu_indices(p)  # x x' packed as GridSums holds it
+    A2 = np.zeros((n_points, len(rows)))
+    np.add.at(A2, e, scale[:, None] * Xc[:, rows] * Xc[:, columns])
 
     def later(values: np.ndarray) -> np.ndarray:
         """``G_{j-1}`` times the sum of ``values`` over points ``e < j``."""
