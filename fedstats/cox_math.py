@@ -356,53 +356,72 @@ def grid_sums(
 @dataclass(frozen=True)
 class GroupedRows:
     """Rows sorted by a group index (``0 .. n_groups - 1``), with their weights ``v``: what
-    :meth:`sums` adds up per group at every point of a fit (a site keeps it between rounds)."""
+    :meth:`sums` adds up per group at every point of a fit (a site keeps it between rounds),
+    and where each group's rows begin, cut into blocks of whole groups."""
 
-    X: np.ndarray
-    """The rows, in order of their group (contiguous)."""
+    XT: np.ndarray
+    """The rows in order of their group, as columns (``p x n``, contiguous: each covariate's
+    values side by side)."""
     v: np.ndarray
-    group: np.ndarray
-    """Each sorted row's group."""
+    groups: np.ndarray
+    """The groups that hold rows, in order."""
+    firsts: np.ndarray
+    """The position of each of those groups' first row."""
+    cuts: np.ndarray
+    """Indices into ``groups`` where a block begins, and their number at the end: each block
+    holds whole groups, at most :data:`_BLOCK_BYTES` of products unless one group is larger."""
     n_groups: int
 
     @classmethod
     def of(cls, X: np.ndarray, v: np.ndarray, group: np.ndarray, n_groups: int) -> GroupedRows:
         small = group.astype(np.uint16) if n_groups <= 2**16 else group  # radix-sorted
         order = np.argsort(small, kind="stable")
-        return cls(np.ascontiguousarray(X[order]), v[order], group[order], n_groups)
+        group = group[order]
+        firsts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if len(group) else []
+        firsts = np.asarray(firsts, dtype=np.int64)
+        p = X.shape[1]
+        size = max(256, _BLOCK_BYTES // (8 * (p + packed_size(p))))
+        cuts, begin = [0], 0
+        for index, row in enumerate(firsts):  # a new block at the first group past the size
+            if row - begin >= size:
+                cuts.append(index)
+                begin = row
+        cuts.append(len(firsts))
+        return cls(np.ascontiguousarray(X[order].T), v[order], group[firsts], firsts,
+                   np.unique(cuts), n_groups)  # fmt: skip
 
     def sums(self, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sums of ``w``, ``w x`` and the upper triangle of ``w x x'`` (row by row:
         :func:`pack_symmetric`) over each group's rows, ``w = v exp(x' beta)``.
 
-        A block of rows at a time, each block's products ``w x_i x_j`` (``j >= i``) written
-        side by side into one buffer, row ``i`` of the triangle as ``(w x_i) x_{i..p}``, and
-        summed over each group's rows at once (``np.add.reduceat``).
+        A block of whole groups at a time, each block's products ``w x_i x_j`` (``j >= i``)
+        written one covariate pair after another into one buffer, row ``i`` of the
+        triangle as ``(w x_i) x_{i..p}`` (contiguous writes), and summed over each group's
+        rows at once (``np.add.reduceat`` along the rows).
         """
-        X, group, n = self.X, self.group, self.n_groups
-        w = self.v * risk_scores(X, beta)
-        p = X.shape[1]
+        XT, firsts, n_rows = self.XT, self.firsts, self.XT.shape[1]
+        w = self.v * risk_scores(XT.T, beta)
+        p = XT.shape[0]
         width = p + packed_size(p)
-        S0 = np.bincount(group, weights=w, minlength=n)
-        S1 = np.zeros((n, p))
-        S2 = np.zeros((n, width - p))
-        size = max(256, _BLOCK_BYTES // (8 * width))
-        buffer = np.empty((min(size, len(group)), width))
-        for start in range(0, len(group), size):
-            block, groups = X[start : start + size], group[start : start + size]
-            starts = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-            products = buffer[: len(groups)]
-            np.multiply(block, w[start : start + size, None], out=products[:, :p])
-            column = p
+        out = np.empty((width, len(firsts)))
+        bounds = np.r_[firsts, n_rows]
+        rows = np.diff(bounds[self.cuts])
+        buffer = np.empty((width, int(rows.max()) if len(rows) else 0))
+        for lo, hi in zip(self.cuts[:-1], self.cuts[1:], strict=True):
+            begin, end = bounds[lo], bounds[hi]
+            block, products = XT[:, begin:end], buffer[:, : end - begin]
+            np.multiply(block, w[begin:end], out=products[:p])
+            row = p
             for i in range(p):
-                np.multiply(
-                    products[:, i : i + 1], block[:, i:], out=products[:, column : column + p - i]
-                )
-                column += p - i
-            summed = np.add.reduceat(products, starts, axis=0)
-            at = groups[starts]  # distinct within the block
-            S1[at] += summed[:, :p]
-            S2[at] += summed[:, p:]
+                np.multiply(products[i], block[i:], out=products[row : row + p - i])
+                row += p - i
+            out[:, lo:hi] = np.add.reduceat(products, firsts[lo:hi] - begin, axis=1)
+        S0 = np.zeros(self.n_groups)
+        S1 = np.zeros((self.n_groups, p))
+        S2 = np.zeros((self.n_groups, width - p))
+        S0[self.groups] = np.add.reduceat(w, firsts) if len(firsts) else 0.0
+        S1[self.groups] = out[:p].T
+        S2[self.groups] = out[p:].T
         return S0, S1, S2
 
 
@@ -514,21 +533,25 @@ def grid_partial_likelihood(sums: GridSums, beta: np.ndarray, ties: str) -> Part
     """
     if ties not in TIES:
         raise ValueError(f"ties must be one of {TIES}, got {ties!r}")
-    points = np.flatnonzero(sums.d > 0)
-    d = np.round(sums.d[points]).astype(np.int64)
-    # one (point, l) pair per event: f = l / d (Efron) or 0 (Breslow), counting the events'
-    # mean frequency weight m (1 without weights)
-    pair = np.repeat(np.arange(len(points)), d)
-    within = np.arange(len(pair)) - np.repeat(np.cumsum(d) - d, d)
-    f = within / d[pair] if ties == "efron" else np.zeros(len(pair))
-    m = (sums.weighted_events[points] / d)[pair]
-    den = sums.S0[points][pair] - f * sums.E0[points][pair]
-    per_point = lambda values: np.bincount(pair, weights=values, minlength=len(points))  # noqa: E731
+    d = np.round(sums.d).astype(np.int64)
+    points = np.flatnonzero(d > 0)
+    d = d[points]
+    # one (point, l) pair per event, the pairs of a point side by side: f = l / d (Efron) or
+    # 0 (Breslow), counting the events' mean frequency weight m (1 without weights)
+    first = np.cumsum(d) - d  # each point's first pair
+    if ties == "efron":
+        f = (np.arange(int(d.sum())) - np.repeat(first, d)) / np.repeat(d, d)
+    else:
+        f = np.zeros(int(d.sum()))
+    m = np.repeat(sums.weighted_events[points] / d, d)
+    den = np.repeat(sums.S0[points], d) - f * np.repeat(sums.E0[points], d)
     m_inv = m / den  # each event's m / den, then times f and 1 / den as the terms need
     f_m_inv, m_inv2 = f * m_inv, m_inv / den
     f_m_inv2 = f * m_inv2
-    inv, f_inv = per_point(m_inv), per_point(f_m_inv)
-    inv2, f_inv2, ff_inv2 = per_point(m_inv2), per_point(f_m_inv2), per_point(f * f_m_inv2)
+    terms = np.stack((m_inv, f_m_inv, m_inv2, f_m_inv2, f * f_m_inv2))
+    inv, f_inv, inv2, f_inv2, ff_inv2 = (
+        np.add.reduceat(terms, first, axis=1) if len(points) else np.zeros((5, 0))
+    )
     S1, E1 = sums.S1[points], sums.E1[points]
     loglik = float(beta @ sums.x_events - m @ np.log(den))
     score = sums.x_events - S1.T @ inv + E1.T @ f_inv

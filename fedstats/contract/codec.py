@@ -43,7 +43,7 @@ _HEADER = struct.Struct("<I")
 
 def encode(message: Any) -> bytes:
     """Encode a message of plain values and numeric arrays to bytes."""
-    buffers: list[bytes] = []
+    buffers: list[bytes | np.ndarray] = []
     table: list[list[Any]] = []
     tree = _to_tree(message, buffers, table, path="message", depth=0)
     header = json.dumps({"v": tree, "b": table}, allow_nan=True, separators=(",", ":"))
@@ -106,7 +106,7 @@ def _integer(text: str) -> int:
 
 
 def _to_tree(
-    value: Any, buffers: list[bytes], table: list[list[Any]], path: str, depth: int
+    value: Any, buffers: list[bytes | np.ndarray], table: list[list[Any]], path: str, depth: int
 ) -> Any:
     if depth > MAX_DEPTH:
         raise CodecError(f"{path}: nesting deeper than {MAX_DEPTH} levels")
@@ -140,14 +140,17 @@ def _to_tree(
     )
 
 
-def _array_ref(array: np.ndarray, buffers: list[bytes], table: list[list[Any]], path: str) -> dict:
+def _array_ref(
+    array: np.ndarray, buffers: list[bytes | np.ndarray], table: list[list[Any]], path: str
+) -> dict:
     if array.dtype.kind not in "biuf":
         raise CodecError(f"{path}: array of dtype {array.dtype} cannot cross the silo boundary")
     little = array.astype(array.dtype.newbyteorder("<"), copy=False)
     dtype = little.dtype.str
     if dtype not in _ALLOWED_DTYPES:
         raise CodecError(f"{path}: array dtype {dtype} is not supported")
-    raw = little.tobytes()  # one copy of the whole buffer, C order: no work per element
+    raw = np.ascontiguousarray(little).reshape(-1).view(np.uint8)  # its bytes, C order: a view
+    # of a contiguous array (copied once, by encode's join), a copy of any other
     offset = table[-1][2] + table[-1][3] if table else 0  # where the last buffer ended
     buffers.append(raw)
     table.append([dtype, list(little.shape), offset, len(raw)])
