@@ -18,9 +18,10 @@ Every site runs with its disclosure rules on: ``min_count=1`` gives ``k_cell = 2
 the least a site may set, so the cell rules and the differencing guard check
 every exact release (the guard's near-copy search is part of the timed fit).
 Every site verifies the fit's path (the default): each round of the pooled model
-relays every site's signed grid sums of the last point, ``2 x sites x K (2 + 2p +
-2p^2)`` numbers on a grid of ``K`` points, so the sites raise their
-``max_array_items`` and ``max_request_bytes`` to carry it
+relays every site's signed grid sums of the last point, ``sites x K (4 + 2p + p(p + 1))``
+numbers on a grid of ``K`` points (``x x'`` as its upper triangle; a trial's base goes by
+reference, its total kept by each site, unless the round before relayed it by reference
+too), so the sites raise their ``max_array_items`` and ``max_request_bytes`` to carry it
 (:class:`fedstats.site.resource_limits.RequestLimits`; the defaults refuse it).
 Prints one JSON line.
 
@@ -58,10 +59,10 @@ POOLED_TARGET = 1.0
 
 
 def relay_limits(n_sites: int, n_points: int, p: int) -> RequestLimits:
-    """Limits that carry a verified pooled-Cox round: two points' signed grid sums of every
+    """Limits that carry any verified pooled-Cox round: two points' signed grid sums of every
     site (:func:`fedstats.cox_math.grid_sums_schema`, with ``d_weighted``), with room to
     spare."""
-    per_reply = n_points * (4 + 2 * p + 2 * p * p) + p + 1
+    per_reply = n_points * (4 + 2 * p + p * (p + 1)) + p + 1
     items = 2 * n_sites * per_reply
     return RequestLimits(
         max_array_items=max(RequestLimits().max_array_items, 2 * items),

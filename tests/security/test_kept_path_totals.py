@@ -198,3 +198,34 @@ def test_an_honest_fit_keeps_going_when_the_bound_drops_all_but_the_last_request
     np.testing.assert_array_equal(verified.params, plain.params)
     for silo in fed.silos.values():
         assert len(silo._context.cache[KEPT_TOTALS]) <= 2  # the last request's points only
+
+
+def test_a_sites_own_audit_re_derives_the_rounds_whose_base_went_by_reference(counts, tmp_path):
+    """``fedstats site verify`` replays the archived requests in order with the pinned roster
+    alone, keeping totals as the site did: a fit whose trials' bases went by reference
+    verifies again, every answer."""
+    from fedstats.jobs.path_audit import audit_site
+    from fedstats.jobs.site_config import load_site_config
+    from fedstats.jobs.site_service import SiteService
+    from tests.security.test_verified_paths import served_sites
+
+    configs = served_sites(counts, tmp_path)
+    services = {site: SiteService.from_file(path) for site, path in configs.items()}
+    sent = []
+    to_wire = PathRequest.to_wire
+    try:
+        fed = fedstats.Federation({s: service.answer for s, service in services.items()},
+                                  study="audit-study")  # fmt: skip
+        with pytest.MonkeyPatch.context() as patched:
+            patched.setattr(PathRequest, "to_wire", lambda self: sent.append(to_wire(self))
+                            or sent[-1])  # fmt: skip
+            result = GLM.fit(fed)
+    finally:
+        for service in services.values():
+            service.close()
+    assert any(w.get("accepted", {}).get(KEPT_KEY) is True for w in sent)
+    for path in configs.values():
+        audit = audit_site(load_site_config(path))
+        assert audit.ok, audit.problems
+        (fit,) = audit.fits
+        assert fit.task == "glm.summaries" and fit.answers == result.iterations
