@@ -117,9 +117,8 @@ def widest(budget: float) -> list[int]:
 
 
 def requests(family: str, lim: Any, rows: int) -> list[dict]:
-    """The requests of one family, largest the limits allow."""
-    from fedstats.deep.site.tasks import STEP_UNITS
-
+    """The requests of one family, largest the limits allow (only a deep family imports the
+    deep extra)."""
     if family == "header":
         count = (lim.max_header_bytes - 200) // len('"age",')
         return [{"task": "describe", "args": {"variables": ["age"] * count}}]
@@ -142,6 +141,7 @@ def requests(family: str, lim: Any, rows: int) -> list[dict]:
                  "args": {"design": spec, "beta": np.zeros(len(columns))}}]  # fmt: skip
     if family == "deep_steps":
         from fedstats.deep.shared.wire import MAX_STEPS
+        from fedstats.deep.site.tasks import STEP_UNITS
 
         steps = int(min(MAX_STEPS, lim.max_work // STEP_UNITS))
         return [{"task": "deep.train", "args": deep_args([1], steps, 1, private=False)}]

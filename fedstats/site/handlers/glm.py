@@ -34,10 +34,9 @@ unbounded outcome (refused in :func:`~fedstats.site.handlers.design.site_design`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from statsmodels.genmod import families
 
 from fedstats.contract.tasks.design import checked_beta, spec_from_args
 from fedstats.contract.tasks.glm import TASK, checked_family
@@ -46,11 +45,17 @@ from fedstats.site.handlers.design import site_design
 from fedstats.site.row_blocks import Information, column_blocks
 from fedstats.site.task import SiteContext, TaskReply
 
+if TYPE_CHECKING:
+    from statsmodels.genmod import families
+
 EXTREME_PROBABILITY = 1e-10
 
 
 def family_named(name: str) -> families.Family:
-    """statsmodels' family of that name, with its canonical link."""
+    """statsmodels' family of that name, with its canonical link (statsmodels is imported on
+    a site's first GLM round, not when the site starts)."""
+    from statsmodels.genmod import families
+
     return {
         "binomial": families.Binomial,
         "poisson": families.Poisson,
@@ -60,14 +65,15 @@ def family_named(name: str) -> families.Family:
 
 def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     spec = spec_from_args(args)
-    family = family_named(checked_family(args, spec))
+    name = checked_family(args, spec)
+    family = family_named(name)
     beta = checked_beta(ctx.name, args, spec.n_params)
     design = site_design(ctx, spec)
     y, n, p = design.y, design.n_obs, spec.n_params
     sums = np.zeros(4)  # loglik, deviance, Pearson's statistic, the weight total
     gradient = np.zeros(p)
     information = Information(p)
-    binomial, poisson = isinstance(family, families.Binomial), isinstance(family, families.Poisson)
+    binomial, poisson = name == "binomial", name == "poisson"
     fitted = np.empty(n if poisson else 0)  # a Poisson fit's w mu, per row
     all_extreme, any_extreme = True, False
     for rows, block in column_blocks(design.columns, n):
