@@ -24,8 +24,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import statsmodels.api as sm
-from formulaic import model_matrix
 
 import fedstats
 from harmonize.run import harmonize
@@ -38,6 +36,7 @@ from harmonize.synthetic_ehr import (
     write_omop_csv,
 )
 from linkage.quality import quality
+from tests.vertical.joined_oracle import joined_by_truth, statsmodels_on_joined
 from tests.vertical.linked_population import LINKAGE, accepted_pairs
 
 DEMO = Path(__file__).resolve().parents[2] / "fedstats" / "examples" / "demo" / "study.toml"
@@ -144,14 +143,8 @@ def test_a_fhir_hospital_and_an_omop_registry_linked_and_fitted(tmp_path):
         linkage_id="registry-hospital",
     ).fit(fed)  # fmt: skip
     fit_seconds = time.perf_counter() - start
-    pairs = pd.DataFrame(sorted(truth), columns=["registry", "hospital"])
-    joined = frames["hospital"].loc[pairs["hospital"]].reset_index(drop=True)
-    joined["died"] = frames["registry"]["died"].loc[pairs["registry"]].to_numpy(dtype=float)
-    joined["sex"] = joined["sex"].astype(str)
-    y, X = model_matrix(FORMULA.replace("C(sex)", "C(sex, levels=['female', 'male'])"), joined)
-    reference = sm.GLM(y.to_numpy().ravel(), X.to_numpy(), family=sm.families.Binomial()).fit(
-        tol=1e-12
-    )
+    joined = joined_by_truth(frames["hospital"], frames["registry"], truth)
+    _, reference = statsmodels_on_joined(joined, FORMULA)
     params_gap = np.abs(fit.params.to_numpy() - reference.params).max()
     bse_gap = np.abs(fit.bse.to_numpy() - reference.bse).max()
     print(

@@ -21,10 +21,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import statsmodels.api as sm
 import tomli_w
 import typer
-from formulaic import model_matrix
 from typer.testing import CliRunner
 
 from fedstats.cli.jobs import study_app
@@ -34,6 +32,7 @@ from fedstats.jobs.site_batch import SiteExit, run_site_job
 from fedstats.jobs.site_service import CURRENT_FRAME
 from fedstats.jobs.study_run import StudyExit
 from reports.study import Study
+from tests.vertical.joined_oracle import joined_by_truth, statsmodels_on_joined
 from tests.vertical.vertical_study import FORMULA, SITES, make_study, study_toml
 
 
@@ -88,16 +87,8 @@ def test_link_run_then_study_run_over_flower_site_jobs(superlink: str, tmp_path:
     record = json.loads((out / "linkages" / "registry-hospital.json").read_text())
     assert record["pairs"] == len(truth)
 
-    pairs = pd.DataFrame(sorted(truth), columns=["registry", "hospital"])
-    joined = hospital.drop(columns="died").loc[pairs["hospital"]].reset_index(drop=True)
-    joined["died"] = registry["died"].loc[pairs["registry"]].to_numpy(dtype=float)
-    joined["sex"] = joined["sex"].astype(str)
-    y, X = model_matrix(FORMULA.replace("C(sex)", "C(sex, levels=['female', 'male'])"), joined)
-    reference = sm.GLM(y.to_numpy().ravel(), X.to_numpy(), family=sm.families.Binomial()).fit(
-        tol=1e-12
-    )
+    names, reference = statsmodels_on_joined(joined_by_truth(hospital, registry, truth), FORMULA)
     fit = json.loads((out / "results" / "died_vertical.json").read_text())  # keys sorted
-    names = [c.replace(", levels=['female', 'male']", "") for c in X.columns]
     assert sorted(names) == sorted(fit["params"])
     params = np.array([fit["params"][name] for name in names], dtype=float)
     bse = np.array([fit["bse"][name] for name in names], dtype=float)

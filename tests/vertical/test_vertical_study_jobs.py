@@ -21,8 +21,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import statsmodels.api as sm
-from formulaic import model_matrix
 
 import fedstats
 from fedstats.jobs.site_batch import SiteExit, run_site_job
@@ -35,6 +33,7 @@ from fedstats.jobs.study_fits import run_fits
 from fedstats.jobs.study_links import linkage_path, study_linkage_table
 from fedstats.jobs.study_record import record_and_report
 from reports.study import Study
+from tests.vertical.joined_oracle import joined_by_truth, statsmodels_on_joined
 from tests.vertical.vertical_study import (
     FORMULA,
     SITES,
@@ -159,14 +158,7 @@ def test_the_study_links_then_fits_equal_to_statsmodels_on_the_truly_joined_rows
     hospital = pd.read_parquet(study.root / "hospital" / "work" / CURRENT_FRAME)
     truth = study.truth(registry, hospital)
     assert record["pairs"] == len(truth) >= 80
-    pairs = pd.DataFrame(sorted(truth), columns=["registry", "hospital"])
-    joined = hospital.drop(columns="died").loc[pairs["hospital"]].reset_index(drop=True)
-    joined["died"] = registry["died"].loc[pairs["registry"]].to_numpy(dtype=float)
-    joined["sex"] = joined["sex"].astype(str)
-    y, X = model_matrix(FORMULA.replace("C(sex)", "C(sex, levels=['female', 'male'])"), joined)
-    reference = sm.GLM(y.to_numpy().ravel(), X.to_numpy(), family=sm.families.Binomial()).fit(
-        tol=1e-12
-    )
+    _, reference = statsmodels_on_joined(joined_by_truth(hospital, registry, truth), FORMULA)
     fit = results["died_vertical"]
     assert fit["kind"] == "vertical_logistic"
     params = np.array(list(fit["params"].values()), dtype=float)
