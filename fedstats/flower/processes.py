@@ -20,7 +20,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -254,6 +254,22 @@ def _flwr_json(command: list[str], home: Path, what: str) -> dict:
             f"{reply.get('error-message', done.stdout.strip()[-800:])} {done.stderr.strip()[-800:]}"
         )
     return reply
+
+
+@contextlib.contextmanager
+def running_superlink(home: Path, timeout: float = 60) -> Iterator[str]:
+    """A plain SuperLink (:func:`start_superlink`) on a free port while the block runs, its
+    address (``127.0.0.1:port``) given once it listens; stopped afterwards, and
+    :class:`~fedstats.errors.FlowerProcessError` if it still runs then."""
+    port = free_port()
+    link = start_superlink(home, port)
+    try:
+        wait_for_port(port, timeout, link)
+        yield f"127.0.0.1:{port}"
+    finally:
+        stop([link])
+        if link.poll() is None:
+            raise FlowerProcessError(f"the SuperLink on port {port} still runs after its stop")
 
 
 def wait_for_port(port: int, timeout: float, process: subprocess.Popen | None = None) -> None:

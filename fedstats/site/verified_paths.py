@@ -254,7 +254,13 @@ def verified_point(
             raise _refused(ctx, task, "the relayed base is not the previous point's base")
     elif "accepted" in path:
         raise _refused(ctx, task, "the previous point is a base: no other base is relayed")
-    if not _follows(rule, point, previous, accepted, args):
+    relayed_base = accepted is not None
+    previous, accepted = (_summed(rule, e, len(point.beta), args) for e in (previous, accepted))
+    if (
+        previous is None
+        or (relayed_base and accepted is None)  # the base's replies do not fit or add up
+        or not _follows(rule, point, previous, accepted, args)
+    ):
         raise _refused(
             ctx,
             task,
@@ -265,6 +271,29 @@ def verified_point(
     return point
 
 
+def _summed(
+    rule: NewtonPath, evaluated: dict[str, Any] | None, p: int, args: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A relayed point whose replies hold the fields the rule reads, each of its shape, with
+    a damped rule's replies as their total (:meth:`DampedNewtonPath.total`: each point's
+    replies summed once, and kept by :func:`_keep_totals`); ``None`` when they do not fit or
+    do not add up (and for no point)."""
+    if evaluated is None:
+        return None
+    replies = evaluated["replies"]
+    if isinstance(replies, ReplyTotal):  # a kept total, checked when it was relayed
+        return evaluated
+    if not all(_sums_fit(rule, reply, p, args) for reply in replies.values()):
+        return None
+    if not isinstance(rule, DampedNewtonPath):
+        return evaluated
+    try:
+        with np.errstate(all="ignore"):
+            return {**evaluated, "replies": rule.total(replies)}
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None
+
+
 def _follows(
     rule: NewtonPath,
     point: PathPoint,
@@ -273,21 +302,11 @@ def _follows(
     args: dict[str, Any],
 ) -> bool:
     """Whether ``point`` (with its declared base) is a step the rule allows after
-    ``previous`` (and, when ``previous`` was a trial, its base ``accepted``); relayed sums
-    that do not compute (wrong shapes, a singular information) allow nothing."""
-    p = len(point.beta)
-    relayed = [e for e in (previous, accepted) if e is not None]
-    for evaluated in relayed:
-        if not isinstance(evaluated["replies"], ReplyTotal) and not all(
-            _sums_fit(rule, reply, p, args) for reply in evaluated["replies"].values()
-        ):
-            return False
+    ``previous`` (and, when ``previous`` was a trial, its base ``accepted``), both
+    :func:`_summed`; relayed sums that do not compute (a singular information) allow
+    nothing."""
     try:
         with np.errstate(all="ignore"):
-            if isinstance(rule, DampedNewtonPath):  # each point's replies summed once
-                for evaluated in relayed:
-                    if not isinstance(evaluated["replies"], ReplyTotal):
-                        evaluated["replies"] = rule.total(evaluated["replies"])
             return _allowed(rule, point, previous, accepted, args)
     except (ValueError, IndexError, KeyError, TypeError, np.linalg.LinAlgError):
         return False

@@ -91,15 +91,8 @@ def invoke(path: Path):
 
 @pytest.fixture(scope="module")
 def superlink(tmp_path_factory: pytest.TempPathFactory):
-    root = tmp_path_factory.mktemp("link")
-    port = processes.free_port()
-    link = processes.start_superlink(root / "link", port)
-    try:
-        processes.wait_for_port(port, 60, link)
-        yield f"127.0.0.1:{port}"
-    finally:
-        processes.stop([link])
-        assert link.poll() is not None, "the SuperLink still runs"
+    with processes.running_superlink(tmp_path_factory.mktemp("link") / "link") as address:
+        yield address  # running_superlink raises if the SuperLink outlives its stop
 
 
 def test_study_run_over_three_site_jobs_equals_the_embedded_runtime(

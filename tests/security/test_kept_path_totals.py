@@ -20,13 +20,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from lifelines.datasets import load_rossi
 
 import fedstats
 from fedstats.contract.paths import KEPT_KEY, PATH_KEY, Evaluated, PathRequest
 from fedstats.models.path_relay import PathRelay
 from fedstats.site import verified_paths
 from fedstats.site.verified_paths import KEPT_TOTALS
+from tests.security.path_sites import poisson_counts, rossi_sites, served_sites
 
 GLM = fedstats.GLM("y ~ x", family="poisson")
 ROSSI = "Surv(week, arrest) ~ fin + age + race + wexp + mar + paro + prio"
@@ -34,20 +34,12 @@ ROSSI = "Surv(week, arrest) ~ fin + age + race + wexp + mar + paro + prio"
 
 @pytest.fixture(scope="module")
 def counts() -> dict[str, pd.DataFrame]:
-    """Counts of mean about 30: the first Newton step from 0 overshoots and is halved, so
-    later rounds relay a trial and its base."""
-    rng = np.random.default_rng(7)
-    frames = {}
-    for s in ("a", "b", "c"):
-        x = rng.normal(0, 1, 300)
-        frames[s] = pd.DataFrame({"x": x, "y": rng.poisson(np.exp(3.4 + 0.1 * x))})
-    return frames
+    return poisson_counts()
 
 
 @pytest.fixture(scope="module")
 def rossi() -> dict[str, pd.DataFrame]:
-    frame = load_rossi()
-    return {f"s{i}": frame.iloc[i::2].reset_index(drop=True) for i in range(2)}
+    return rossi_sites()
 
 
 def relayed_paths(monkeypatch) -> list[dict]:
@@ -207,7 +199,6 @@ def test_a_sites_own_audit_re_derives_the_rounds_whose_base_went_by_reference(co
     from fedstats.jobs.path_audit import audit_site
     from fedstats.jobs.site_config import load_site_config
     from fedstats.jobs.site_service import SiteService
-    from tests.security.test_verified_paths import served_sites
 
     configs = served_sites(counts, tmp_path)
     services = {site: SiteService.from_file(path) for site, path in configs.items()}
@@ -229,3 +220,16 @@ def test_a_sites_own_audit_re_derives_the_rounds_whose_base_went_by_reference(co
         assert audit.ok, audit.problems
         (fit,) = audit.fits
         assert fit.task == "glm.summaries" and fit.answers == result.iterations
+
+
+def test_the_last_point_never_goes_by_reference(counts):
+    """Only a trial's base may go by reference: the last point's replies are new to every site,
+    and a ``previous`` marked kept (with or without its replies) is refused as malformed."""
+    fed = fedstats.Federation.in_process(counts, verified_paths=True)
+    wire, _, at_zero, trial = honest_rounds(fed)
+    args = round_three(wire, trial, at_zero, kept=False)
+    previous = args[PATH_KEY]["previous"]
+    without_replies = {k: v for k, v in previous.items() if k != "replies"}
+    for marked in ({**previous, KEPT_KEY: True}, {**without_replies, KEPT_KEY: True}):
+        refused_args = {**args, PATH_KEY: {**args[PATH_KEY], "previous": marked}}
+        assert "malformed" in refused(fed, refused_args).reason

@@ -49,6 +49,7 @@ from fedstats.models import fairness
 from fedstats.models.path_relay import PathRelay
 from fedstats.secagg.roster import in_process_pins
 from fedstats.site.silo import Silo
+from tests.security.path_sites import poisson_counts, rossi_sites, served_sites
 
 SITES = ("cleveland", "hungary")
 MODEL = fedstats.LogisticRegression(datasets.HEART_EXACT_FORMULA, levels=datasets.HEART_LEVELS)
@@ -293,14 +294,7 @@ def test_a_fit_crosses_sites_that_verify_and_sites_that_only_sign(frames):
 
 @pytest.fixture(scope="module")
 def counts() -> dict[str, pd.DataFrame]:
-    """Counts of mean about 30: a Newton step from 0 overshoots the intercept (``exp(30)``
-    times too large), so its log-likelihood falls and the step must be halved."""
-    rng = np.random.default_rng(7)
-    frames = {}
-    for s in ("a", "b", "c"):
-        x = rng.normal(0, 1, 300)
-        frames[s] = pd.DataFrame({"x": x, "y": rng.poisson(np.exp(3.4 + 0.1 * x))})
-    return frames
+    return poisson_counts()
 
 
 def glm_at(fed, relay: PathRelay, wire: dict, beta: np.ndarray, base: np.ndarray) -> dict:
@@ -400,9 +394,7 @@ def test_an_honest_glm_takes_the_same_rounds_and_gives_the_same_numbers(
 
 @pytest.fixture(scope="module")
 def rossi() -> dict[str, pd.DataFrame]:
-    """Rossi's prisoners dealt alternately to two sites (as the Cox parity tests deal them)."""
-    frame = load_rossi()
-    return {f"s{i}": frame.iloc[i::2].reset_index(drop=True) for i in range(2)}
+    return rossi_sites()
 
 
 ROSSI = "Surv(week, arrest) ~ fin + age + race + wexp + mar + paro + prio"
@@ -896,43 +888,6 @@ def test_a_crr_fit_inside_secure_aggregation_is_verified_and_equals_the_clear_fi
 
 
 # ------------------------------------------------------------------ the site's own audit
-
-
-def served_sites(frames, folder) -> dict:
-    """A site.toml per hospital, each verifying paths with the study's roster of both keys."""
-    import tomli_w
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ed25519
-
-    from fedstats.secagg.roster import write_roster
-
-    keys = {site: ed25519.Ed25519PrivateKey.generate() for site in frames}
-    public = {
-        site: key.public_key()
-        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        .decode()
-        for site, key in keys.items()
-    }
-    roster = write_roster(folder / "roster.toml", "audit-study", public)
-    paths = {}
-    for site, frame in frames.items():
-        home = folder / site
-        home.mkdir(parents=True)
-        frame.to_parquet(home / "frame.parquet")
-        (home / "signing.key").write_bytes(
-            keys[site].private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                     serialization.NoEncryption())
-        )  # fmt: skip
-        config = {
-            "site": {"name": site, "workdir": str(home / "work")},
-            "data": {"frame": str(home / "frame.parquet")},
-            "privacy": {"ledger": str(home / "site.ledger")},
-            "disclosure": {"verified_paths": True},
-            "secure_aggregation": {"roster": str(roster), "signing_key": str(home / "signing.key")},
-        }
-        paths[site] = home / "site.toml"
-        paths[site].write_text(tomli_w.dumps(config), encoding="utf-8")
-    return paths
 
 
 def test_a_site_re_derives_every_answer_on_its_paths_from_its_own_records(frames, tmp_path):

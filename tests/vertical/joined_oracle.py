@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+import numpy as np
 import pandas as pd
 import statsmodels.api as sm
 from formulaic import model_matrix
@@ -39,3 +40,23 @@ def statsmodels_on_joined(joined: pd.DataFrame, formula: str) -> tuple[list[str]
     reference = sm.GLM(y.to_numpy().ravel(), X.to_numpy(), family=sm.families.Binomial())
     names = [column.replace(f", levels={SEX_LEVELS}", "") for column in X.columns]
     return names, reference.fit(tol=1e-12)
+
+
+TOLERANCE = 1e-6
+"""The largest gap allowed between a vertical fit and statsmodels on the joined rows."""
+
+
+def assert_equals_joined_fit(
+    fit: dict, hospital: pd.DataFrame, registry: pd.DataFrame, truth: set, formula: str, label: str
+) -> None:
+    """A recorded vertical fit (``params`` and ``bse`` by design column) equals statsmodels on
+    the rows joined by true identity, column by column, within :data:`TOLERANCE`."""
+    names, reference = statsmodels_on_joined(joined_by_truth(hospital, registry, truth), formula)
+    assert sorted(names) == sorted(fit["params"])
+    params = np.array([fit["params"][name] for name in names], dtype=float)
+    bse = np.array([fit["bse"][name] for name in names], dtype=float)
+    params_gap = np.abs(params - reference.params).max()
+    bse_gap = np.abs(bse - reference.bse).max()
+    print(f"{label}: {len(truth)} pairs, max |params gap| {params_gap:.2e}, "
+          f"max |bse gap| {bse_gap:.2e}")  # fmt: skip
+    assert params_gap <= TOLERANCE and bse_gap <= TOLERANCE

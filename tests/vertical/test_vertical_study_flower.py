@@ -18,7 +18,6 @@ import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import tomli_w
@@ -32,7 +31,7 @@ from fedstats.jobs.site_batch import SiteExit, run_site_job
 from fedstats.jobs.site_service import CURRENT_FRAME
 from fedstats.jobs.study_run import StudyExit
 from reports.study import Study
-from tests.vertical.joined_oracle import joined_by_truth, statsmodels_on_joined
+from tests.vertical.joined_oracle import assert_equals_joined_fit
 from tests.vertical.vertical_study import FORMULA, SITES, make_study, study_toml
 
 
@@ -45,13 +44,8 @@ def invoke(*args: str):
 
 @pytest.fixture
 def superlink(tmp_path: Path):
-    port = processes.free_port()
-    link = processes.start_superlink(tmp_path / "link", port)
-    try:
-        processes.wait_for_port(port, 60, link)
-        yield f"127.0.0.1:{port}"
-    finally:
-        processes.stop([link])
+    with processes.running_superlink(tmp_path / "link") as address:
+        yield address
 
 
 def test_link_run_then_study_run_over_flower_site_jobs(superlink: str, tmp_path: Path) -> None:
@@ -87,18 +81,8 @@ def test_link_run_then_study_run_over_flower_site_jobs(superlink: str, tmp_path:
     record = json.loads((out / "linkages" / "registry-hospital.json").read_text())
     assert record["pairs"] == len(truth)
 
-    names, reference = statsmodels_on_joined(joined_by_truth(hospital, registry, truth), FORMULA)
-    fit = json.loads((out / "results" / "died_vertical.json").read_text())  # keys sorted
-    assert sorted(names) == sorted(fit["params"])
-    params = np.array([fit["params"][name] for name in names], dtype=float)
-    bse = np.array([fit["bse"][name] for name in names], dtype=float)
-    print(
-        f"over Flower: {len(truth)} pairs, max |params gap| "
-        f"{np.abs(params - reference.params).max():.2e}, max |bse gap| "
-        f"{np.abs(bse - reference.bse).max():.2e}"
-    )
-    assert np.abs(params - reference.params).max() <= 1e-6
-    assert np.abs(bse - reference.bse).max() <= 1e-6
+    fit = json.loads((out / "results" / "died_vertical.json").read_text())
+    assert_equals_joined_fit(fit, hospital, registry, truth, FORMULA, "over Flower")
     recorded = Study.load(out / "study")
     assert [r.linkage_id for r in recorded.linkages] == ["registry-hospital"]
     assert [f.name for f in recorded.fits] == ["died_vertical"]
