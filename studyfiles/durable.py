@@ -26,11 +26,19 @@ def file_sha256(path: str | PathLike[str]) -> str:
     return hasher.hexdigest()
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` by ``data`` atomically and durably (module docstring)."""
+def write_atomically(path: Path, data: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` by ``data`` atomically and durably (module docstring); with ``mode``
+    (e.g. ``0o600``: the owner's only) the file has that mode from its creation on, whatever
+    the umask."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_bytes(data)
+    if mode is None:
+        temporary.write_bytes(data)
+    else:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+        os.fchmod(descriptor, mode)  # whatever the umask or an earlier file's mode
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(data)
     replace_durably(temporary, path)
 
 

@@ -17,7 +17,6 @@ record, journal line, log line or report holds a value of it (only its path and 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from fedstats.errors import ConfigError, StudyConfigurationError
 from fedstats.jobs.site_config import SiteConfig
 from fedstats.site.identifiers import site_identifiers
 from linkage.schema import IDENTIFIER_COLUMNS
-from studyfiles.durable import replace_durably
+from studyfiles.durable import write_atomically
 
 CURRENT_IDENTIFIERS = Path("current") / "identifiers.parquet"
 """Where ``fedstats site run`` keeps the harmonised identifier table, under the workdir."""
@@ -70,12 +69,7 @@ def write_identifiers(table: pd.DataFrame, path: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for leftover in folder.glob(f".{path.name}.*.tmp"):  # a crashed run's half table
         leftover.unlink(missing_ok=True)
-    temporary = folder / f".{path.name}.{os.getpid()}.tmp"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    os.fchmod(descriptor, FILE_MODE)  # whatever the umask or an earlier file's mode
-    with os.fdopen(descriptor, "wb") as handle:
-        table.to_parquet(handle)
-    replace_durably(temporary, path)
+    write_atomically(path, table.to_parquet(), mode=FILE_MODE)
 
 
 def read_identifiers(path: Path, *, site: str, field: str) -> pd.DataFrame:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +44,7 @@ import pandas as pd
 from fedstats.contract.tasks.vertical import MAX_NAME_CHARS
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.site.disclosure import DisclosurePolicy
-from studyfiles.durable import replace_durably
+from studyfiles.durable import write_atomically
 
 _log = logging.getLogger(__name__)
 
@@ -160,19 +159,13 @@ class LinkageStore:
     def _keep(self, rows: LinkedRows) -> None:
         """Write ``rows`` to the store's folder, atomically and durably, mode 0600."""
         assert self._folder is not None
-        self._folder.mkdir(parents=True, exist_ok=True)
-        path = linkage_file(self._folder, rows.linkage_id)
         record = {
             "linkage_id": rows.linkage_id,
             "pair_ids": rows.pair_ids.tolist(),
             "patients": [str(patient) for patient in rows.patients.tolist()],
         }
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-        os.fchmod(descriptor, FILE_MODE)  # whatever the umask
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(record, handle)
-        replace_durably(temporary, path)
+        path = linkage_file(self._folder, rows.linkage_id)
+        write_atomically(path, json.dumps(record).encode("utf-8"), mode=FILE_MODE)
 
     def _load(self, folder: Path) -> None:
         """Hold every linkage kept in ``folder`` that still fits the frame (module docstring)."""
