@@ -171,6 +171,11 @@ class DesignSpec:
             for v in levels.values()
         ):
             raise ValueError("levels must map variables to lists of numbers or strings")
+        for variable, values in levels.items():
+            if any(isinstance(x, float) and not math.isfinite(x) for x in values):
+                raise ValueError(f"the levels of {variable!r} must be finite numbers or strings")
+            if len(set(values)) != len(values):  # 1, 1.0 and True are one level, as in pandas
+                raise ValueError(f"the levels of {variable!r} must be distinct")
         if not isinstance(wire["site_intercepts"], bool):
             raise ValueError("site_intercepts must be a boolean")
         if wire["offset"] is not None and not isinstance(wire["offset"], str):

@@ -261,6 +261,22 @@ def test_no_field_of_any_task_makes_a_site_fail_internally(honest, data):
         assert reply["error"]["type"] != "InternalSiteError", (task, path, value, silo.log[-1])
 
 
+@pytest.mark.parametrize("levels", [[False, False], ["male", "male"], [1, 1.0], [1, True],
+                                    ["female", float("nan")], [float("inf"), "male"]])  # fmt: skip
+@pytest.mark.parametrize("task", ["prepare", "logistic.summaries", "logistic.evaluate"])
+def test_repeated_or_non_finite_levels_are_a_malformed_request(honest, task, levels):
+    """Levels pandas cannot make categories of (a repeat, as 1, 1.0 and True are one level;
+    NaN or infinity) are refused naming the variable, before any row is read (found by the
+    fuzz above: ``[False, False]`` ended in ``InternalSiteError``)."""
+    design = {**honest[task]["design"], "levels": {"sex": levels}}
+    args = {**honest[task], "design": design}
+    reply = codec.decode(Silo("s0", frame(300, 0)).handle(
+        codec.encode({"task": task, "args": args})))  # fmt: skip
+    assert reply["status"] == "error"
+    assert reply["error"]["type"] == "MalformedRequestError"
+    assert "'sex'" in reply["error"]["values"]["reason"]
+
+
 @pytest.fixture(scope="module")
 def path_requests() -> tuple[dict, list[tuple[str, dict]]]:
     """Requests of honest fits at sites that verify paths (round 1 and later rounds, their
