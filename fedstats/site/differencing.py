@@ -23,7 +23,9 @@ design column, continuous outcome, offset, follow-up time and weights vector
 rows, or from an affine image ``c a + d`` of it, on 1 to k - 1 rows (patients,
 when a frame holds several rows per patient): sums over the two differ by
 those rows' terms (:mod:`fedstats.site.near_copies`). The columns are kept as
-they are (float64), at the site only, beside the row sets.
+they are (float64), at the site only, beside the row sets: a column of the site's
+held frame, which nothing can write (:mod:`fedstats.site.frame_layout`), by
+reference; any other as the guard's own read-only copy.
 
 The record fails closed: it holds at most ``max_guard_entries`` row sets and
 columns together (a privacy officer's setting, :class:`DisclosurePolicy`).
@@ -53,6 +55,7 @@ import pandas as pd
 
 from fedstats.errors import DisclosureError
 from fedstats.site.disclosure import DisclosurePolicy
+from fedstats.site.frame_layout import immutable
 from fedstats.site.near_copies import near_copies
 
 
@@ -104,7 +107,7 @@ class DifferencingGuard:
         self._columns: dict[str, str] = {}
         self._matrix: np.ndarray | None = None
         self._answered: dict[str, list[np.ndarray]] = {}
-        self._stacked: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._ranges: dict[str, tuple[list[float], list[float]]] = {}
         self._db: sqlite3.Connection | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -231,14 +234,14 @@ class DifferencingGuard:
                 if not (differ == 0).any():
                     fresh_sets.append((label, bits))
             fresh_columns: list[tuple[str, np.ndarray]] = []
-            kept, kept_low, kept_high = self._column_matrix(group, width)
-            added = np.empty((len(values), width))  # the guard's own copies of the new columns
+            kept = self._answered.get(group, [])
+            kept_low, kept_high = self._extremes(group)
             low = np.concatenate([kept_low, np.empty(len(values))])  # each one's least, greatest
             high = np.concatenate([kept_high, np.empty(len(values))])
             for label, column in values:
                 compared = len(kept) + len(fresh_columns)
                 close, same = near_copies(
-                    (kept, added[: len(fresh_columns)]),
+                    (*kept, *(fresh for _, fresh in fresh_columns)),
                     column,
                     k,
                     units,
@@ -253,9 +256,8 @@ class DifferencingGuard:
                         f"those {unit}' values by subtraction (differencing guard)"
                     )
                 if not same.any():
-                    added[len(fresh_columns)] = column
                     low[compared], high[compared] = column.min(), column.max()
-                    fresh_columns.append((label, added[len(fresh_columns)]))
+                    fresh_columns.append((label, column))
             fresh = len(fresh_sets) + len(fresh_columns)
             cap = self.policy.max_guard_entries
             if fresh and self.entries + fresh > cap:
@@ -315,28 +317,32 @@ class DifferencingGuard:
                     (self._frame, label[:200], bits.tobytes()),
                 )
 
-    def _column_matrix(self, group: str, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The remembered columns over the rows ``group``, one per row, with each one's least
-        and greatest value (stacked once)."""
+    def _extremes(self, group: str) -> tuple[np.ndarray, np.ndarray]:
+        """Each remembered column's least and greatest value, over the rows ``group``."""
         kept = self._answered.get(group, [])
-        cached = self._stacked.get(group)
-        if cached is None or len(cached[0]) != len(kept):
-            matrix = np.stack(kept) if kept else np.zeros((0, width))
-            cached = (
-                matrix,
-                matrix.min(axis=1, initial=np.inf),
-                matrix.max(axis=1, initial=-np.inf),
-            )
-            self._stacked[group] = cached
-        return cached
+        low, high = self._ranges.get(group, ([], []))
+        for column in kept[len(low) :]:  # read from the record at start, not yet measured
+            low.append(float(column.min()))
+            high.append(float(column.max()))
+        self._ranges[group] = (low, high)
+        return np.array(low, dtype=np.float64), np.array(high, dtype=np.float64)
 
     def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray]]) -> None:
-        for label, column in fresh:  # rows of the guard's own copies, never a design's
-            self._answered.setdefault(group, []).append(column)
+        """Remember ``fresh`` columns: by reference when nothing can change them (a column of
+        the site's held frame, :func:`fedstats.site.frame_layout.immutable`), else as the
+        guard's own copy, never a design's array."""
+        self._extremes(group)  # measured up to the columns kept so far
+        low, high = self._ranges[group]
+        for label, column in fresh:
+            kept = column if immutable(column) else column.copy()
+            kept.flags.writeable = False
+            low.append(float(kept.min()))
+            high.append(float(kept.max()))
+            self._answered.setdefault(group, []).append(kept)
             if self._db is not None:
                 self._db.execute(
                     "INSERT OR IGNORE INTO answered_columns VALUES (?, ?, ?, ?)",
-                    (self._frame, group, label[:200], column.tobytes()),
+                    (self._frame, group, label[:200], kept.tobytes()),
                 )
 
     # ------------------------------------------------------------ rounds

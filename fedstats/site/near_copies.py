@@ -119,8 +119,11 @@ def near_copies(
     Parameters
     ----------
     stored:
-        Remembered columns, one per row, over the same rows as ``column`` (``m x n``), or
-        matrices of them whose rows, one after the other, are the ``m`` columns.
+        Remembered columns, one per row, over the same rows as ``column`` (``m x n``), or a
+        sequence whose items, one after the other, are the ``m`` columns: each a column
+        (``n`` values) or a matrix of them, one per row. They are never stacked: only the
+        anchor rows and the screen's sample are gathered from every column, and a whole
+        column is read only for a map the screen leaves open.
     column:
         The new column (``n`` finite values).
     k:
@@ -138,8 +141,8 @@ def near_copies(
     tuple of numpy.ndarray
         ``near`` and ``copy``, ``m`` booleans each; a copy is never near.
     """
-    parts = [stored] if isinstance(stored, np.ndarray) else list(stored)
-    m, n = sum(len(part) for part in parts), len(column)
+    columns = remembered_columns(stored)
+    m, n = len(columns), len(column)
     near = np.zeros(m, dtype=bool)
     copy = np.zeros(m, dtype=bool)
     if m == 0 or n == 0:
@@ -149,15 +152,16 @@ def near_copies(
     pairs = anchor_pairs(column, k)
     first = np.array([i for i, _ in pairs], dtype=np.int64)
     second = np.array([j for _, j in pairs], dtype=np.int64)
+    gathered = np.concatenate([first, second, screen.rows])  # the rows read from every column
     step = max(1, min(_BLOCK // n, _BLOCK // ((len(pairs) + 1) * SAMPLE)))
-    blocks = (
-        (start + lo, part[lo : lo + step])
-        for part, start in zip(parts, np.cumsum([0] + [len(p) for p in parts[:-1]]), strict=True)
-        for lo in range(0, len(part), step)
-    )
-    for lo, block in blocks:
+    for lo in range(0, m, step):
+        block = columns[lo : lo + step]
+        rows_of = np.stack([a[gathered] for a in block])
+        at_first, at_second = rows_of[:, : len(first)], rows_of[:, len(first) : 2 * len(first)]
+        sample = rows_of[:, 2 * len(first) :]
         if extremes is None:
-            low, high = block.min(axis=1), block.max(axis=1)
+            low = np.array([a.min() for a in block])
+            high = np.array([a.max() for a in block])
         else:
             low, high = extremes[0][lo : lo + len(block)], extremes[1][lo : lo + len(block)]
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -165,17 +169,20 @@ def near_copies(
             c = np.vstack(
                 [
                     np.ones(len(block)),
-                    (column[first, None] - column[second, None])
-                    / (block[:, first].T - block[:, second].T),
+                    (column[first, None] - column[second, None]) / (at_first.T - at_second.T),
                 ]
             )
-            d = np.vstack([np.zeros(len(block)), column[first, None] - c[1:] * block[:, first].T])
-            apart = screen.clearly_apart(block, c, d, low, high)
+            d = np.vstack([np.zeros(len(block)), column[first, None] - c[1:] * at_first.T])
+            apart = screen.clearly_apart(sample, c, d, low, high)
         open_maps = np.isfinite(c) & np.isfinite(d) & ~apart
         for which in np.flatnonzero(open_maps.any(axis=1)):
             rows = np.flatnonzero(open_maps[which])
             residual, valid = _residual(
-                column, block[rows], c[which, rows], d[which, rows], identity=which == 0
+                column,
+                np.stack([block[r] for r in rows]),
+                c[which, rows],
+                d[which, rows],
+                identity=which == 0,
             )
             copy[lo + rows] |= valid & ~residual.any(axis=1)
             open_ = valid & ~screen.spread_out(residual)  # the same proof, on every row
@@ -185,6 +192,12 @@ def near_copies(
         # with c near 0 would leave a dominated residual
         near[:] = False
     return near & ~copy, copy
+
+
+def remembered_columns(stored: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """The remembered columns of ``stored`` (:func:`near_copies`), one 1-D array (a view) each."""
+    parts = [stored] if isinstance(stored, np.ndarray) else list(stored)
+    return [row for part in parts for row in (part if part.ndim == 2 else (part,))]
 
 
 def _residual(
@@ -232,12 +245,13 @@ class _Screen:
         self.factor = k / max(k - 1, 1) * largest
 
     def clearly_apart(
-        self, block: np.ndarray, c: np.ndarray, d: np.ndarray, low: np.ndarray, high: np.ndarray
+        self, sample: np.ndarray, c: np.ndarray, d: np.ndarray, low: np.ndarray, high: np.ndarray
     ) -> np.ndarray:
-        """For each map ``c[p, r] a_r + d[p, r]`` of each row ``a_r`` of ``block`` (``low``,
-        ``high`` its extremes; map 0 is the identity, compared exactly): is it proved neither
-        a copy nor a near-copy (its residual as :func:`_residual` makes it)? Tried on every
-        eighth sample row first, then on the whole sample for the maps not yet proved."""
+        """For each map ``c[p, r] a_r + d[p, r]`` of each remembered column ``a_r`` (``sample``
+        its values on the screen's rows, :attr:`rows`; ``low``, ``high`` its extremes; map 0
+        is the identity, compared exactly): is it proved neither a copy nor a near-copy (its
+        residual as :func:`_residual` makes it)? Tried on every eighth sample row first, then
+        on the whole sample for the maps not yet proved."""
         ca_low, ca_high = np.minimum(c * low, c * high), np.maximum(c * low, c * high)
         top = self.b_high - ca_low - d  # the residual (or 0, where rounded) lies in [bottom, top]
         bottom = self.b_low - ca_high - d
@@ -245,16 +259,17 @@ class _Screen:
                            + np.abs(d))  # fmt: skip
         needed = self.factor * (np.maximum(top, 0.0) - np.minimum(bottom, 0.0) + 2 * rounding)
         proved = np.zeros(c.shape, dtype=bool)
-        for rows in (self.rows[::8], self.rows):
+        for taken in (slice(None, None, 8), slice(None)):
+            rows = self.rows[taken]
             if len(rows) < 2:
                 continue
             maps, columns = np.nonzero(~proved & np.isfinite(needed))
             if maps.size == 0:
                 break
-            sample = self.column[rows]
-            scaled = c[maps, columns, None] * block[:, rows][columns]
-            residual = sample - (scaled + d[maps, columns, None])
-            tolerance = RTOL * (np.abs(sample) + np.abs(scaled) + np.abs(d[maps, columns, None]))
+            values = self.column[rows]
+            scaled = c[maps, columns, None] * sample[:, taken][columns]
+            residual = values - (scaled + d[maps, columns, None])
+            tolerance = RTOL * (np.abs(values) + np.abs(scaled) + np.abs(d[maps, columns, None]))
             rounded = (np.abs(residual) <= tolerance) & (maps != 0)[:, None]  # 0: the identity
             residual = np.where(rounded, 0.0, residual)
             half = len(rows) // 2  # rows far apart in the frame (clustered rows differ)

@@ -50,6 +50,7 @@ from fedstats.site.ciphertext_replies import PaillierKeys
 from fedstats.site.differencing import DifferencingGuard
 from fedstats.site.disclosure import DisclosurePolicy, check_reply
 from fedstats.site.error_replies import checked_error
+from fedstats.site.frame_layout import held_frame
 from fedstats.site.identifiers import site_identifiers
 from fedstats.site.linked_rows import LinkageStore, LinkedRows
 from fedstats.site.private_release import (
@@ -104,7 +105,9 @@ class Silo:
     name:
         The site's name, as the study knows it.
     frame:
-        The harmonised analysis frame, one row per patient.
+        The harmonised analysis frame, one row per patient. The site holds its own copy,
+        each numeric column contiguous and read-only (:mod:`fedstats.site.frame_layout`):
+        changing ``frame`` afterwards changes nothing the site answers about.
     policy:
         The site's disclosure control (defaults: threshold of 10 patients).
     registry:
@@ -185,6 +188,7 @@ class Silo:
                 f"site {name!r}: the analysis frame must be a pandas DataFrame, "
                 f"got {type(frame).__name__}"
             )
+        frame = held_frame(frame)
         if verified_paths and secure_aggregation is None:
             raise StudyConfigurationError(
                 f"site {name!r}: verified paths need the pinned roster and signing key "

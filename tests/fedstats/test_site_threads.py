@@ -44,13 +44,13 @@ def test_logistic_and_poisson_fits_equal_the_fits_of_sites_asked_in_turn():
     frames = datasets.synthetic_logistic(
         n_sites=4, n_per_site=[300, 800, 500, 650], n_covariates=3, seed=11
     )
+    rng = np.random.default_rng(2)
+    for frame in frames.values():  # before the sites start: each holds its own copy
+        frame["visits"] = rng.poisson(np.exp(0.3 * frame["x1"]))
     threaded, alone = pair(frames)
     model = fedstats.LogisticRegression("y ~ x1 + x2 + x3")
     ours, theirs = model.fit(threaded), model.fit(alone)
     assert np.array_equal(ours.params, theirs.params) and np.array_equal(ours.bse, theirs.bse)
-    rng = np.random.default_rng(2)
-    for frame in frames.values():
-        frame["visits"] = rng.poisson(np.exp(0.3 * frame["x1"]))
     glm = fedstats.GLM("visits ~ x1 + x2", family="poisson")
     ours, theirs = glm.fit(threaded), glm.fit(alone)
     assert np.array_equal(ours.params, theirs.params) and np.array_equal(ours.bse, theirs.bse)

@@ -168,8 +168,10 @@ def test_a_design_counts_what_it_holds_and_the_default_bound_holds_a_large_one()
     design = site_design(silo._context, spec)
     own = design.y.nbytes + design.rows.nbytes + 8 * n  # outcome, rows, the intercept column
     assert design.held_bytes == own == cache.nbytes  # a, b, c, d are the frame's arrays
-    assert all(np.shares_memory(design.columns[j + 1], data[v].to_numpy())
+    held = silo._context.frame  # the site's own copy (fedstats.site.frame_layout)
+    assert all(np.shares_memory(design.columns[j + 1], held[v].to_numpy())
                for j, v in enumerate("abcd"))  # fmt: skip
+    assert not any(np.shares_memory(held[v].to_numpy(), data[v].to_numpy()) for v in "abcd")
     matrix = design.X  # a Cox or fairness round builds the matrix
     assert site_design(silo._context, spec) is design
     assert cache.nbytes == own + matrix.nbytes  # measured again when read

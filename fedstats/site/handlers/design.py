@@ -52,6 +52,7 @@ from fedstats.site.design_outcomes import (
 )
 from fedstats.site.disclosure import check_levels, check_saturation
 from fedstats.site.formula_check import checked_formula
+from fedstats.site.frame_layout import buffer_of
 from fedstats.site.patient_rows import count_patients, patient_release_sets, patients_of
 from fedstats.site.private_rows import outside_levels, usable_private_rows
 from fedstats.site.task import SiteContext, TaskReply
@@ -412,13 +413,6 @@ def kept_bytes(columns: list[np.ndarray], frame: pd.DataFrame, names: list[str])
     shared = {id(buffer) for buffer in frames}
     buffers = {id(buffer): buffer for buffer in map(buffer_of, columns)}
     return sum(buffer.nbytes for key, buffer in buffers.items() if key not in shared)
-
-
-def buffer_of(array: np.ndarray) -> np.ndarray:
-    """The array that owns ``array``'s memory: ``array`` itself, or the base of its view."""
-    while isinstance(array.base, np.ndarray):
-        array = array.base
-    return array
 
 
 def frame_columns(frame: pd.DataFrame, names: list[str]) -> pd.DataFrame:
