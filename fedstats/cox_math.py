@@ -330,7 +330,7 @@ def risk_scores(X: np.ndarray, beta: np.ndarray) -> np.ndarray:
     """``exp(X beta)``; ``ValueError`` when the linear predictor overflows."""
     with np.errstate(over="raise"):
         try:
-            return np.exp(X @ beta)
+            return np.exp(np.dot(X, beta))
         except FloatingPointError:
             raise ValueError(
                 "the linear predictor overflows exp(); rescale the covariates"
@@ -539,22 +539,28 @@ def grid_partial_likelihood(sums: GridSums, beta: np.ndarray, ties: str) -> Part
     # one (point, l) pair per event, the pairs of a point side by side: f = l / d (Efron) or
     # 0 (Breslow), counting the events' mean frequency weight m (1 without weights)
     first = np.cumsum(d) - d  # each point's first pair
+    n_events = int(d.sum())
     if ties == "efron":
-        f = (np.arange(int(d.sum())) - np.repeat(first, d)) / np.repeat(d, d)
+        f = (np.arange(n_events) - np.repeat(first, d)) / np.repeat(d, d)
     else:
-        f = np.zeros(int(d.sum()))
+        f = np.zeros(n_events)
     m = np.repeat(sums.weighted_events[points] / d, d)
     den = np.repeat(sums.S0[points], d) - f * np.repeat(sums.E0[points], d)
-    m_inv = m / den  # each event's m / den, then times f and 1 / den as the terms need
-    f_m_inv, m_inv2 = f * m_inv, m_inv / den
-    f_m_inv2 = f * m_inv2
-    terms = np.stack((m_inv, f_m_inv, m_inv2, f_m_inv2, f * f_m_inv2))
+    # each event's m / den, then times f and 1 / den as the terms need, written in place
+    terms = np.empty((5, n_events))
+    m_inv, f_m_inv, m_inv2, f_m_inv2, ff_m_inv2 = terms
+    np.divide(m, den, out=m_inv)
+    np.multiply(f, m_inv, out=f_m_inv)
+    np.divide(m_inv, den, out=m_inv2)
+    np.multiply(f, m_inv2, out=f_m_inv2)
+    np.multiply(f, f_m_inv2, out=ff_m_inv2)
     inv, f_inv, inv2, f_inv2, ff_inv2 = (
         np.add.reduceat(terms, first, axis=1) if len(points) else np.zeros((5, 0))
     )
     S1, E1 = sums.S1[points], sums.E1[points]
-    loglik = float(beta @ sums.x_events - m @ np.log(den))
-    score = sums.x_events - S1.T @ inv + E1.T @ f_inv
+    # numpy.dot, not @: it releases the interpreter lock (fedstats.site.row_blocks)
+    loglik = float(np.dot(beta, sums.x_events) - np.dot(m, np.log(den)))
+    score = sums.x_events - np.dot(S1.T, inv) + np.dot(E1.T, f_inv)
     n_points, p = len(sums.d), len(beta)
 
     def over_grid(values: np.ndarray) -> np.ndarray:  # 0 at the points without events
@@ -563,10 +569,12 @@ def grid_partial_likelihood(sums: GridSums, beta: np.ndarray, ties: str) -> Part
         return full
 
     # sum_j inv_j S2_j - f_inv_j E2_j on the packed upper triangles, then unpacked
-    information = unpack_symmetric(over_grid(inv) @ sums.S2 - over_grid(f_inv) @ sums.E2, p)
-    cross = (S1 * f_inv2[:, None]).T @ E1
+    information = unpack_symmetric(
+        np.dot(over_grid(inv), sums.S2) - np.dot(over_grid(f_inv), sums.E2), p
+    )
+    cross = np.dot((S1 * f_inv2[:, None]).T, E1)
     information += cross + cross.T
-    information -= (S1 * inv2[:, None]).T @ S1 + (E1 * ff_inv2[:, None]).T @ E1
+    information -= np.dot((S1 * inv2[:, None]).T, S1) + np.dot((E1 * ff_inv2[:, None]).T, E1)
     return PartialLikelihood(loglik, score, information)
 
 

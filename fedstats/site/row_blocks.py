@@ -15,6 +15,11 @@ The information is summed as ``sum_b A_b' A_b`` with ``A_b = diag(sqrt(w_b)) X_b
 the work of a general product, and the total is symmetric to the last bit
 (:class:`Information`). Sums over blocks equal the sums over all rows up to rounding
 (the order of additions differs, by about one unit in the last place per block).
+
+The products are ``numpy.dot``, not ``@``: ``dot`` releases the interpreter lock around
+its BLAS call and ``matmul`` (numpy 2.4) holds it, so sites answering in threads of one
+process (:mod:`fedstats.in_process`) would otherwise take turns at every block. Both give
+the same BLAS routines.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ class Information:
         m, p = rows.shape
         scaled = workspace("scaled", max(256, BLOCK_BYTES // (8 * max(p, 1)), m), p)[:m]
         np.multiply(rows, np.sqrt(weights)[:, None], out=scaled)
-        self._sum += scaled.T @ scaled
+        self._sum += np.dot(scaled.T, scaled)
 
     def total(self) -> np.ndarray:
         """The summed information (a fresh, C-contiguous float64 array)."""

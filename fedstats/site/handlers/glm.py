@@ -79,14 +79,14 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     for rows, block in column_blocks(design.columns, n):
         y_block = y[rows]
         w = np.ones(len(y_block)) if design.weights is None else design.weights[rows]
-        eta = block @ beta
+        eta = np.dot(block, beta)
         if design.offset is not None:
             eta += design.offset[rows]
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             mu = family.link.inverse(eta)
             variance = family.variance(mu)
             residual = y_block - mu
-            gradient += (w * residual) @ block
+            gradient += np.dot(w * residual, block)
             information.add(block, w * variance)
             sums += (
                 float(np.sum(w * family.loglike_obs(y_block, mu, scale=1.0))),

@@ -91,11 +91,11 @@ def exact_sums(
     loglik = 0.0
     all_extreme, any_extreme = True, False
     for rows, block in blocks:
-        eta = block @ beta
+        eta = np.dot(block, beta)
         if offset is not None:
             eta += offset[rows]
         mu = expit(eta)
-        gradient += (y[rows] - mu) @ block
+        gradient += np.dot(y[rows] - mu, block)
         information.add(block, mu * (1.0 - mu))
         loglik += log_likelihood(y[rows], eta)
         flags = extreme_flags(mu)

@@ -272,9 +272,9 @@ def summaries(ctx: SiteContext, args: dict[str, Any]) -> TaskReply:
     log_partition = 0.0
     all_extreme, any_extreme = True, False
     for _, block in column_blocks(design.columns, design.n_pairs):
-        eta = block @ beta
+        eta = np.dot(block, beta)
         mu = expit(eta)
-        expected += mu @ block
+        expected += np.dot(mu, block)
         information.add(block, mu * (1.0 - mu))
         log_partition += float(np.sum(np.logaddexp(0.0, eta)))
         flags = extreme_flags(mu)
