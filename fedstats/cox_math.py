@@ -30,7 +30,9 @@ unchanged and keeps ``exp`` finite.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -371,6 +373,17 @@ class GroupedRows:
     """Indices into ``groups`` where a block begins, and their number at the end: each block
     holds whole groups, at most :data:`_BLOCK_BYTES` of products unless one group is larger."""
     n_groups: int
+    adders: tuple[Any, ...]
+    """Per block, the 0/1 matrix (``groups x rows``, compressed sparse rows) whose product
+    with the block's products sums each group's rows."""
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes of its arrays, the group matrices' included (what a site's bounded cache
+        counts: :func:`fedstats.site.design_cache.footprint`)."""
+        arrays = (self.XT, self.v, self.groups, self.firsts, self.cuts)
+        sparse = (part for m in self.adders for part in (m.data, m.indices, m.indptr))
+        return sum(array.nbytes for array in (*arrays, *sparse))
 
     @classmethod
     def of(cls, X: np.ndarray, v: np.ndarray, group: np.ndarray, n_groups: int) -> GroupedRows:
@@ -387,8 +400,9 @@ class GroupedRows:
                 cuts.append(index)
                 begin = row
         cuts.append(len(firsts))
-        return cls(np.ascontiguousarray(X[order].T), v[order], group[firsts], firsts,
-                   np.unique(cuts), n_groups)  # fmt: skip
+        cuts = np.unique(cuts)
+        return cls(np.ascontiguousarray(X[order].T), v[order], group[firsts], firsts, cuts,
+                   n_groups, group_adders(firsts, cuts, len(group)))  # fmt: skip
 
     def sums(self, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Sums of ``w``, ``w x`` and the upper triangle of ``w x x'`` (row by row:
@@ -397,17 +411,19 @@ class GroupedRows:
         A block of whole groups at a time, each block's products ``w x_i x_j`` (``j >= i``)
         written one covariate pair after another into one buffer, row ``i`` of the
         triangle as ``(w x_i) x_{i..p}`` (contiguous writes), and summed over each group's
-        rows at once (``np.add.reduceat`` along the rows).
+        rows at once: the block's 0/1 group matrix times its products (:attr:`adders`; a
+        sparse product, which releases the interpreter lock, where ``np.add.reduceat`` along
+        the rows holds it and calls its loop once per group and product).
         """
         XT, firsts, n_rows = self.XT, self.firsts, self.XT.shape[1]
         w = self.v * risk_scores(XT.T, beta)
         p = XT.shape[0]
         width = p + packed_size(p)
-        out = np.empty((width, len(firsts)))
+        out = np.empty((len(firsts), width))
         bounds = np.r_[firsts, n_rows]
         rows = np.diff(bounds[self.cuts])
         buffer = np.empty((width, int(rows.max()) if len(rows) else 0))
-        for lo, hi in zip(self.cuts[:-1], self.cuts[1:], strict=True):
+        for lo, hi, adder in zip(self.cuts[:-1], self.cuts[1:], self.adders, strict=True):
             begin, end = bounds[lo], bounds[hi]
             block, products = XT[:, begin:end], buffer[:, : end - begin]
             np.multiply(block, w[begin:end], out=products[:p])
@@ -415,14 +431,30 @@ class GroupedRows:
             for i in range(p):
                 np.multiply(products[i], block[i:], out=products[row : row + p - i])
                 row += p - i
-            out[:, lo:hi] = np.add.reduceat(products, firsts[lo:hi] - begin, axis=1)
+            out[lo:hi] = adder @ products.T
         S0 = np.zeros(self.n_groups)
         S1 = np.zeros((self.n_groups, p))
         S2 = np.zeros((self.n_groups, width - p))
         S0[self.groups] = np.add.reduceat(w, firsts) if len(firsts) else 0.0
-        S1[self.groups] = out[:p].T
-        S2[self.groups] = out[p:].T
+        S1[self.groups] = out[:, :p]
+        S2[self.groups] = out[:, p:]
         return S0, S1, S2
+
+
+def group_adders(firsts: np.ndarray, cuts: np.ndarray, n_rows: int) -> tuple[Any, ...]:
+    """For each block of :class:`GroupedRows` (groups ``cuts[b]`` to ``cuts[b + 1]``, whose
+    rows begin at ``firsts``), the ``groups x rows`` 0/1 matrix with a 1 where a row is in a
+    group, as compressed sparse rows (its row pointers are the groups' first rows)."""
+    from scipy.sparse import csr_array  # a site's Cox rounds only, not every import
+
+    bounds = np.r_[firsts, n_rows].astype(np.int64)
+    adders = []
+    for lo, hi in itertools.pairwise(cuts):
+        begin, end = int(bounds[lo]), int(bounds[hi])
+        rows = end - begin
+        pointers = bounds[lo : hi + 1] - begin
+        adders.append(csr_array((np.ones(rows), np.arange(rows), pointers), shape=(hi - lo, rows)))
+    return tuple(adders)
 
 
 @dataclass(frozen=True)

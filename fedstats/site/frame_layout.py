@@ -17,15 +17,18 @@ the differencing guard remembers such a column by reference
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pandas as pd
 
 
 def held_frame(frame: pd.DataFrame) -> pd.DataFrame:
-    """The site's own copy of ``frame``: the same values, index and columns (so it hashes
-    alike, :func:`fedstats.site.differencing.frame_digest`), each numeric column a fresh
-    contiguous array made read-only before any view of it exists (a view taken earlier
-    would stay writable), held by the frame as it is (not consolidated into a block)."""
+    """The site's own copy of ``frame``: the same values, index, columns and ``attrs`` (so it
+    hashes alike, :func:`fedstats.site.differencing.frame_digest`, and declares the same
+    fingerprint), each numeric column a fresh contiguous array made read-only before any
+    view of it exists (a view taken earlier would stay writable), held by the frame as it
+    is (not consolidated into a block)."""
     columns: dict[int, object] = {}
     for position, (_, series) in enumerate(frame.items()):
         if numpy_numeric(series):
@@ -36,7 +39,8 @@ def held_frame(frame: pd.DataFrame) -> pd.DataFrame:
             columns[position] = series.array.copy()
     held = pd.DataFrame(columns, index=frame.index.copy(), copy=False)
     held.columns = frame.columns.copy()
-    return held
+    held.attrs = copy.deepcopy(frame.attrs)  # what harmonize declares (its fingerprint)
+    return held.set_flags(allows_duplicate_labels=frame.flags.allows_duplicate_labels)
 
 
 def numpy_numeric(series: pd.Series) -> bool:

@@ -81,8 +81,11 @@ def test_the_held_frame_is_contiguous_read_only_and_hashes_as_given():
         values = held[name].to_numpy()
         assert values.flags.c_contiguous and immutable(values)
         assert not np.shares_memory(values, given[name].to_numpy())
+    given.attrs["fingerprint"] = {"columns": {"a": "mm[Hg]"}}  # what harmonize declares
+    held = held_frame(given)
     pd.testing.assert_frame_equal(held, given)
     assert frame_digest(held) == frame_digest(given)
+    assert held.attrs == given.attrs and held.attrs is not given.attrs
     given.loc[0, "a"] = 99.0  # the caller's frame stays writable
     assert held.loc[0, "a"] != 99.0
 
