@@ -100,9 +100,8 @@ def anchor_pairs(column: np.ndarray, k: int) -> list[tuple[int, int]]:
         holding = np.flatnonzero((column >= chosen[0]) & (column <= chosen[-1]))
         return np.concatenate([holding[column[holding] == value][:k] for value in chosen])
 
-    return sorted(
-        {(min(i, j), max(i, j)) for i in rows(low) for j in rows(high) if column[i] != column[j]}
-    )
+    lows, highs = rows(low), rows(high)  # each found once, not once per pair
+    return sorted({(min(i, j), max(i, j)) for i in lows for j in highs if column[i] != column[j]})
 
 
 def near_copies(
