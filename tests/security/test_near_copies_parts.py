@@ -2,12 +2,13 @@
 over one matrix of them all.
 
 The differencing guard compares a request's new columns with the columns it remembers
-and with the request's earlier new columns, held apart
-(:func:`fedstats.site.near_copies.near_copies` takes the remembered columns as several
-matrices, with each one's least and greatest value). The oracle is the same search over
-the columns stacked into one matrix, extremes computed there: equal verdicts, column by
-column, for parts of every length (one row, empty, longer than a block), on columns built
-to be copies, affine images and near-copies of the remembered ones.
+and with the request's earlier new columns, held apart and never stacked
+(:func:`fedstats.site.near_copies.near_copies` takes the remembered columns as a sequence
+of columns or matrices of them, with each one's least and greatest value). The oracle is
+the same search over the columns stacked into one matrix, extremes computed there: equal
+verdicts, column by column, for parts of every length (one row, empty, longer than a
+block) and for the columns one by one (the guard's form), on columns built to be copies,
+affine images and near-copies of the remembered ones.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def test_parts_decide_as_one_matrix(seed, cuts, n, k):
     whole = near_copies(stored, column, k)
     split = near_copies(parts, column, k, extremes=extremes)
     assert np.array_equal(whole[0], split[0]) and np.array_equal(whole[1], split[1])
+    one_by_one = near_copies(list(stored), column, k, extremes=extremes)
+    assert np.array_equal(whole[0], one_by_one[0]) and np.array_equal(whole[1], one_by_one[1])
 
 
 def test_a_short_first_part_before_a_long_one():
