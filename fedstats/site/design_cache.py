@@ -62,7 +62,7 @@ def design_key(spec: DesignSpec, *, exact: bool, frame: pd.DataFrame) -> tuple:
 def frame_token(frame: pd.DataFrame) -> tuple:
     """What identifies the frame a context's designs were built from: the object, its shape
     and its columns (a site that swaps its frame for another starts new keys; the rows of a
-    frame a silo serves are not edited in place)."""
+    frame a silo serves cannot be edited in place: :mod:`fedstats.site.frame_layout`)."""
     return (id(frame), frame.shape, tuple(str(c) for c in frame.columns))
 
 

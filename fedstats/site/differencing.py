@@ -107,7 +107,7 @@ class DifferencingGuard:
         self._columns: dict[str, str] = {}
         self._matrix: np.ndarray | None = None
         self._answered: dict[str, list[np.ndarray]] = {}
-        self._ranges: dict[str, tuple[list[float], list[float]]] = {}
+        self._ranges: dict[str, list[tuple[float, float]]] = {}  # each column's least, greatest
         self._db: sqlite3.Connection | None = None
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +137,8 @@ class DifferencingGuard:
                 "SELECT rows, column FROM answered_columns WHERE frame = ? ORDER BY rowid",
                 (self._frame,),
             ):
-                self._answered.setdefault(rows, []).append(np.frombuffer(column, np.float64))
+                values = np.frombuffer(column, np.float64)  # read-only: kept as it is
+                self._remember(rows, values, float(values.min()), float(values.max()))
             self._columns = dict(
                 self._db.execute(
                     "SELECT role, name FROM columns WHERE frame = ?", (self._frame,)
@@ -233,15 +234,15 @@ class DifferencingGuard:
                     )
                 if not (differ == 0).any():
                     fresh_sets.append((label, bits))
-            fresh_columns: list[tuple[str, np.ndarray]] = []
+            fresh_columns: list[tuple[str, np.ndarray, float, float]] = []
             kept = self._answered.get(group, [])
-            kept_low, kept_high = self._extremes(group)
-            low = np.concatenate([kept_low, np.empty(len(values))])  # each one's least, greatest
-            high = np.concatenate([kept_high, np.empty(len(values))])
+            ranges = np.array(self._ranges.get(group, []), dtype=np.float64).reshape(-1, 2)
+            low = np.concatenate([ranges[:, 0], np.empty(len(values))])  # each one's least,
+            high = np.concatenate([ranges[:, 1], np.empty(len(values))])  # and greatest
             for label, column in values:
                 compared = len(kept) + len(fresh_columns)
                 close, same = near_copies(
-                    (*kept, *(fresh for _, fresh in fresh_columns)),
+                    (*kept, *(fresh for _, fresh, _, _ in fresh_columns)),
                     column,
                     k,
                     units,
@@ -257,7 +258,7 @@ class DifferencingGuard:
                     )
                 if not same.any():
                     low[compared], high[compared] = column.min(), column.max()
-                    fresh_columns.append((label, column))
+                    fresh_columns.append((label, column, low[compared], high[compared]))
             fresh = len(fresh_sets) + len(fresh_columns)
             cap = self.policy.max_guard_entries
             if fresh and self.entries + fresh > cap:
@@ -317,33 +318,24 @@ class DifferencingGuard:
                     (self._frame, label[:200], bits.tobytes()),
                 )
 
-    def _extremes(self, group: str) -> tuple[np.ndarray, np.ndarray]:
-        """Each remembered column's least and greatest value, over the rows ``group``."""
-        kept = self._answered.get(group, [])
-        low, high = self._ranges.get(group, ([], []))
-        for column in kept[len(low) :]:  # read from the record at start, not yet measured
-            low.append(float(column.min()))
-            high.append(float(column.max()))
-        self._ranges[group] = (low, high)
-        return np.array(low, dtype=np.float64), np.array(high, dtype=np.float64)
-
-    def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray]]) -> None:
-        """Remember ``fresh`` columns: by reference when nothing can change them (a column of
-        the site's held frame, :func:`fedstats.site.frame_layout.immutable`), else as the
-        guard's own copy, never a design's array."""
-        self._extremes(group)  # measured up to the columns kept so far
-        low, high = self._ranges[group]
-        for label, column in fresh:
+    def _keep_columns(self, group: str, fresh: list[tuple[str, np.ndarray, float, float]]) -> None:
+        """Remember ``fresh`` columns (with their least and greatest values): by reference
+        when nothing can change them (a column of the site's held frame,
+        :func:`fedstats.site.frame_layout.immutable`), else as the guard's own copy, never a
+        design's array."""
+        for label, column, least, greatest in fresh:
             kept = column if immutable(column) else column.copy()
             kept.flags.writeable = False
-            low.append(float(kept.min()))
-            high.append(float(kept.max()))
-            self._answered.setdefault(group, []).append(kept)
+            self._remember(group, kept, float(least), float(greatest))
             if self._db is not None:
                 self._db.execute(
                     "INSERT OR IGNORE INTO answered_columns VALUES (?, ?, ?, ?)",
                     (self._frame, group, label[:200], kept.tobytes()),
                 )
+
+    def _remember(self, group: str, column: np.ndarray, least: float, greatest: float) -> None:
+        self._answered.setdefault(group, []).append(column)
+        self._ranges.setdefault(group, []).append((least, greatest))
 
     # ------------------------------------------------------------ rounds
 
