@@ -352,7 +352,7 @@ def _blocking(raw: Any, length: int) -> Blocking:
     if not isinstance(raw, Mapping):
         raise LinkageSchemaError("blocking", "expected 'bits', 'keys', 'none' or a table")
     method = raw.get("method")
-    if method not in _BLOCKING_KEYS:
+    if not isinstance(method, str) or method not in _BLOCKING_KEYS:
         raise LinkageSchemaError("blocking.method", f"{method!r} is not 'bits', 'keys' or 'none'")
     _no_unknown_keys(raw, _BLOCKING_KEYS[method], "blocking.")
     if method == "none":

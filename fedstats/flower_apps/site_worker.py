@@ -34,9 +34,11 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
+import httpx
 from flwr.app import Context, Error, Message
 from flwr.common.constant import ErrorCode, SubStatus
 from flwr.common.serde import context_from_proto, fab_from_proto, run_from_proto
@@ -93,17 +95,37 @@ class StopRequested(BaseException):
     no ``except Exception`` of the HTTP client or the retry loop swallows it)."""
 
 
+def token_refused(error: BaseException) -> bool:
+    """Whether ``error`` is the SuperNode refusing a task token (HTTP 401): the task it
+    belonged to has ended or was taken back, and no retry can make the token valid again."""
+    return (
+        isinstance(error, httpx.HTTPStatusError)
+        and error.response.status_code == httpx.codes.UNAUTHORIZED
+    )
+
+
 def stop_aware(invoker: RetryInvoker, stop: threading.Event = STOP) -> RetryInvoker:
-    """Flower's HTTP retry invoker, made to give up once ``stop`` is set.
+    """Flower's HTTP retry invoker, made to give up once ``stop`` is set, and at once on a
+    refused task token.
 
     Flower's invoker retries an unreachable SuperNode with no limit of tries or
     time and waits up to 20 s between tries; a worker asked to stop must not.
     Its waits end when ``stop`` is set, and a failure after that is not retried.
+
+    On HTTP 401 Flower's invoker sends its own process SIGINT and sleeps 6 s: right for
+    a ``flwr-clientapp`` that lives for one task, but this worker serves every task of the
+    site, and SIGINT stops it. A heartbeat that reached the SuperNode just after the task's
+    output (a loaded machine delays the heartbeat thread) did stop a site mid-study. Here a
+    refused token fails only the call that carried it (:func:`token_refused`); the task
+    fails, if it was still running, and the worker keeps serving
+    (``tests/flower/test_site_worker.py``).
     """
     giveup = invoker.should_giveup
 
     def should_giveup(error: Exception) -> bool:
-        return stop.is_set() or (giveup is not None and giveup(error))
+        if stop.is_set() or token_refused(error):
+            return True
+        return giveup is not None and giveup(error)
 
     invoker.should_giveup = should_giveup
     invoker.wait_function = stop.wait
@@ -157,7 +179,7 @@ def run_task(address: str, certificates: bytes | None, token: str) -> None:
     """Fetch one task's message, answer it with the fedstats ClientApp, push the reply."""
     started = time.perf_counter()
     client = _client(address, certificates, token)
-    heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+    heartbeat = HeartbeatSender(task_heartbeat(client))
     heartbeat.start()
     context = None
     sub_status, details = SubStatus.FAILED, "the fedstats ClientApp failed"
@@ -185,9 +207,38 @@ def run_task(address: str, certificates: bytes | None, token: str) -> None:
             time.perf_counter() - answered,
         )
     finally:
+        # heartbeats end before the task's output is pushed, which ends its token: one sent
+        # after that would be refused (HTTP 401)
+        stop_heartbeat(heartbeat)
         push_task_output(client, context, sub_status, details)
-        heartbeat.stop()
         client.close()
+
+
+def task_heartbeat(client: RuntimeHttpClient) -> Callable[[], bool]:
+    """Flower's task heartbeat over ``client``, quiet once the task's token is refused.
+
+    A refused token (:func:`token_refused`) means the task is over: the heartbeat has
+    nothing left to keep alive, so it reports success instead of raising in its thread.
+    """
+    send = make_task_heartbeat_fn_http(client)
+
+    def heartbeat() -> bool:
+        try:
+            return send()
+        except httpx.HTTPStatusError as error:
+            if token_refused(error):
+                log.debug("task heartbeat refused: the task has ended")
+                return True
+            raise
+
+    return heartbeat
+
+
+def stop_heartbeat(heartbeat: HeartbeatSender) -> None:
+    """Stop ``heartbeat`` and wait for a heartbeat in flight (its thread may have ended on
+    an error of its own, which Flower's ``stop`` refuses to stop)."""
+    if heartbeat.is_running:
+        heartbeat.stop()
 
 
 def request_stop(_signal: int, _frame: FrameType | None) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import httpx
+import pytest
+
 from fedstats.flower_apps import site_worker
 
 
@@ -102,3 +105,97 @@ def test_retries_give_up_and_waits_end_once_a_stop_is_asked():
     else:
         raise AssertionError("the invoker returned without a reply")
     assert stop.is_set() and time.monotonic() - started < 5.0, len(calls)
+
+
+def refused(status: int = 401) -> httpx.HTTPStatusError:
+    request = httpx.Request("POST", "http://127.0.0.1:1/v1/runtime/send-task-heartbeat")
+    response = httpx.Response(status, request=request)
+    return httpx.HTTPStatusError(f"{status}", request=request, response=response)
+
+
+def test_a_refused_task_token_fails_the_call_and_never_signals_the_worker():
+    """Flower's HTTP retry invoker answers a 401 by sending its own process SIGINT (and
+    sleeping 6 s), which stops a long-lived worker: a heartbeat that reached the SuperNode
+    just after its task's output stopped a site mid-study. Made stop-aware, the invoker
+    raises the 401 at once, and the worker's stop flag stays clear."""
+    import signal
+    import threading
+    import time
+
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+
+    stop = threading.Event()
+    invoker = site_worker.stop_aware(make_simple_http_retry_invoker(), stop)
+    signals: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda number, _frame: signals.append(number))
+    started = time.monotonic()
+    try:
+        with pytest.raises(httpx.HTTPStatusError):
+            invoker.invoke(lambda: (_ for _ in ()).throw(refused()))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert signals == [] and not stop.is_set()
+    assert time.monotonic() - started < 1.0
+
+
+def test_a_heartbeat_refused_after_its_task_ended_is_quiet():
+    calls: list[str] = []
+
+    class Client:
+        def __init__(self, status: int) -> None:
+            self.status = status
+
+        def SendTaskHeartbeat(self, _request):  # Flower's name
+            calls.append("heartbeat")
+            raise refused(self.status)
+
+    assert site_worker.task_heartbeat(Client(401))() is True
+    with pytest.raises(httpx.HTTPStatusError):  # any other refusal is Flower's to handle
+        site_worker.task_heartbeat(Client(500))()
+    assert calls == ["heartbeat", "heartbeat"]
+
+
+def test_heartbeats_end_before_the_task_output_ends_its_token(monkeypatch):
+    """The task's heartbeat thread is stopped (and a heartbeat in flight awaited) before
+    the output is pushed, whether the ClientApp answered or raised."""
+    events: list[str] = []
+
+    class Heartbeat:
+        def __init__(self, _fn) -> None:
+            self.is_running = False
+
+        def start(self) -> None:
+            self.is_running = True
+            events.append("heartbeat started")
+
+        def stop(self) -> None:
+            self.is_running = False
+            events.append("heartbeat stopped")
+
+    client = SimpleNamespace(close=lambda: events.append("closed"))
+    run = SimpleNamespace(fab_id=f"fedstats/{site_worker.FEDSTATS_APP_NAME}")
+    message = SimpleNamespace(metadata=SimpleNamespace())
+    monkeypatch.setattr(site_worker, "_client", lambda *a: client)
+    monkeypatch.setattr(site_worker, "HeartbeatSender", Heartbeat)
+    monkeypatch.setattr(site_worker, "pull_task_input", lambda c: (message, "ctx", run, None))
+    monkeypatch.setattr(site_worker, "push_message", lambda *a: events.append("reply pushed"))
+    monkeypatch.setattr(site_worker, "push_task_output", lambda *a: events.append("output pushed"))
+    monkeypatch.setattr(site_worker, "site_client_app", lambda message, context: "reply")
+    site_worker.run_task("127.0.0.1:1", None, "token")
+    assert events == [
+        "heartbeat started",
+        "reply pushed",
+        "heartbeat stopped",
+        "output pushed",
+        "closed",
+    ]
+
+    events.clear()
+
+    def fails(**_kwargs):
+        raise RuntimeError("the ClientApp raised")
+
+    monkeypatch.setattr(site_worker, "site_client_app", fails)
+    monkeypatch.setattr(site_worker, "Message", lambda *a, **k: "error reply")
+    site_worker.run_task("127.0.0.1:1", None, "token")
+    assert events.index("heartbeat stopped") < events.index("output pushed")

@@ -7,7 +7,7 @@ import tomllib
 
 import pytest
 from clkhash import schema as clkhash_schema
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 import linkage
@@ -167,6 +167,7 @@ toml_values = st.recursive(
     ),
     st.booleans(),
 )
+@example({"blocking": {"method": []}}, True)  # an unhashable method once raised TypeError
 def test_any_malformed_table_gives_a_schema_error_or_a_valid_schema(overrides, start_valid):
     """Whatever a spec file holds, parsing raises LinkageSchemaError or yields a schema that
     clkhash accepts — never another exception."""
