@@ -25,7 +25,7 @@ from flwr.superlink.grid import http_grid
 
 from fedstats.errors import FedstatsError
 from fedstats.flower.enrolment import Enrolment, read_enrolment
-from fedstats.flower.supernode import checked_flower, quick_object_pulls
+from fedstats.flower.study_pace import checked_flower, quick_object_pulls
 from fedstats.flower_apps.grid_transport import GridFederation, GridLink
 from fedstats.jobs.study_config import StudyConfig, load_study_config
 from fedstats.jobs.study_fits import run_fits

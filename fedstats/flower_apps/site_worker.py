@@ -59,7 +59,7 @@ from flwr.supercore.runtime import RuntimeHttpClient
 from flwr.supercore.tls import validate_and_resolve_root_certificates
 from flwr.supernode.runtime.run_clientapp import push_message, push_task_output
 
-from fedstats.flower.supernode import (
+from fedstats.flower.study_pace import (
     ACTIVE_POLL_CAP,
     IDLE_POLL_INTERVAL,
     OBJECT_PULL_BACKOFF,

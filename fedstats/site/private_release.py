@@ -23,15 +23,17 @@ Order of operations at the silo, for a request carrying a ``dp`` block:
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
 
 from fedstats.contract.dp_request import NoisyGroup
 from fedstats.errors import DisclosureError, MalformedRequestError
 from fedstats.noise import symmetric_gaussian
 from fedstats.site.task import Task
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 
 def noisy_groups(task: Task, args: dict[str, Any], site: str) -> list[NoisyGroup]:
@@ -53,6 +55,8 @@ def noisy_groups(task: Task, args: dict[str, Any], site: str) -> list[NoisyGroup
 
 def training_event(task: Task, args: dict[str, Any], site: str) -> dp_accounting.DpEvent:
     """The event a training task declares for ``args`` (checked to be a ``DpEvent``)."""
+    import dp_accounting  # a site that releases nothing private never loads the accountant
+
     try:
         event = task.private_training(args)
     except (TypeError, ValueError, KeyError) as error:
@@ -68,6 +72,8 @@ def training_event(task: Task, args: dict[str, Any], site: str) -> dp_accounting
 
 def release_event(sigmas: list[float]) -> dp_accounting.DpEvent:
     """One Gaussian mechanism per group, composed (a single group is its own event)."""
+    import dp_accounting  # with its PLD accountant and SciPy's signal module: loaded on use
+
     events = [dp_accounting.GaussianDpEvent(sigma) for sigma in sigmas]
     return events[0] if len(events) == 1 else dp_accounting.ComposedDpEvent(events)
 

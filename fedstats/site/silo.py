@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import dp_accounting
 import numpy as np
 import pandas as pd
 
@@ -79,6 +78,9 @@ from fedstats.site.verified_paths import (
 )
 from linkage import LinkageSchema
 from studyfiles.names import name_problem
+
+if TYPE_CHECKING:
+    import dp_accounting
 
 log = logging.getLogger(__name__)
 

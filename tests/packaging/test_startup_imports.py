@@ -44,9 +44,9 @@ def cli(*arguments: str) -> str:
     )
 
 
-def run_fresh(code: str, cwd: Path) -> tuple[list[str], str]:
-    """Run ``code`` in a fresh interpreter: the :data:`WATCHED` modules it imported, its output."""
-    listing = f"print(json.dumps([m for m in {WATCHED!r} if m in sys.modules]))"
+def run_fresh(code: str, cwd: Path, watched: tuple[str, ...] = WATCHED) -> tuple[list[str], str]:
+    """Run ``code`` in a fresh interpreter: the ``watched`` modules it imported, its output."""
+    listing = f"print(json.dumps([m for m in {watched!r} if m in sys.modules]))"
     program = f"{code}\nimport json, sys\n{listing}"
     done = subprocess.run(
         [sys.executable, "-c", program],
@@ -125,3 +125,37 @@ def test_budget_show_reads_a_ledger_from_a_cold_start_without_building_a_report(
     assert row["epsilon_rdp"] == spent.epsilon and row["epsilon_pld"] == spent.epsilon_pld
     assert set(ACCOUNTANTS) <= set(imported)
     assert not set(imported) & {*BUILDERS, *DEEP}
+
+
+SITE_WORKER_SPARES = (*ACCOUNTANTS, "sklearn", "scipy.stats", "sqlalchemy", *BUILDERS, *DEEP)
+"""What a site's long-lived Flower worker does not load to start: the accountant (a site
+that releases nothing private never needs it), scikit-learn with SciPy's stats (the first
+classifier evaluation loads them), Flower's SuperNode state database, the report builders
+and torch. Each is over a quarter of a second of every site process's start-up."""
+
+
+def test_the_site_worker_starts_without_accountant_scikit_learn_or_supernode_state(
+    tmp_path: Path,
+) -> None:
+    imported, _ = run_fresh(
+        "import fedstats.flower_apps.site_worker", tmp_path, watched=SITE_WORKER_SPARES
+    )
+    assert imported == [], f"imported {imported}"
+
+
+def test_the_site_worker_listing_sees_what_a_private_release_and_an_evaluation_load(
+    tmp_path: Path,
+) -> None:
+    """The control: the same listing sees the accountant once a private release is described
+    and scikit-learn once a classifier's scores are summed."""
+    imported, _ = run_fresh(
+        "import numpy as np\n"
+        "import fedstats.flower_apps.site_worker\n"
+        "from fedstats.site.private_release import release_event\n"
+        "from fedstats.site.handlers.classifier_scores import binary_scores\n"
+        "release_event([2.0, 3.0])\n"
+        "binary_scores(np.array([-1.0, 0.5, 2.0]), np.array([0.0, 1.0, 1.0]), 1)",
+        tmp_path,
+        watched=SITE_WORKER_SPARES,
+    )
+    assert {"dp_accounting", "sklearn", "scipy.stats"} <= set(imported)

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 from scipy.special import expit
-from sklearn.metrics import roc_auc_score
 
 from fedstats.contract.tasks.classifier_scores import EVALUATE, LOGIT_EDGES
 from fedstats.contract.tasks.design import checked_beta, spec_from_args
@@ -30,6 +29,8 @@ from fedstats.site.task import SiteContext, TaskReply
 
 def binary_scores(scores: np.ndarray, y: np.ndarray, k: int) -> dict[str, Any]:
     """The reply's sums and ``k``-protected histograms for logits ``scores`` and 0/1 ``y``."""
+    from sklearn.metrics import roc_auc_score  # with SciPy's stats: loaded on first use
+
     p = expit(scores)
     log_loss = np.logaddexp(0.0, scores) - y * scores
     both = 0 < y.sum() < len(y)
