@@ -3,7 +3,7 @@ engine vs the embedded runtime, and what an idle site costs.
 
 Starts a SuperLink and 3, then 10, SuperNodes as separate processes on
 loopback (each site a SuperNode and a long-lived ClientApp runner, paced by
-:class:`fedstats.flower.supernode.StudyPace`), fits the same logistic
+:class:`fedstats.flower.study_pace.StudyPace`), fits the same logistic
 regression over Flower and in-process on synthetic sites, and prints one
 JSON line. A round is one request to every site and all their replies (rows
 of the message inventory); its latency runs from the first request sent to
