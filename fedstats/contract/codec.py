@@ -166,7 +166,7 @@ def _read_arrays(table: Any, body: memoryview) -> list[np.ndarray]:
         if not (isinstance(entry, list) and len(entry) == 4):
             raise CodecError(f"array {i}: malformed table entry")
         dtype, shape, offset, nbytes = entry
-        if dtype not in _ALLOWED_DTYPES:
+        if not isinstance(dtype, str) or dtype not in _ALLOWED_DTYPES:  # a list is unhashable
             raise CodecError(f"array {i}: dtype {dtype!r} is not supported")
         if not (isinstance(shape, list) and len(shape) <= MAX_DEPTH) or not all(
             type(s) is int and s >= 0 for s in shape

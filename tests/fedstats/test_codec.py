@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import json
+import struct
 
 import numpy as np
 import pandas as pd
@@ -128,3 +130,42 @@ def test_trailing_bytes_are_refused():
 def test_big_endian_arrays_arrive_little_endian():
     out = codec.decode(codec.encode(np.arange(4, dtype=">f8")))
     np.testing.assert_array_equal(out, np.arange(4.0))
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=6),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=4), children, max_size=4)
+    ),
+    max_leaves=16,
+)
+"""Whatever JSON a coordinator can write in a message header."""
+
+
+def framed(header: dict, body: bytes = b"") -> bytes:
+    """A message with ``header`` as its JSON header, as :func:`codec.encode` frames one."""
+    text = json.dumps(header).encode("utf-8")
+    return codec.MAGIC + struct.pack("<I", len(text)) + text + body
+
+
+@given(
+    table=json_values | st.lists(st.lists(json_values, min_size=4, max_size=4), max_size=3),
+    body=st.binary(max_size=32),
+)
+@settings(max_examples=400, deadline=None)
+def test_any_array_table_a_header_holds_raises_only_codec_error(table, body):
+    """The array table is read before any value: a dtype, shape, offset or size of any JSON
+    type (a list where a dtype string goes, a number where the table goes) is refused as
+    malformed, never a TypeError from the reader."""
+    with contextlib.suppress(CodecError):
+        codec.decode(framed({"v": {"x": {"$a": 0}}, "b": table}, body))
+
+
+@pytest.mark.parametrize(
+    "table",
+    [[[[], [1], 0, 8]], [[{"<f8": 1}, [1], 0, 8]], [[8, [1], 0, 8]], 5, 2.5, True],
+    ids=["list dtype", "object dtype", "number dtype", "number table", "float table", "flag"],
+)
+def test_an_array_table_of_the_wrong_types_is_a_codec_error(table):
+    with pytest.raises(CodecError, match="array"):
+        codec.decode(framed({"v": {"x": {"$a": 0}}, "b": table}, b"\x00" * 8))
