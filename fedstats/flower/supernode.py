@@ -10,7 +10,7 @@ nearly always meets. A fedstats fit sends a new message each Newton step,
 right after the last reply, so with these waits each round takes seconds.
 
 This launcher runs Flower's own ``flower_supernode`` entry point unchanged except for
-those waits:
+those waits (their values and :class:`StudyPace` are in :mod:`fedstats.flower.study_pace`):
 
 * :class:`StudyPace`: after the node served a message it asks the SuperLink
   again after ``FEDSTATS_NODE_POLL_INTERVAL`` seconds (default
@@ -61,8 +61,6 @@ from fedstats.flower.study_pace import (
     quick_object_pulls,
 )
 from fedstats.flower.task_wakeup import WAKE_ENV, WakeSender
-
-__all__ = ["PacedClock", "StudyPace", "checked_flower", "main", "quick_object_pulls"]
 
 POLL_ENV = "FEDSTATS_NODE_POLL_INTERVAL"
 _FLOWER_IDLE_SLEEP = 3

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from fedstats.flower.supernode import PacedClock, StudyPace
+from fedstats.flower.study_pace import StudyPace
+from fedstats.flower.supernode import PacedClock
 
 
 class Clock:
